@@ -1,0 +1,227 @@
+#pragma once
+// flashot public API: entropic optimal transport between two point clouds for the squared Euclidean cost.
+//
+// Plain C++20 only: no CUDA, Qt, VTK, HDF5 or Boost types. All point arrays are row-major float32.
+// Notation (docs/math.md): x (n×d) source points, y (m×d) target points, a (n), b (m) weights, ε > 0,
+// cost C_ij = s·‖x_i − y_j‖² with s = 1 (Cost::kSquaredEuclidean) or s = ½ (Cost::kHalfSquaredEuclidean),
+// dual potentials f (n), g (m), plan P_ij = a_i b_j exp((f_i + g_j − C_ij)/ε).
+// Nothing of size n×m is ever allocated, by any backend, for any operation.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace flashot {
+
+/// A read-only view of `n` points in `d` dimensions: `data` holds n·d float32 values, row-major.
+struct PointsView {
+  std::span<const float> data;
+  std::size_t n = 0;
+  std::size_t d = 0;
+};
+
+enum class Cost { kSquaredEuclidean, kHalfSquaredEuclidean };
+/// Symmetric: f and g updated together from the old pair, then averaged with it (GeomLoss).
+/// Alternating: f from g, then g from the new f (Sinkhorn / OTT).
+enum class Scheme { kSymmetric, kAlternating };
+enum class BackendKind { kAuto, kCpu, kCuda };
+/// Arithmetic of the score dot products on the CUDA backend (the CPU backend always uses fp32 with fp32/fp64
+/// accumulation). kDefault picks per d what meets the documented accuracy (docs/accuracy.md).
+enum class Precision { kDefault, kFp32, kTf32, kBf16 };
+/// Why a solve stopped.
+enum class StopReason {
+  kTolerance,        ///< marginal error ≤ tolerance at a check of the final ε stage: converged
+  kIterationBudget,  ///< max_iterations spent in the final stage without reaching the tolerance
+  kFixedIterations,  ///< fixed-ε mode with tolerance 0: ran exactly the iterations asked for
+  kNonFinite,        ///< a potential or marginal became NaN/Inf; SolveResult::message names the stage
+  kCancelled,        ///< the progress callback returned false
+};
+enum class Side { kSource, kTarget };
+
+std::string to_string(Cost);
+std::string to_string(Scheme);
+std::string to_string(BackendKind);
+std::string to_string(Precision);
+std::string to_string(StopReason);
+/// Parse the names printed by to_string ("cpu", "symmetric", …). Throws std::invalid_argument naming the text.
+BackendKind parse_backend(const std::string&);
+Scheme parse_scheme(const std::string&);
+Precision parse_precision(const std::string&);
+
+/// Reported to the progress callback at every marginal-error check.
+struct Progress {
+  int stage = 0;               ///< 0-based index of the ε stage
+  int stage_count = 0;         ///< number of ε stages in the schedule
+  double epsilon = 0;          ///< ε of the current stage (cost units)
+  int iteration = 0;           ///< iterations done so far, all stages together
+  int max_iterations = 0;      ///< upper bound on `iteration` for the whole solve
+  double marginal_error = 0;   ///< see SolveResult::marginal_error
+};
+/// Return false to stop the solve; it then ends with StopReason::kCancelled (not an exception).
+using ProgressCallback = std::function<bool(const Progress&)>;
+
+/// Where the problem lives and how it computes. Fixed when the Problem is built.
+struct BackendOptions {
+  BackendKind backend = BackendKind::kAuto;  ///< kAuto: CUDA when a device is present, else CPU
+  int threads = 0;                           ///< CPU threads; 0 = all hardware threads
+  int device = 0;                            ///< CUDA device ordinal
+  Precision precision = Precision::kDefault;
+};
+
+struct SolveOptions {
+  Cost cost = Cost::kSquaredEuclidean;
+  /// Target blur: the final ε is blur² (in cost units). Ignored when `epsilon` > 0.
+  double blur = 0.05;
+  /// > 0: fixed ε, no ε-scaling (potentials start at zero, or at `initial_f/g`).
+  double epsilon = 0;
+  /// ε-scaling: ε_0 = s·diameter², ε_{k+1} = ε_k · scaling², down to blur². In (0, 1).
+  double scaling = 0.5;
+  /// 0: the diameter of the union of both clouds' bounding box. Otherwise used as given.
+  double diameter = 0;
+  /// Iterations at each intermediate ε stage (the final stage iterates until tolerance or budget).
+  int stage_iterations = 1;
+  /// Stop when marginal_error ≤ tolerance (checked every `check_every` iterations of the final stage).
+  /// 0 disables the check (fixed-ε benchmark mode runs exactly max_iterations).
+  double tolerance = 1e-3;
+  int check_every = 10;
+  /// Budget of iterations for the final stage.
+  int max_iterations = 1000;
+  Scheme scheme = Scheme::kSymmetric;
+  /// Unbalanced OT: KL penalty strength ρ = reach² (cost units, like ε) on both marginals; 0 = balanced.
+  double reach = 0;
+  /// Per side; 0 = take `reach`. A side with reach 0 after that is balanced (semi-unbalanced problems).
+  double reach_source = 0;
+  double reach_target = 0;
+  /// Warm start (optional): sizes n and m, or empty.
+  std::vector<float> initial_f;
+  std::vector<float> initial_g;
+  ProgressCallback progress;
+};
+
+struct StageReport {
+  double epsilon = 0;
+  int iterations = 0;
+};
+struct MarginalCheck {
+  int iteration = 0;  ///< total iterations done when the check ran
+  double epsilon = 0;
+  double error = 0;
+};
+
+struct SolveResult {
+  std::vector<float> f;  ///< (n) dual potential on the source, cost units
+  std::vector<float> g;  ///< (m) dual potential on the target, cost units
+  Cost cost = Cost::kSquaredEuclidean;
+  double epsilon = 0;       ///< the final ε
+  double reach_source = 0;  ///< effective ρ per side (0 = balanced)
+  double reach_target = 0;
+  /// Dual objective: ⟨a,f⟩ + ⟨b,g⟩ (balanced); ⟨a, ρ_x(1−e^{−f/ρ_x})⟩ + ⟨b, ρ_y(1−e^{−g/ρ_y})⟩ (unbalanced).
+  double dual_cost = 0;
+  /// Primal transport cost ⟨P, C⟩ of the current plan (without the entropy term).
+  double primal_cost = 0;
+  bool converged = false;
+  StopReason reason = StopReason::kIterationBudget;
+  std::string message;  ///< human-readable reason, naming the stage for kNonFinite
+  /// ‖P1 − a⊙e^{−f/ρ_x}‖₁ + ‖Pᵀ1 − b⊙e^{−g/ρ_y}‖₁, divided by the total mass of a (e^{…} = 1 when balanced).
+  double marginal_error = 0;
+  int iterations = 0;  ///< all stages together
+  std::vector<StageReport> stages;
+  std::vector<MarginalCheck> checks;
+  double seconds = 0;   ///< wall time of the solve
+  std::string backend;  ///< "cpu" or "cuda"
+  std::string device;   ///< e.g. "2 threads, AVX2" or "NVIDIA H200 (sm_90)"
+};
+
+/// Class mass per point after transporting labels through the plan.
+struct LabelTransfer {
+  std::size_t points = 0;
+  std::size_t classes = 0;
+  std::vector<float> probabilities;  ///< (points × classes), rows sum to 1 (or 0 if a point got no labelled mass)
+  std::vector<std::int32_t> label;   ///< argmax class, −1 if no labelled mass arrived
+  std::vector<float> confidence;     ///< the argmax probability
+  std::vector<float> entropy;        ///< Shannon entropy of the row, nats
+};
+
+/// The k largest plan entries of every row (source point), sorted by decreasing mass.
+struct TopKCoupling {
+  std::size_t rows = 0;
+  std::size_t k = 0;                  ///< min(k asked, m)
+  std::vector<std::int32_t> columns;  ///< (rows × k) target indices
+  std::vector<float> values;          ///< (rows × k) plan entries P_ij
+};
+
+/// An OT problem resident on one backend: points and weights are copied in once, then solved and queried.
+/// Not thread-safe: use one Problem per thread. Movable, not copyable.
+class Problem {
+ public:
+  /// x (n×d) source, y (m×d) target; a (n), b (m) non-negative weights, or empty for uniform 1/n, 1/m.
+  /// Throws std::invalid_argument naming the input and value for: empty sets, d mismatch or 0, data size not n·d,
+  /// non-finite coordinates (names the row), negative or non-finite weights (names the index), zero total mass,
+  /// weight vectors of the wrong size. Throws std::runtime_error when the backend asked for is unavailable.
+  Problem(PointsView x, PointsView y, std::span<const float> a = {}, std::span<const float> b = {},
+          const BackendOptions& options = {});
+  ~Problem();
+  Problem(Problem&&) noexcept;
+  Problem& operator=(Problem&&) noexcept;
+  Problem(const Problem&) = delete;
+  Problem& operator=(const Problem&) = delete;
+
+  std::size_t n() const;
+  std::size_t m() const;
+  std::size_t d() const;
+  std::string backend_name() const;  ///< "cpu" / "cuda"
+  std::string device_name() const;
+
+  /// Runs the ε-scaling (or fixed-ε) Sinkhorn loop. Throws std::invalid_argument for bad options (ε ≤ 0,
+  /// scaling ∉ (0,1), negative reach, …). Non-convergence and non-finite values are reported, not thrown.
+  SolveResult solve(const SolveOptions& options);
+
+  // ---- Operations on a solved problem: all streaming, O((n+m)·(d+k)) memory. -------------------------------
+  /// P·V: V is (m×k) row-major, result (n×k). Chunked over columns for large k.
+  std::vector<float> apply_plan(const SolveResult& s, std::span<const float> v, std::size_t k) const;
+  /// Pᵀ·U: U is (n×k), result (m×k).
+  std::vector<float> apply_plan_transpose(const SolveResult& s, std::span<const float> u, std::size_t k) const;
+  /// Row sums P·1 (n) and column sums Pᵀ·1 (m).
+  std::vector<float> row_marginal(const SolveResult& s) const;
+  std::vector<float> column_marginal(const SolveResult& s) const;
+  /// Barycentric projection: from = kSource gives T(x_i) = (P Y)_i / (P 1)_i, (n×d); kTarget gives (Pᵀ X)_j/(Pᵀ1)_j.
+  std::vector<float> barycentric(const SolveResult& s, Side from) const;
+  /// Out-of-sample entropic map of new points on side `from` through the other side's potential (no re-solve):
+  /// T(q) = Σ_j softmax_j(log b_j + (g_j − C(q, y_j))/ε) y_j for from = kSource. Result (queries.n × d).
+  std::vector<float> map_points(const SolveResult& s, PointsView queries, Side from) const;
+  /// Labels live on side `labels_on` (one per point, in [0, classes) or −1 = missing); the mass is transported
+  /// to the other side. Throws std::invalid_argument for a wrong size, classes = 0, or a label ≥ classes.
+  LabelTransfer transfer_labels(const SolveResult& s, Side labels_on, std::span<const std::int32_t> labels,
+                                std::size_t classes) const;
+  /// ∇_x of the regularized OT cost (Danskin): (n×d) = s·2·(r_i x_i − (P Y)_i); likewise ∇_y (m×d).
+  std::vector<float> gradient(const SolveResult& s, Side wrt) const;
+  /// Top-k entries of every row of P. Throws std::invalid_argument for k = 0.
+  TopKCoupling top_k(const SolveResult& s, std::size_t k) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Debiased Sinkhorn divergence S(a,b) = OT(a,b) − ½OT(a,a) − ½OT(b,b) (dual costs), three solves with the
+/// same options. Throws as Problem and Problem::solve.
+struct DivergenceResult {
+  double divergence = 0;
+  SolveResult xy, xx, yy;
+};
+DivergenceResult sinkhorn_divergence(PointsView x, PointsView y, std::span<const float> a, std::span<const float> b,
+                                     const SolveOptions& options, const BackendOptions& backend = {});
+
+/// Backends compiled in and usable on this machine ("cpu", and "cuda" when a device answers).
+std::vector<std::string> available_backends();
+/// True when the CUDA backend was compiled in AND a device is present (a missing driver counts as no device).
+bool cuda_available();
+/// The library version, e.g. "0.1.0".
+std::string version();
+
+}  // namespace flashot

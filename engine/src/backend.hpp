@@ -1,0 +1,90 @@
+#pragma once
+// The backend interface: what one device must do for the engine. Private to the engine.
+//
+// The Sinkhorn loop (engine/src/sinkhorn.cpp) is written once over these operations; each backend (cpu/, cuda/)
+// implements them with tiled streaming kernels. Every operation is a variant of one primitive, the biased
+// log-sum-exp over the other side ("soft c-transform", DESIGN.md §1):
+//   softmin_rows(h)_i = −ε · LSE_j [ log b_j + (h_j − C_ij)/ε ]          (n values; h = g)
+//   softmin_cols(h)_j = −ε · LSE_i [ log a_i + (h_i − C_ij)/ε ]          (m values; h = f)
+// and, for plan application, the same tile loop accumulating weighted rows of a value matrix.
+// No operation allocates anything of size n×m.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "flashot/flashot.hpp"
+
+namespace flashot::detail {
+
+/// Host copies of the validated problem, handed to a backend once.
+struct ProblemData {
+  PointsView x;                // (n×d)
+  PointsView y;                // (m×d)
+  std::span<const float> a;    // (n) weights, never empty here (uniform filled in), sum > 0
+  std::span<const float> b;    // (m)
+};
+
+/// One Sinkhorn update, applied `count` times by Backend::iterate.
+struct IterationParams {
+  double epsilon = 0;
+  double cost_scale = 1;      // s in C = s·‖x−y‖²
+  Scheme scheme = Scheme::kSymmetric;
+  double damping_f = 1;       // λ_x = 1/(1+ε/ρ_x), 1 when balanced
+  double damping_g = 1;       // λ_y
+};
+
+/// The potentials an operation reads: f (n), g (m), ε and cost scale.
+struct PlanParams {
+  double epsilon = 0;
+  double cost_scale = 1;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;    // "cpu" / "cuda"
+  virtual std::string device() const = 0;  // human-readable
+
+  /// Potentials resident on the backend: f (n), g (m), cost units.
+  virtual void set_potentials(std::span<const float> f, std::span<const float> g) = 0;
+  virtual void get_potentials(std::span<float> f, std::span<float> g) const = 0;
+
+  /// `count` Sinkhorn updates of the resident (f, g):
+  ///   symmetric:   f' = λ_x·softmin_rows(g), g' = λ_y·softmin_cols(f); f = ½(f+f'), g = ½(g+g')
+  ///   alternating: f = λ_x·softmin_rows(g); g = λ_y·softmin_cols(f)
+  /// Returns false if a non-finite value appeared (the potentials are then unspecified).
+  virtual bool iterate(const IterationParams& p, int count) = 0;
+
+  /// out (n) = softmin_rows(g) and out (m) = softmin_cols(f) of the resident potentials (no update).
+  virtual void softmin(const PlanParams& p, Side rows, std::span<float> out) const = 0;
+
+  /// Plan application with the resident potentials. rows = kSource: out (n×k) = P·V with V (m×k);
+  /// rows = kTarget: out (m×k) = Pᵀ·V with V (n×k). normalized: divide each out row by that row's plan mass.
+  /// k may be in the thousands: implementations chunk over columns.
+  virtual void apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k, bool normalized,
+                     std::span<float> out) const = 0;
+
+  /// Out-of-sample: queries q (nq×d) in the space of side `from`; out (nq×k) = Σ_j w_qj V_j with
+  /// w_qj = softmax_j(log b_j + (g_j − C(q, y_j))/ε) (from = kSource; kTarget uses x, a, f). V is (m×k) / (n×k).
+  virtual void apply_queries(const PlanParams& p, Side from, PointsView q, std::span<const float> v, std::size_t k,
+                             std::span<float> out) const = 0;
+
+  /// The k largest entries P_ij of every row i: columns (n×k), values (n×k), sorted by decreasing value.
+  virtual void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,
+                     std::span<float> values) const = 0;
+};
+
+/// The backend registry: the only place that knows whether CUDA was compiled in (engine/src/registry.cpp).
+/// Throws std::runtime_error when `kind` is kCuda and no CUDA device can be used, naming why.
+std::unique_ptr<Backend> make_backend(const BackendOptions& options, const ProblemData& data);
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options, const ProblemData& data);
+/// Defined in engine/cuda/, linked only when CUDA is compiled in; registry.cpp calls them under its one #if.
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const ProblemData& data);
+/// Number of usable CUDA devices; 0 when the driver is missing or no device answers (never throws).
+int cuda_device_count();
+
+}  // namespace flashot::detail

@@ -1,0 +1,129 @@
+#pragma once
+// AnnData .h5ad reading and writing over the HDF5 C API (kept private to io/src). Reads every writer
+// generation (anndata ≤0.6 compound obs, 0.7 reference categories / LZF, 0.8–0.12, 0.13 + pandas 3 nullable
+// strings), only what is asked for. No HDF5 types here.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace flashot::io {
+
+/// A dense row-major matrix converted to float32 (the dtype on disk is reported separately).
+struct DenseMatrix {
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+  std::vector<float> values;  ///< rows·cols
+};
+
+/// Compressed sparse rows (or columns, when `csc`), float32 values, int64 indices.
+struct SparseMatrix {
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+  bool csc = false;
+  std::vector<float> data;
+  std::vector<std::int64_t> indices;
+  std::vector<std::int64_t> indptr;  ///< rows+1 (csr) or cols+1 (csc)
+};
+
+/// Shape and storage of an array element (X, an obsm/varm entry, a layer).
+struct ArrayInfo {
+  std::string encoding;  ///< "array", "csr_matrix", "csc_matrix", "dataframe", or "" for legacy/unknown
+  std::string dtype;     ///< "float32", "float64", "int32", … ("" for a dataframe)
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+};
+
+/// One obs/var column.
+struct Column {
+  enum class Kind { kCategorical, kNumeric, kString, kBoolean };
+  Kind kind = Kind::kNumeric;
+  // kCategorical: codes (−1 = missing) into `categories` (numeric categories are rendered as text)
+  std::vector<std::int32_t> codes;
+  std::vector<std::string> categories;
+  bool ordered = false;
+  // kNumeric: values (NaN = missing for nullable integers / floats)
+  std::vector<double> numbers;
+  // kString: values; kBoolean: flags (missing = false, and `missing` marks it)
+  std::vector<std::string> strings;
+  std::vector<std::uint8_t> flags;
+  std::vector<std::uint8_t> missing;  ///< empty, or one per row (nullable columns)
+  std::string encoding;               ///< the on-disk encoding-type, for `flashot info`
+  std::size_t size() const;
+};
+
+/// An open .h5ad file, read-only. Each accessor reads only what it returns.
+class H5adReader {
+ public:
+  /// Throws IoError if the file cannot be opened, FormatError if it is not an AnnData HDF5 file.
+  explicit H5adReader(const std::filesystem::path& path);
+  ~H5adReader();
+  H5adReader(H5adReader&&) noexcept;
+  H5adReader& operator=(H5adReader&&) noexcept;
+
+  const std::filesystem::path& path() const;
+  std::string writer_generation() const;  ///< e.g. "0.1.0 (anndata ≥0.8)", "legacy (≤0.7)"
+  std::size_t n_obs() const;
+  std::size_t n_vars() const;
+  std::vector<std::string> obs_names() const;
+  std::vector<std::string> var_names() const;
+
+  std::optional<ArrayInfo> x_info() const;  ///< nullopt when X is absent
+  DenseMatrix read_x_dense() const;         ///< densifies sparse X (caller's choice; may be large)
+  /// Columns `cols` of X (by var index), densified: what `--use-x` needs on shared genes. Reads X row-block-wise.
+  DenseMatrix read_x_columns(std::span<const std::size_t> cols) const;
+  SparseMatrix read_x_sparse() const;  ///< X as stored (csr/csc); dense X throws FormatError
+
+  std::vector<std::string> obsm_keys() const;
+  std::optional<ArrayInfo> obsm_info(const std::string& key) const;
+  /// A dense (or sparse, densified) obsm entry as float32. Throws IoError naming the key and the keys present.
+  DenseMatrix read_obsm(const std::string& key) const;
+
+  std::vector<std::string> obs_columns() const;  ///< in column-order
+  Column read_obs(const std::string& column) const;
+  std::vector<std::string> var_columns() const;
+  Column read_var(const std::string& column) const;
+
+  std::vector<std::string> layer_keys() const;
+  std::vector<std::string> uns_keys() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// A value for uns: a scalar or string, or a float vector.
+using UnsValue = std::variant<double, std::int64_t, std::string, std::vector<double>>;
+
+/// What flashot writes: either a new file (`write_h5ad`) or additions to a copy of an input (`write_h5ad_copy`).
+struct H5adContent {
+  std::vector<std::string> obs_names;              ///< required for a new file
+  std::vector<std::string> var_names;              ///< required for a new file
+  std::optional<DenseMatrix> x_dense;              ///< at most one of x_dense / x_sparse
+  std::optional<SparseMatrix> x_sparse;
+  std::map<std::string, DenseMatrix> obsm;         ///< added or replaced
+  std::map<std::string, Column> obs;               ///< added or replaced (categorical, numeric, string, boolean)
+  std::map<std::string, Column> var;
+  std::map<std::string, UnsValue> uns;
+};
+
+/// Writes a new .h5ad (anndata 0.1.0 encodings, chunked + deflate) via a temporary file renamed over `path`.
+/// Throws std::invalid_argument for inconsistent sizes (names the element and both sizes), IoError on failure.
+void write_h5ad(const std::filesystem::path& path, const H5adContent& content);
+/// Copies `input` to `output` (never touching `input`), then adds/replaces obsm entries, obs/var columns and
+/// uns entries from `additions` without rewriting X. obs_names/var_names/X in `additions` must be empty.
+/// `output` may equal `input` only if `in_place` is true (then the original is replaced atomically).
+void write_h5ad_copy(const std::filesystem::path& input, const std::filesystem::path& output,
+                     const H5adContent& additions, bool in_place = false);
+/// A sparse coupling as an .h5ad: X = CSR (rows = source cells = obs, cols = target cells = var).
+void write_coupling_h5ad(const std::filesystem::path& path, const std::vector<std::string>& source_names,
+                         const std::vector<std::string>& target_names, const SparseMatrix& coupling);
+
+}  // namespace flashot::io
