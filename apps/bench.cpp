@@ -1,0 +1,146 @@
+// flashot bench: times exactly K fixed-ε Sinkhorn iterations on seeded N(0,1) points with random positive weights,
+// the problem ../shared/gpu/peers.sh times for the peer implementations (weights U(0,1) + 0.1, as there).
+// One warm-up solve, then the median wall time of R solves. With --csv the last stdout line is
+// `method,n,m,d,eps,iters,median_ms` values.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "flashot/flashot.hpp"
+
+namespace flashot::cli {
+namespace {
+
+std::vector<float> normal_points(std::mt19937_64& rng, std::size_t count) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(count);
+  for (float& v : values) v = normal(rng);
+  return values;
+}
+
+std::vector<float> positive_weights(std::mt19937_64& rng, std::size_t count) {
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::vector<float> values(count);
+  for (float& v : values) v = uniform(rng) + 0.1f;
+  return values;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t h = values.size() / 2;
+  return values.size() % 2 == 1 ? values[h] : 0.5 * (values[h - 1] + values[h]);
+}
+
+std::string format_ms(double ms) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.3f", ms);
+  return buffer;
+}
+
+}  // namespace
+
+int bench_main(const std::vector<std::string>& args) {
+  po::options_description options("bench options");
+  options.add_options()
+      ("help,h", "this help")
+      ("n", po::value<long long>()->required(), "source points")
+      ("m", po::value<long long>(), "target points (default: n)")
+      ("d", po::value<long long>()->default_value(3), "dimension")
+      ("eps", po::value<double>()->default_value(0.1), "fixed epsilon (cost units, cost = |x-y|^2)")
+      ("iters", po::value<long long>()->default_value(10), "iterations per solve (exactly; no tolerance check)")
+      ("backend", po::value<std::string>()->default_value("auto"), "auto | cpu | cuda")
+      ("threads", po::value<long long>()->default_value(0), "CPU threads (0 = all)")
+      ("scheme", po::value<std::string>()->default_value("symmetric"), "symmetric | alternating")
+      ("repeats", po::value<long long>()->default_value(10), "timed solves after one warm-up; the median is reported")
+      ("seed", po::value<long long>()->default_value(0), "random seed of points and weights")
+      ("csv", "print only `method,n,m,d,eps,iters,median_ms` values on stdout (for scripts)");
+  const po::variables_map vm = parse(args, options);
+  if (vm.count("help")) {
+    print_help("flashot bench --n N [--m M] [--d D] [--eps E] [--iters K] [--backend cpu|cuda] [--csv]",
+               "Times K fixed-epsilon Sinkhorn iterations on seeded N(0,1) points with random positive weights:\n"
+               "one warm-up solve, then the median wall time of --repeats solves. The problem never changes\n"
+               "between repeats (the potentials restart at zero).",
+               options);
+    return 0;
+  }
+  const auto n = static_cast<std::size_t>(require_positive(vm, "n"));
+  const auto m = vm.count("m") ? static_cast<std::size_t>(require_positive(vm, "m")) : n;
+  const auto d = static_cast<std::size_t>(require_positive(vm, "d"));
+  const double eps = require_positive_double(vm, "eps");
+  const auto iters = require_positive(vm, "iters");
+  const auto repeats = require_positive(vm, "repeats");
+  const long long threads = vm["threads"].as<long long>();
+  if (threads < 0) throw UsageError("--threads must be >= 0 (got " + std::to_string(threads) + ")");
+  if (iters > 1'000'000'000) throw UsageError("--iters is too large (got " + std::to_string(iters) + ")");
+  BackendOptions backend;
+  SolveOptions solve;
+  try {
+    backend.backend = parse_backend(vm["backend"].as<std::string>());
+    solve.scheme = parse_scheme(vm["scheme"].as<std::string>());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  backend.threads = static_cast<int>(threads);
+  solve.epsilon = eps;
+  solve.tolerance = 0;
+  solve.max_iterations = static_cast<int>(iters);
+
+  std::mt19937_64 rng(static_cast<std::uint64_t>(vm["seed"].as<long long>()));
+  const std::vector<float> x = normal_points(rng, n * d);
+  const std::vector<float> y = normal_points(rng, m * d);
+  const std::vector<float> a = positive_weights(rng, n);
+  const std::vector<float> b = positive_weights(rng, m);
+  Problem problem(PointsView{x, n, d}, PointsView{y, m, d}, a, b, backend);
+
+  const auto timed_solve = [&] {
+    const auto start = std::chrono::steady_clock::now();
+    const SolveResult result = problem.solve(solve);
+    const std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - start;
+    if (result.reason == StopReason::kNonFinite) {
+      throw std::runtime_error("the solve produced non-finite values, so its timing means nothing: " +
+                               result.message);
+    }
+    if (result.iterations != static_cast<int>(iters)) {
+      throw std::runtime_error("the solve ran " + std::to_string(result.iterations) + " iterations instead of " +
+                               std::to_string(iters));
+    }
+    return elapsed.count();
+  };
+  timed_solve();
+  std::vector<double> times;
+  for (long long r = 0; r < repeats; ++r) times.push_back(timed_solve());
+  const double median_ms = median(times);
+  const auto [min_it, max_it] = std::minmax_element(times.begin(), times.end());
+
+  const std::string method = "flashot_" + problem.backend_name();
+  const std::string problem_text = "n=" + std::to_string(n) + " m=" + std::to_string(m) + " d=" + std::to_string(d) +
+                                   " eps=" + format_double(eps) + " iters=" + std::to_string(iters) + " (" +
+                                   to_string(solve.scheme) + ")";
+  // 2·n·m exponentials per iteration is the two-LSE scheme's count (DESIGN.md §2); a backend doing fewer still
+  // gets the same denominator, so the figure compares implementations on equal terms.
+  const double exps_per_second = 2.0 * double(n) * double(m) * double(iters) / (median_ms * 1e-3);
+  char rate[64];
+  std::snprintf(rate, sizeof rate, "%.3g", exps_per_second);
+  const std::string summary = method + " on " + problem.device_name() + ": " + problem_text + ": median " +
+                              format_ms(median_ms) + " ms over " + std::to_string(repeats) + " solves (min " +
+                              format_ms(*min_it) + ", max " + format_ms(*max_it) + "), " +
+                              format_ms(median_ms / double(iters)) + " ms/iteration, " + rate +
+                              " kernel entries/s (2nm per iteration)";
+  if (vm.count("csv")) {
+    std::cerr << summary << std::endl;
+    std::cout << method << ',' << n << ',' << m << ',' << d << ',' << format_double(eps) << ',' << iters << ','
+              << format_ms(median_ms) << std::endl;
+  } else {
+    std::cout << summary << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace flashot::cli

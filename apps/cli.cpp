@@ -1,0 +1,45 @@
+#include "cli.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <iostream>
+
+namespace flashot::cli {
+
+po::variables_map parse(const std::vector<std::string>& args, const po::options_description& options,
+                        const po::positional_options_description& positional) {
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
+    if (vm.count("help") == 0) po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+  return vm;
+}
+
+void print_help(const std::string& synopsis, const std::string& description, const po::options_description& options) {
+  std::cout << "usage: " << synopsis << "\n\n" << description << "\n\n" << options << std::flush;
+}
+
+long long require_positive(const po::variables_map& vm, const std::string& option) {
+  const long long value = vm[option].as<long long>();
+  if (value <= 0) throw UsageError("--" + option + " must be > 0 (got " + std::to_string(value) + ")");
+  return value;
+}
+
+double require_positive_double(const po::variables_map& vm, const std::string& option) {
+  const double value = vm[option].as<double>();
+  if (!(value > 0) || !std::isfinite(value)) {
+    throw UsageError("--" + option + " must be a finite number > 0 (got " + format_double(value) + ")");
+  }
+  return value;
+}
+
+std::string format_double(double value) {
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, result.ptr);
+}
+
+}  // namespace flashot::cli

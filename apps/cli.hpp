@@ -1,0 +1,46 @@
+#pragma once
+// Shared plumbing of the `flashot` subcommands: option parsing with Boost.Program_options, usage errors, and the
+// subcommand table. Exit codes: 0 success, 1 error (an exception caught at main), 2 usage error.
+
+#include <boost/program_options.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace flashot::cli {
+
+namespace po = boost::program_options;
+
+/// A command line that cannot be understood: main prints it with a pointer to --help and exits 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Parses `args` (the words after the subcommand name) against `options` plus the positional names in
+/// `positional`. Adds and handles nothing itself: callers check "help" before "notify" semantics matter, so this
+/// stores, and only then runs notify() unless help was asked for. Boost's errors become UsageError.
+po::variables_map parse(const std::vector<std::string>& args, const po::options_description& options,
+                        const po::positional_options_description& positional = {});
+
+/// Prints "usage: <synopsis>\n\n<description>\n\n<options>" on stdout (the answer to --help).
+void print_help(const std::string& synopsis, const std::string& description, const po::options_description& options);
+
+/// Range checks that throw UsageError naming the option and the value given.
+long long require_positive(const po::variables_map& vm, const std::string& option);
+double require_positive_double(const po::variables_map& vm, const std::string& option);
+
+/// Shortest decimal text that reads back as the same double ("0.1", "1e-05", "123.4").
+std::string format_double(double value);
+
+/// The subcommands. Each returns the process exit code (0) or throws (UsageError → 2, anything else → 1).
+int bench_main(const std::vector<std::string>& args);
+#ifdef FLASHOT_WITH_IO
+int info_main(const std::vector<std::string>& args);
+int align_main(const std::vector<std::string>& args);
+int map_main(const std::vector<std::string>& args);
+int register_main(const std::vector<std::string>& args);
+#endif
+
+}  // namespace flashot::cli
