@@ -1,0 +1,65 @@
+#pragma once
+// The Qt adapter for PointCloudScene: a plain QWidget that shows the scene's offscreen frame as an image and
+// drives the scene's VTK interactor style (trackball camera) with Qt's mouse, wheel and key events.
+// No OpenGL context of Qt's is involved, so nothing of VTK's GL state has to be kept in step with Qt's
+// (docs/gui.md explains why this route was chosen over a QOpenGLWidget adapter).
+
+#include <QImage>
+#include <QWidget>
+
+#include <functional>
+
+class QPainter;
+
+namespace flashot::gui {
+
+class PointCloudScene;
+
+class VtkImageView : public QWidget {
+  Q_OBJECT
+
+ public:
+  /// `scene` must outlive the view.
+  explicit VtkImageView(PointCloudScene& scene, QWidget* parent = nullptr);
+  ~VtkImageView() override;
+
+  /// Asks for a frame; requests made before the event loop gets to it are served by one render.
+  void request_render();
+  /// Renders now (blocking) at the widget's current size in device pixels.
+  void render_now();
+  /// The last frame, in device pixels.
+  const QImage& frame() const { return frame_; }
+  /// Wall time of the last render + read-back, milliseconds.
+  double last_frame_ms() const { return last_frame_ms_; }
+  /// Drawn over the frame after each paint (legends, color bars): painter in widget coordinates.
+  void set_overlay(std::function<void(QPainter&, const QRect&)> overlay);
+  /// The frame with the overlay drawn on it, as shown on screen (for screenshots).
+  QImage composed_image();
+
+ signals:
+  void frame_rendered(double milliseconds);
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+  void mousePressEvent(QMouseEvent* event) override;
+  void mouseReleaseEvent(QMouseEvent* event) override;
+  void mouseMoveEvent(QMouseEvent* event) override;
+  void wheelEvent(QWheelEvent* event) override;
+  void keyPressEvent(QKeyEvent* event) override;
+
+ private:
+  void forward_mouse(QMouseEvent* event, unsigned long vtk_event);
+  void on_interactor_render();
+  void on_interaction_start();
+  void on_interaction_end();
+
+  PointCloudScene& scene_;
+  QImage frame_;
+  double last_frame_ms_ = 0;
+  bool render_pending_ = false;
+  std::function<void(QPainter&, const QRect&)> overlay_;
+  unsigned long observer_tags_[3] = {0, 0, 0};
+};
+
+}  // namespace flashot::gui
