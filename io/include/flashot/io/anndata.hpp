@@ -59,6 +59,9 @@ struct Column {
   std::size_t size() const;
 };
 
+/// A value for uns: a scalar or string, or a float vector.
+using UnsValue = std::variant<double, std::int64_t, std::string, std::vector<double>>;
+
 /// An open .h5ad file, read-only. Each accessor reads only what it returns.
 class H5adReader {
  public:
@@ -94,13 +97,26 @@ class H5adReader {
   std::vector<std::string> layer_keys() const;
   std::vector<std::string> uns_keys() const;
 
+  // ---- added for the io tests, the fuzzer and `flashot info` ----
+  /// Parses an HDF5 file image held in memory (the fuzzing entry point); `name` stands for the path in messages.
+  static H5adReader from_image(std::span<const std::byte> image, const std::string& name);
+  std::vector<std::string> varm_keys() const;
+  DenseMatrix read_varm(const std::string& key) const;
+  std::optional<ArrayInfo> layer_info(const std::string& key) const;
+  DenseMatrix read_layer(const std::string& key) const;  ///< densified
+  bool has_raw() const;
+  std::optional<ArrayInfo> raw_x_info() const;
+  DenseMatrix read_raw_x_dense() const;
+  std::vector<std::string> raw_var_names() const;
+  /// uns entry by key; nested entries as "a/b". Scalars (float → double, integer → int64), strings, and 1-D
+  /// numeric arrays (→ vector<double>). Throws IoError if absent, FormatError for other kinds (mappings, tables).
+  UnsValue read_uns(const std::string& key) const;
+
  private:
   struct Impl;
+  explicit H5adReader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-/// A value for uns: a scalar or string, or a float vector.
-using UnsValue = std::variant<double, std::int64_t, std::string, std::vector<double>>;
 
 /// What flashot writes: either a new file (`write_h5ad`) or additions to a copy of an input (`write_h5ad_copy`).
 struct H5adContent {

@@ -1,0 +1,518 @@
+// Writing .h5ad files in the anndata ≥0.8 encodings (root encoding-version 0.1.0): dataframes as groups with
+// `_index` and `column-order`, categoricals as groups, booleans as the HDF5 enum h5py uses, sparse matrices as
+// csr_matrix/csc_matrix groups, every dataset chunked and deflated. Every output goes to a temporary file in the
+// destination folder and is renamed over the destination only once complete.
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <set>
+#include <stdexcept>
+#include <system_error>
+#include <unistd.h>
+
+#include "flashot/io/anndata.hpp"
+#include "flashot/io/errors.hpp"
+#include "h5/h5.hpp"
+
+namespace flashot::io {
+namespace {
+
+using h5::Id;
+using h5::Node;
+using h5::Writer;
+
+constexpr std::int64_t kInt32Max = 2147483647;
+
+std::filesystem::path temp_path_for(const std::filesystem::path& target) {
+  static std::atomic<unsigned> counter{0};
+  const auto folder = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  std::string name(1, '.');
+  name += target.filename().string();
+  name += ".tmp-";
+  name += std::to_string(::getpid());
+  name += '-';
+  name += std::to_string(counter++);
+  return folder / name;
+}
+
+// Removes the temporary file unless the write succeeded and it was renamed.
+class TempFile {
+ public:
+  explicit TempFile(const std::filesystem::path& target) : target_(target), path_(temp_path_for(target)) {}
+  ~TempFile() {
+    if (!committed_) {
+      std::error_code ec;
+      std::filesystem::remove(path_, ec);
+    }
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  void commit() {
+    std::error_code ec;
+    std::filesystem::rename(path_, target_, ec);
+    if (ec) throw IoError(target_.string() + ": cannot rename " + path_.string() + " over it: " + ec.message());
+    committed_ = true;
+  }
+
+ private:
+  std::filesystem::path target_;
+  std::filesystem::path path_;
+  bool committed_ = false;
+};
+
+// An HDF5 file open for writing; close() reports failures that a destructor could not.
+class OpenFile {
+ public:
+  OpenFile(const std::filesystem::path& path, const std::string& shown, bool create) {
+    file_.path = shown;
+    const hid_t id = create ? H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)
+                            : H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    if (id < 0) {
+      throw IoError(shown + ": cannot " + std::string(create ? "create " : "open for writing ") + path.string() +
+                    " (" + h5::take_error_stack() + ")");
+    }
+    file_.id = id;
+    root_ = Id(H5Gopen2(id, "/", H5P_DEFAULT));
+  }
+  ~OpenFile() {
+    root_.reset();
+    if (file_.id >= 0) H5Fclose(file_.id);
+  }
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+  Writer root() const { return Writer{&file_, root_.get(), "/"}; }
+  const h5::FileRef& file() const { return file_; }
+  void close() {
+    root_.reset();
+    const herr_t status = H5Fclose(file_.id);
+    file_.id = H5I_INVALID_HID;
+    if (status < 0) throw IoError(file_.path + ": cannot finish writing (" + h5::take_error_stack() + ")");
+  }
+
+ private:
+  h5::FileRef file_;
+  Id root_;
+};
+
+Writer sub(const Writer& parent, const Id& group, const std::string& name) {
+  return Writer{parent.file, group.get(), h5::join_path(parent.object_path, name)};
+}
+
+Id open_or_create_dict(const Writer& at, const std::string& name) {
+  if (H5Lexists(at.group, name.c_str(), H5P_DEFAULT) > 0) {
+    H5O_info_t info{};
+    if (H5Oget_info_by_name(at.group, name.c_str(), &info, H5P_DEFAULT) >= 0 && info.type == H5O_TYPE_GROUP) {
+      return Id(H5Gopen2(at.group, name.c_str(), H5P_DEFAULT));
+    }
+    throw FormatError(at.file->path, h5::join_path(at.object_path, name),
+                      "is a legacy (anndata ≤0.6) dataset; flashot adds entries only to a group");
+  }
+  h5::take_error_stack();
+  Id group = h5::create_group(at, name);
+  h5::set_encoding(group.get(), "dict", "0.1.0");
+  return group;
+}
+
+// ---- validation -------------------------------------------------------------------------------------------
+
+void check_dense(const std::string& what, const DenseMatrix& m, std::optional<std::size_t> rows,
+                 std::optional<std::size_t> cols) {
+  if (m.values.size() != m.rows * m.cols) {
+    throw std::invalid_argument(what + ": values hold " + std::to_string(m.values.size()) + " numbers, rows·cols = " +
+                                std::to_string(m.rows * m.cols));
+  }
+  if (rows && m.rows != *rows) {
+    throw std::invalid_argument(what + ": " + std::to_string(m.rows) + " rows, expected " + std::to_string(*rows));
+  }
+  if (cols && m.cols != *cols) {
+    throw std::invalid_argument(what + ": " + std::to_string(m.cols) + " columns, expected " +
+                                std::to_string(*cols));
+  }
+}
+
+void check_sparse(const std::string& what, const SparseMatrix& m, std::size_t rows, std::size_t cols) {
+  if (m.rows != rows || m.cols != cols) {
+    throw std::invalid_argument(what + ": shape (" + std::to_string(m.rows) + ", " + std::to_string(m.cols) +
+                                "), expected (" + std::to_string(rows) + ", " + std::to_string(cols) + ")");
+  }
+  const std::size_t major = m.csc ? m.cols : m.rows;
+  const std::size_t minor = m.csc ? m.rows : m.cols;
+  if (m.indptr.size() != major + 1) {
+    throw std::invalid_argument(what + ": indptr has " + std::to_string(m.indptr.size()) + " entries, expected " +
+                                std::to_string(major + 1));
+  }
+  if (m.indices.size() != m.data.size()) {
+    throw std::invalid_argument(what + ": " + std::to_string(m.indices.size()) + " indices but " +
+                                std::to_string(m.data.size()) + " values");
+  }
+  if (m.indptr.front() != 0 || static_cast<std::size_t>(m.indptr.back()) != m.data.size()) {
+    throw std::invalid_argument(what + ": indptr must run from 0 to " + std::to_string(m.data.size()) + " (got " +
+                                std::to_string(m.indptr.front()) + " … " + std::to_string(m.indptr.back()) + ")");
+  }
+  for (std::size_t i = 1; i < m.indptr.size(); ++i) {
+    if (m.indptr[i] < m.indptr[i - 1]) {
+      throw std::invalid_argument(what + ": indptr decreases at " + std::to_string(i));
+    }
+  }
+  for (std::size_t i = 0; i < m.indices.size(); ++i) {
+    if (m.indices[i] < 0 || static_cast<std::size_t>(m.indices[i]) >= minor) {
+      throw std::invalid_argument(what + ": index " + std::to_string(m.indices[i]) + " at " + std::to_string(i) +
+                                  " outside [0, " + std::to_string(minor) + ")");
+    }
+  }
+}
+
+void check_column(const std::string& what, const Column& c, std::size_t rows) {
+  if (c.size() != rows) {
+    throw std::invalid_argument(what + ": " + std::to_string(c.size()) + " values, expected " +
+                                std::to_string(rows));
+  }
+  if (!c.missing.empty() && c.missing.size() != rows) {
+    throw std::invalid_argument(what + ": missing has " + std::to_string(c.missing.size()) + " flags, expected " +
+                                std::to_string(rows));
+  }
+  if (c.kind == Column::Kind::kCategorical) {
+    std::set<std::string> seen;
+    for (const auto& category : c.categories) {
+      if (!seen.insert(category).second) {
+        throw std::invalid_argument(what + ": category '" + category + "' appears twice");
+      }
+    }
+    for (std::size_t i = 0; i < c.codes.size(); ++i) {
+      if (c.codes[i] < -1 || c.codes[i] >= static_cast<std::int32_t>(c.categories.size())) {
+        throw std::invalid_argument(what + ": code " + std::to_string(c.codes[i]) + " at row " + std::to_string(i) +
+                                    " outside [-1, " + std::to_string(c.categories.size()) + ")");
+      }
+    }
+  }
+}
+
+void check_key(const std::string& what, const std::string& key) {
+  if (key.empty() || key.find('/') != std::string::npos || key == "." || key == "..") {
+    throw std::invalid_argument(what + ": key '" + key + "' must be non-empty and contain no '/'");
+  }
+}
+
+void check_names(const std::string& what, const std::vector<std::string>& names) {
+  std::set<std::string_view> seen;
+  for (const auto& n : names) {
+    if (!seen.insert(n).second) throw std::invalid_argument(what + ": name '" + n + "' appears twice");
+  }
+}
+
+void check_additions(const H5adContent& c, std::size_t n_obs, std::size_t n_vars) {
+  for (const auto& [key, m] : c.obsm) {
+    check_key("obsm", key);
+    check_dense("obsm['" + key + "']", m, n_obs, std::nullopt);
+  }
+  for (const auto& [key, col] : c.obs) {
+    check_key("obs", key);
+    check_column("obs['" + key + "']", col, n_obs);
+  }
+  for (const auto& [key, col] : c.var) {
+    check_key("var", key);
+    check_column("var['" + key + "']", col, n_vars);
+  }
+  for (const auto& [key, value] : c.uns) check_key("uns", key);
+}
+
+// ---- element writers --------------------------------------------------------------------------------------
+
+void write_dense(const Writer& at, const std::string& name, const DenseMatrix& m) {
+  const hsize_t dims[2] = {m.rows, m.cols};
+  Id ds = h5::write_numeric(at, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, m.values.data(), dims);
+  h5::set_encoding(ds.get(), "array", "0.2.0");
+}
+
+// Integers in the narrowest of int32 / int64 that holds `max`, as scipy does.
+void write_index_array(const Writer& at, const std::string& name, const std::vector<std::int64_t>& values,
+                       std::int64_t max) {
+  const hsize_t n = values.size();
+  if (max <= kInt32Max) {
+    std::vector<std::int32_t> narrow(values.begin(), values.end());
+    h5::write_numeric(at, name, H5T_STD_I32LE, H5T_NATIVE_INT32, narrow.data(), std::span<const hsize_t>(&n, 1));
+  } else {
+    h5::write_numeric(at, name, H5T_STD_I64LE, H5T_NATIVE_INT64, values.data(), std::span<const hsize_t>(&n, 1));
+  }
+}
+
+void write_sparse(const Writer& at, const std::string& name, const SparseMatrix& m) {
+  Id group = h5::create_group(at, name);
+  h5::set_encoding(group.get(), m.csc ? "csc_matrix" : "csr_matrix", "0.1.0");
+  const std::int64_t shape[2] = {static_cast<std::int64_t>(m.rows), static_cast<std::int64_t>(m.cols)};
+  h5::set_attr_ints(group.get(), "shape", shape);
+  const Writer inside = sub(at, group, name);
+  const hsize_t nnz = m.data.size();
+  h5::write_numeric(inside, "data", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, m.data.data(), std::span<const hsize_t>(&nnz, 1));
+  const std::int64_t minor = static_cast<std::int64_t>(m.csc ? m.rows : m.cols);
+  write_index_array(inside, "indices", m.indices, minor);
+  write_index_array(inside, "indptr", m.indptr, static_cast<std::int64_t>(nnz));
+}
+
+void write_string_array(const Writer& at, const std::string& name, const std::vector<std::string>& values) {
+  Id ds = h5::write_strings(at, name, values);
+  h5::set_encoding(ds.get(), "string-array", "0.2.0");
+}
+
+bool any_missing(const Column& c) {
+  return std::any_of(c.missing.begin(), c.missing.end(), [](std::uint8_t m) { return m != 0; });
+}
+
+void write_column(const Writer& at, const std::string& name, const Column& c) {
+  switch (c.kind) {
+    case Column::Kind::kCategorical: {
+      Id group = h5::create_group(at, name);
+      h5::set_encoding(group.get(), "categorical", "0.2.0");
+      h5::set_attr_bool(group.get(), "ordered", c.ordered);
+      const Writer inside = sub(at, group, name);
+      const hsize_t n = c.codes.size();
+      // pandas stores codes in the narrowest signed type that holds every category
+      Id codes;
+      if (c.categories.size() < 128) {
+        std::vector<std::int8_t> narrow(c.codes.begin(), c.codes.end());
+        codes = h5::write_numeric(inside, "codes", H5T_STD_I8LE, H5T_NATIVE_INT8, narrow.data(),
+                                  std::span<const hsize_t>(&n, 1));
+      } else if (c.categories.size() < 32768) {
+        std::vector<std::int16_t> narrow(c.codes.begin(), c.codes.end());
+        codes = h5::write_numeric(inside, "codes", H5T_STD_I16LE, H5T_NATIVE_INT16, narrow.data(),
+                                  std::span<const hsize_t>(&n, 1));
+      } else {
+        codes = h5::write_numeric(inside, "codes", H5T_STD_I32LE, H5T_NATIVE_INT32, c.codes.data(),
+                                  std::span<const hsize_t>(&n, 1));
+      }
+      h5::set_encoding(codes.get(), "array", "0.2.0");
+      write_string_array(inside, "categories", c.categories);
+      return;
+    }
+    case Column::Kind::kNumeric: {
+      const hsize_t n = c.numbers.size();
+      std::vector<double> values = c.numbers;
+      for (std::size_t i = 0; i < c.missing.size(); ++i) {
+        if (c.missing[i] != 0) values[i] = std::numeric_limits<double>::quiet_NaN();
+      }
+      Id ds = h5::write_numeric(at, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, values.data(),
+                                std::span<const hsize_t>(&n, 1));
+      h5::set_encoding(ds.get(), "array", "0.2.0");
+      return;
+    }
+    case Column::Kind::kString: {
+      if (!any_missing(c)) {
+        write_string_array(at, name, c.strings);
+        return;
+      }
+      Id group = h5::create_group(at, name);
+      h5::set_encoding(group.get(), "nullable-string-array", "0.1.0");
+      const Writer inside = sub(at, group, name);
+      write_string_array(inside, "values", c.strings);
+      Id mask = h5::write_flags(inside, "mask", c.missing);
+      h5::set_encoding(mask.get(), "array", "0.2.0");
+      return;
+    }
+    case Column::Kind::kBoolean: {
+      if (!any_missing(c)) {
+        Id ds = h5::write_flags(at, name, c.flags);
+        h5::set_encoding(ds.get(), "array", "0.2.0");
+        return;
+      }
+      Id group = h5::create_group(at, name);
+      h5::set_encoding(group.get(), "nullable-boolean", "0.1.0");
+      const Writer inside = sub(at, group, name);
+      Id values = h5::write_flags(inside, "values", c.flags);
+      h5::set_encoding(values.get(), "array", "0.2.0");
+      Id mask = h5::write_flags(inside, "mask", c.missing);
+      h5::set_encoding(mask.get(), "array", "0.2.0");
+      return;
+    }
+  }
+}
+
+void write_column_order(hid_t frame, const std::vector<std::string>& order) {
+  if (order.empty()) {
+    h5::set_attr_empty_float_array(frame, "column-order");  // what anndata itself writes for no columns
+  } else {
+    h5::set_attr_strings(frame, "column-order", order);
+  }
+}
+
+void write_dataframe(const Writer& at, const std::string& name, const std::vector<std::string>& index,
+                     const std::map<std::string, Column>& columns) {
+  Id group = h5::create_group(at, name);
+  h5::set_encoding(group.get(), "dataframe", "0.2.0");
+  const Writer inside = sub(at, group, name);
+  // The index is stored under "_index" unless a column already has that name.
+  const std::string index_name = columns.count("_index") != 0 ? "__flashot_index" : "_index";
+  h5::set_attr_string(group.get(), "_index", index_name);
+  write_string_array(inside, index_name, index);
+  std::vector<std::string> order;
+  for (const auto& [key, column] : columns) {
+    write_column(inside, key, column);
+    order.push_back(key);
+  }
+  write_column_order(group.get(), order);
+}
+
+void write_uns_value(const Writer& at, const std::string& name, const UnsValue& value) {
+  Id ds;
+  if (const auto* d = std::get_if<double>(&value)) {
+    ds = h5::write_scalar_double(at, name, *d);
+    h5::set_encoding(ds.get(), "numeric-scalar", "0.2.0");
+  } else if (const auto* i = std::get_if<std::int64_t>(&value)) {
+    ds = h5::write_scalar_int64(at, name, *i);
+    h5::set_encoding(ds.get(), "numeric-scalar", "0.2.0");
+  } else if (const auto* s = std::get_if<std::string>(&value)) {
+    ds = h5::write_scalar_string(at, name, *s);
+    h5::set_encoding(ds.get(), "string", "0.2.0");
+  } else {
+    const auto& v = std::get<std::vector<double>>(value);
+    const hsize_t n = v.size();
+    ds = h5::write_numeric(at, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, v.data(), std::span<const hsize_t>(&n, 1));
+    h5::set_encoding(ds.get(), "array", "0.2.0");
+  }
+}
+
+void write_empty_dicts(const Writer& root, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    Id group = h5::create_group(root, name);
+    h5::set_encoding(group.get(), "dict", "0.1.0");
+  }
+}
+
+struct NewFile {
+  const std::vector<std::string>& obs_names;
+  const std::vector<std::string>& var_names;
+  const DenseMatrix* x_dense = nullptr;
+  const SparseMatrix* x_sparse = nullptr;
+  const H5adContent* rest = nullptr;
+};
+
+void write_new(const std::filesystem::path& path, const NewFile& f) {
+  h5::silence_errors();
+  const std::size_t n_obs = f.obs_names.size();
+  const std::size_t n_vars = f.var_names.size();
+  check_names("obs_names", f.obs_names);
+  check_names("var_names", f.var_names);
+  if (f.x_dense && f.x_sparse) throw std::invalid_argument("X: give x_dense or x_sparse, not both");
+  if (f.x_dense) check_dense("X", *f.x_dense, n_obs, n_vars);
+  if (f.x_sparse) check_sparse("X", *f.x_sparse, n_obs, n_vars);
+  static const H5adContent kNothing;
+  const H5adContent& rest = f.rest != nullptr ? *f.rest : kNothing;
+  check_additions(rest, n_obs, n_vars);
+
+  TempFile temp(path);
+  {
+    OpenFile file(temp.path(), path.string(), true);
+    const Writer root = file.root();
+    h5::set_encoding(root.group, "anndata", "0.1.0");
+    if (f.x_dense) write_dense(root, "X", *f.x_dense);
+    if (f.x_sparse) write_sparse(root, "X", *f.x_sparse);
+    write_dataframe(root, "obs", f.obs_names, rest.obs);
+    write_dataframe(root, "var", f.var_names, rest.var);
+    {
+      Id obsm = h5::create_group(root, "obsm");
+      h5::set_encoding(obsm.get(), "dict", "0.1.0");
+      for (const auto& [key, m] : rest.obsm) write_dense(sub(root, obsm, "obsm"), key, m);
+    }
+    {
+      Id uns = h5::create_group(root, "uns");
+      h5::set_encoding(uns.get(), "dict", "0.1.0");
+      for (const auto& [key, v] : rest.uns) write_uns_value(sub(root, uns, "uns"), key, v);
+    }
+    write_empty_dicts(root, {"varm", "obsp", "varp", "layers"});
+    file.close();
+  }
+  temp.commit();
+}
+
+}  // namespace
+
+void write_h5ad(const std::filesystem::path& path, const H5adContent& content) {
+  write_new(path, NewFile{content.obs_names, content.var_names,
+                          content.x_dense ? &*content.x_dense : nullptr,
+                          content.x_sparse ? &*content.x_sparse : nullptr, &content});
+}
+
+void write_coupling_h5ad(const std::filesystem::path& path, const std::vector<std::string>& source_names,
+                         const std::vector<std::string>& target_names, const SparseMatrix& coupling) {
+  if (coupling.csc) throw std::invalid_argument("coupling: must be CSR (rows = source cells), got CSC");
+  write_new(path, NewFile{source_names, target_names, nullptr, &coupling, nullptr});
+}
+
+void write_h5ad_copy(const std::filesystem::path& input, const std::filesystem::path& output,
+                     const H5adContent& additions, bool in_place) {
+  h5::silence_errors();
+  if (!additions.obs_names.empty() || !additions.var_names.empty() || additions.x_dense || additions.x_sparse) {
+    throw std::invalid_argument("write_h5ad_copy: additions must not carry obs_names, var_names or X");
+  }
+  std::error_code ec;
+  if (std::filesystem::exists(output, ec) && std::filesystem::equivalent(input, output, ec) && !in_place) {
+    throw std::invalid_argument("write_h5ad_copy: output " + output.string() +
+                                " is the input file; pass in_place = true to replace it");
+  }
+  std::size_t n_obs = 0, n_vars = 0;
+  {
+    const H5adReader reader(input);  // validates the input is AnnData and gives the sizes to check against
+    n_obs = reader.n_obs();
+    n_vars = reader.n_vars();
+  }
+  check_additions(additions, n_obs, n_vars);
+
+  TempFile temp(output);
+  std::filesystem::copy_file(input, temp.path(), std::filesystem::copy_options::overwrite_existing, ec);
+  if (ec) throw IoError(output.string() + ": cannot copy " + input.string() + ": " + ec.message());
+  {
+    OpenFile file(temp.path(), output.string(), false);
+    const Writer root = file.root();
+    if (!additions.obsm.empty()) {
+      Id obsm = open_or_create_dict(root, "obsm");
+      const Writer at = sub(root, obsm, "obsm");
+      for (const auto& [key, m] : additions.obsm) {
+        h5::delete_link(at, key);
+        write_dense(at, key, m);
+      }
+    }
+    for (const char* frame_name : {"obs", "var"}) {
+      const auto& columns = std::string(frame_name) == "obs" ? additions.obs : additions.var;
+      if (columns.empty()) continue;
+      H5O_info_t info{};
+      if (H5Oget_info_by_name(root.group, frame_name, &info, H5P_DEFAULT) < 0 || info.type != H5O_TYPE_GROUP) {
+        h5::take_error_stack();
+        throw FormatError(output.string(), std::string("/") + frame_name,
+                          "is not a dataframe group (anndata ≤0.6 compound layout); cannot add columns");
+      }
+      Id frame(H5Gopen2(root.group, frame_name, H5P_DEFAULT));
+      const Writer at = sub(root, frame, frame_name);
+      const h5::FileRef& ref = file.file();
+      const Node node(&ref, Id(H5Gopen2(root.group, frame_name, H5P_DEFAULT)), std::string("/") + frame_name);
+      std::vector<std::string> order =
+          node.has_attr("column-order") ? node.attr_strings("column-order") : std::vector<std::string>{};
+      const std::string index_name = node.has_attr("_index") ? node.attr_string("_index") : "_index";
+      std::optional<Node> legacy_categories = node.find("__categories");
+      for (const auto& [key, column] : columns) {
+        if (key == index_name) {
+          throw std::invalid_argument(std::string(frame_name) + ": column '" + key + "' would replace the index");
+        }
+        h5::delete_link(at, key);
+        if (legacy_categories && legacy_categories->has(key)) {
+          h5::delete_link(Writer{&ref, legacy_categories->id(), legacy_categories->object_path()}, key);
+        }
+        write_column(at, key, column);
+        if (std::find(order.begin(), order.end(), key) == order.end()) order.push_back(key);
+      }
+      write_column_order(frame.get(), order);
+    }
+    if (!additions.uns.empty()) {
+      Id uns = open_or_create_dict(root, "uns");
+      const Writer at = sub(root, uns, "uns");
+      for (const auto& [key, value] : additions.uns) {
+        h5::delete_link(at, key);
+        write_uns_value(at, key, value);
+      }
+    }
+    file.close();
+  }
+  temp.commit();
+}
+
+}  // namespace flashot::io

@@ -1,0 +1,805 @@
+#include "h5/h5.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <numeric>
+
+#include "flashot/io/errors.hpp"
+
+namespace flashot::io::h5 {
+namespace {
+
+// A dataset may compress well, but a header that claims far more elements than the file could hold is a
+// malformed (or hostile) file: refuse it before allocating. Deflate tops out near 1000:1 on constant data.
+constexpr hsize_t kMaxExpansion = 1024;
+constexpr hsize_t kAlwaysAllowedBytes = hsize_t{64} << 20;
+constexpr int kDeflateLevel = 4;
+constexpr hsize_t kTargetChunkBytes = hsize_t{1} << 20;
+constexpr hsize_t kMaxChunkElements1d = hsize_t{1} << 18;
+constexpr H5Z_filter_t kLzfFilterId = 32000;
+
+herr_t collect_error(unsigned n, const H5E_error2_t* err, void* data) {
+  auto* out = static_cast<std::vector<std::string>*>(data);
+  if (n >= 2) return 0;
+  char minor[160] = {};
+  H5Eget_msg(err->min_num, nullptr, minor, sizeof(minor));
+  std::string text = minor;
+  if (err->desc != nullptr && *err->desc != '\0') text += std::string(text.empty() ? "" : ": ") + err->desc;
+  out->push_back(std::move(text));
+  return 0;
+}
+
+std::string describe_filter_problem(hid_t dataset) {
+  Id dcpl(H5Dget_create_plist(dataset));
+  if (!dcpl.valid()) return {};
+  const int n = H5Pget_nfilters(dcpl.get());
+  std::string problem;
+  for (int i = 0; i < n; ++i) {
+    unsigned flags = 0;
+    std::size_t n_values = 0;
+    char name[128] = {};
+    unsigned config = 0;
+    const H5Z_filter_t filter = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &n_values, nullptr,
+                                               sizeof(name), name, &config);
+    if (filter < 0) continue;
+    if (H5Zfilter_avail(filter) > 0) continue;
+    std::string label = filter == kLzfFilterId ? std::string("LZF") : std::string(name);
+    problem += "the " + label + " filter (HDF5 filter id " + std::to_string(filter) + ") is not available";
+    if (filter == kLzfFilterId) {
+      problem += "; install Debian's hdf5-plugin-lzf or point HDF5_PLUGIN_PATH at an LZF plugin";
+    }
+  }
+  H5Eclear2(H5E_DEFAULT);
+  return problem;
+}
+
+[[noreturn]] void throw_format(const FileRef* file, const std::string& object_path, const std::string& problem) {
+  throw FormatError(file != nullptr ? file->path : std::string("<hdf5>"), object_path.empty() ? "/" : object_path,
+                    problem);
+}
+
+[[noreturn]] void throw_io(const FileRef* file, const std::string& object_path, const std::string& problem) {
+  throw IoError((file != nullptr ? file->path : std::string("<hdf5>")) + ": " +
+                (object_path.empty() ? std::string("/") : object_path) + ": " + problem);
+}
+
+std::string hdf5_problem(const std::string& what) {
+  const std::string stack = take_error_stack();
+  return stack.empty() ? what : what + " (HDF5: " + stack + ")";
+}
+
+hsize_t product(std::span<const hsize_t> dims) {
+  hsize_t n = 1;
+  for (hsize_t d : dims) n *= d;
+  return n;
+}
+
+// A string type matching what is stored (variable or fixed length, same character set) for reading.
+Id string_mem_type(hid_t file_type) {
+  Id mem(H5Tcopy(H5T_C_S1));
+  if (H5Tis_variable_str(file_type) > 0) {
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+  } else {
+    H5Tset_size(mem.get(), std::max<std::size_t>(H5Tget_size(file_type), 1));
+    H5Tset_strpad(mem.get(), H5Tget_strpad(file_type));
+  }
+  H5Tset_cset(mem.get(), H5Tget_cset(file_type));
+  return mem;
+}
+
+std::string trim_fixed(const char* p, std::size_t size, H5T_str_t pad) {
+  std::size_t n = 0;
+  while (n < size && p[n] != '\0') ++n;
+  if (pad == H5T_STR_SPACEPAD) {
+    while (n > 0 && p[n - 1] == ' ') --n;
+  }
+  return std::string(p, n);
+}
+
+// Reads `n` strings from a dataset or attribute through `read(mem_type, buffer)`.
+std::vector<std::string> read_string_values(hid_t file_type, hsize_t n,
+                                            const std::function<herr_t(hid_t, void*)>& read, hid_t space,
+                                            const std::function<void(const std::string&)>& fail) {
+  std::vector<std::string> out;
+  out.reserve(n);
+  Id mem = string_mem_type(file_type);
+  if (H5Tis_variable_str(file_type) > 0) {
+    std::vector<char*> ptrs(n, nullptr);
+    if (n > 0 && read(mem.get(), ptrs.data()) < 0) fail(hdf5_problem("cannot read strings"));
+    for (char* p : ptrs) out.emplace_back(p != nullptr ? p : "");
+    if (n > 0) H5Dvlen_reclaim(mem.get(), space, H5P_DEFAULT, ptrs.data());
+  } else {
+    const std::size_t size = std::max<std::size_t>(H5Tget_size(file_type), 1);
+    std::vector<char> buffer(n * size);
+    if (n > 0 && read(mem.get(), buffer.data()) < 0) fail(hdf5_problem("cannot read strings"));
+    const H5T_str_t pad = H5Tget_strpad(file_type);
+    for (hsize_t i = 0; i < n; ++i) out.push_back(trim_fixed(buffer.data() + i * size, size, pad));
+  }
+  return out;
+}
+
+// Integer value of each element of an enum or integer buffer read in its native type.
+std::vector<std::int64_t> widen_integers(const std::vector<unsigned char>& raw, std::size_t size, bool is_signed) {
+  std::vector<std::int64_t> out(size == 0 ? 0 : raw.size() / size);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const unsigned char* p = raw.data() + i * size;
+    std::int64_t v = 0;
+    switch (size) {
+      case 1: v = is_signed ? std::int64_t{static_cast<std::int8_t>(p[0])} : std::int64_t{p[0]}; break;
+      case 2: {
+        std::uint16_t u;
+        std::memcpy(&u, p, 2);
+        v = is_signed ? std::int64_t{static_cast<std::int16_t>(u)} : std::int64_t{u};
+        break;
+      }
+      case 4: {
+        std::uint32_t u;
+        std::memcpy(&u, p, 4);
+        v = is_signed ? std::int64_t{static_cast<std::int32_t>(u)} : std::int64_t{u};
+        break;
+      }
+      default: {
+        std::uint64_t u = 0;
+        std::memcpy(&u, p, std::min<std::size_t>(size, 8));
+        v = static_cast<std::int64_t>(u);
+      }
+    }
+    out[i] = v;
+  }
+  return out;
+}
+
+bool enum_or_int_signed(hid_t type) {
+  if (H5Tget_class(type) == H5T_ENUM) {
+    Id base(H5Tget_super(type));
+    return H5Tget_sign(base.get()) != H5T_SGN_NONE;
+  }
+  return H5Tget_sign(type) != H5T_SGN_NONE;
+}
+
+}  // namespace
+
+void silence_errors() {
+  static const bool silenced = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)silenced;
+}
+
+std::string take_error_stack() {
+  std::vector<std::string> entries;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect_error, &entries);
+  H5Eclear2(H5E_DEFAULT);
+  std::string out;
+  for (const auto& e : entries) out += (out.empty() ? "" : "; ") + e;
+  return out;
+}
+
+void Id::reset() {
+  if (id_ >= 0 && H5Iis_valid(id_) > 0) H5Idec_ref(id_);
+  id_ = H5I_INVALID_HID;
+}
+
+std::string join_path(const std::string& parent, const std::string& name) {
+  if (parent.empty() || parent == "/") return "/" + name;
+  return parent + "/" + name;
+}
+
+// ---- Node ------------------------------------------------------------------------------------------------
+
+void Node::fail(const std::string& problem) const { throw_format(file_, object_path_, problem); }
+
+bool Node::is_group() const { return H5Iget_type(id()) == H5I_GROUP || H5Iget_type(id()) == H5I_FILE; }
+bool Node::is_dataset() const { return H5Iget_type(id()) == H5I_DATASET; }
+
+bool Node::has(const std::string& name) const {
+  if (name.empty() || name.find('/') != std::string::npos || !is_group()) return false;
+  const htri_t link = H5Lexists(id(), name.c_str(), H5P_DEFAULT);
+  if (link <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return false;
+  }
+  const htri_t object = H5Oexists_by_name(id(), name.c_str(), H5P_DEFAULT);
+  H5Eclear2(H5E_DEFAULT);
+  return object > 0;
+}
+
+std::optional<Node> Node::find(const std::string& name) const {
+  if (!has(name)) return std::nullopt;
+  Id opened(H5Oopen(id(), name.c_str(), H5P_DEFAULT));
+  const std::string path = join_path(object_path_, name);
+  if (!opened.valid()) throw_format(file_, path, hdf5_problem("cannot open"));
+  return Node(file_, std::move(opened), path);
+}
+
+Node Node::child(const std::string& name) const {
+  auto found = find(name);
+  if (!found) throw_format(file_, join_path(object_path_, name), "missing (expected by the AnnData layout)");
+  return std::move(*found);
+}
+
+std::vector<std::string> Node::children() const {
+  std::vector<std::string> names;
+  if (!is_group()) return names;
+  H5G_info_t info{};
+  if (H5Gget_info(id(), &info) < 0) fail(hdf5_problem("cannot list group"));
+  H5_index_t index = H5_INDEX_CRT_ORDER;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    names.clear();
+    bool ok = true;
+    for (hsize_t i = 0; i < info.nlinks && ok; ++i) {
+      const ssize_t len = H5Lget_name_by_idx(id(), ".", index, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+      if (len < 0) {
+        ok = false;
+        break;
+      }
+      std::string name(static_cast<std::size_t>(len), '\0');
+      H5Lget_name_by_idx(id(), ".", index, H5_ITER_INC, i, name.data(), name.size() + 1, H5P_DEFAULT);
+      names.push_back(std::move(name));
+    }
+    H5Eclear2(H5E_DEFAULT);
+    if (ok) return names;
+    index = H5_INDEX_NAME;  // creation order is not tracked in this group (h5py's default)
+  }
+  fail(hdf5_problem("cannot list group"));
+}
+
+bool Node::has_attr(const std::string& name) const {
+  const htri_t r = H5Aexists(id(), name.c_str());
+  H5Eclear2(H5E_DEFAULT);
+  return r > 0;
+}
+
+std::vector<std::string> Node::attr_strings(const std::string& name) const {
+  const std::string where = object_path_ + " (attribute " + name + ")";
+  Id attr(H5Aopen(id(), name.c_str(), H5P_DEFAULT));
+  if (!attr.valid()) throw_format(file_, where, hdf5_problem("missing attribute"));
+  Id type(H5Aget_type(attr.get()));
+  Id space(H5Aget_space(attr.get()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n < 0) throw_format(file_, where, hdf5_problem("unreadable dataspace"));
+  const H5T_class_t cls = H5Tget_class(type.get());
+  if (cls != H5T_STRING) {
+    if (n == 0) return {};  // anndata writes an empty column-order as an empty float64 array
+    throw_format(file_, where, "expected a string attribute");
+  }
+  if (H5Sget_simple_extent_type(space.get()) == H5S_NULL) return {};
+  auto fail_fn = [&](const std::string& p) { throw_format(file_, where, p); };
+  return read_string_values(
+      type.get(), static_cast<hsize_t>(n),
+      [&](hid_t mem, void* buf) { return H5Aread(attr.get(), mem, buf); }, space.get(), fail_fn);
+}
+
+std::string Node::attr_string(const std::string& name) const {
+  auto values = attr_strings(name);
+  if (values.size() != 1) {
+    fail("attribute " + name + " should hold one string (holds " + std::to_string(values.size()) + ")");
+  }
+  return values[0];
+}
+
+std::optional<std::string> Node::attr_string_opt(const std::string& name) const {
+  if (!has_attr(name)) return std::nullopt;
+  return attr_string(name);
+}
+
+std::vector<std::int64_t> Node::attr_ints(const std::string& name) const {
+  const std::string where = object_path_ + " (attribute " + name + ")";
+  Id attr(H5Aopen(id(), name.c_str(), H5P_DEFAULT));
+  if (!attr.valid()) throw_format(file_, where, hdf5_problem("missing attribute"));
+  Id type(H5Aget_type(attr.get()));
+  Id space(H5Aget_space(attr.get()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  const H5T_class_t cls = H5Tget_class(type.get());
+  if (n < 0 || (cls != H5T_INTEGER && cls != H5T_FLOAT && cls != H5T_ENUM)) {
+    throw_format(file_, where, "expected a numeric attribute");
+  }
+  if (cls == H5T_ENUM) {
+    Id native(H5Tget_native_type(type.get(), H5T_DIR_ASCEND));
+    const std::size_t size = H5Tget_size(native.get());
+    std::vector<unsigned char> raw(static_cast<std::size_t>(n) * size);
+    if (n > 0 && H5Aread(attr.get(), native.get(), raw.data()) < 0) {
+      throw_format(file_, where, hdf5_problem("cannot read"));
+    }
+    return widen_integers(raw, size, enum_or_int_signed(type.get()));
+  }
+  std::vector<std::int64_t> values(static_cast<std::size_t>(n));
+  if (n > 0 && H5Aread(attr.get(), H5T_NATIVE_INT64, values.data()) < 0) {
+    throw_format(file_, where, hdf5_problem("cannot read"));
+  }
+  return values;
+}
+
+bool Node::attr_bool(const std::string& name) const {
+  auto values = attr_ints(name);
+  if (values.size() != 1) fail("attribute " + name + " should hold one boolean");
+  return values[0] != 0;
+}
+
+bool Node::attr_is_reference(const std::string& name) const {
+  if (!has_attr(name)) return false;
+  Id attr(H5Aopen(id(), name.c_str(), H5P_DEFAULT));
+  Id type(H5Aget_type(attr.get()));
+  return H5Tget_class(type.get()) == H5T_REFERENCE;
+}
+
+Node Node::attr_dereference(const std::string& name) const {
+  const std::string where = object_path_ + " (attribute " + name + ")";
+  Id attr(H5Aopen(id(), name.c_str(), H5P_DEFAULT));
+  if (!attr.valid()) throw_format(file_, where, hdf5_problem("missing attribute"));
+  Id space(H5Aget_space(attr.get()));
+  if (H5Sget_simple_extent_npoints(space.get()) != 1) throw_format(file_, where, "expected one object reference");
+  hobj_ref_t ref{};
+  if (H5Aread(attr.get(), H5T_STD_REF_OBJ, &ref) < 0) throw_format(file_, where, hdf5_problem("cannot read"));
+  Id target(H5Rdereference2(id(), H5P_DEFAULT, H5R_OBJECT, &ref));
+  if (!target.valid()) throw_format(file_, where, hdf5_problem("dangling object reference"));
+  std::string path(256, '\0');
+  const ssize_t len = H5Iget_name(target.get(), path.data(), path.size());
+  if (len < 0) throw_format(file_, where, hdf5_problem("unnamed reference target"));
+  if (static_cast<std::size_t>(len) >= path.size()) {
+    path.assign(static_cast<std::size_t>(len) + 1, '\0');
+    H5Iget_name(target.get(), path.data(), path.size());
+  }
+  path.resize(static_cast<std::size_t>(len));
+  return Node(file_, std::move(target), path);
+}
+
+std::vector<hsize_t> Node::shape() const {
+  if (!is_dataset()) fail("expected a dataset, found a group");
+  Id space(H5Dget_space(id()));
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) fail(hdf5_problem("unreadable dataspace"));
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  return dims;
+}
+
+TypeClass Node::type_class() const {
+  if (!is_dataset()) return TypeClass::kOther;
+  Id type(H5Dget_type(id()));
+  switch (H5Tget_class(type.get())) {
+    case H5T_INTEGER: return H5Tget_sign(type.get()) == H5T_SGN_NONE ? TypeClass::kUnsigned : TypeClass::kInteger;
+    case H5T_FLOAT: return TypeClass::kFloat;
+    case H5T_STRING: return TypeClass::kString;
+    case H5T_ENUM: return TypeClass::kEnum;
+    case H5T_COMPOUND: return TypeClass::kCompound;
+    case H5T_REFERENCE: return TypeClass::kReference;
+    default: return TypeClass::kOther;
+  }
+}
+
+std::size_t Node::type_size() const {
+  Id type(H5Dget_type(id()));
+  return H5Tget_size(type.get());
+}
+
+std::string Node::dtype_name() const {
+  const std::size_t bits = type_size() * 8;
+  switch (type_class()) {
+    case TypeClass::kInteger: return "int" + std::to_string(bits);
+    case TypeClass::kUnsigned: return "uint" + std::to_string(bits);
+    case TypeClass::kFloat: return "float" + std::to_string(bits);
+    case TypeClass::kString: return "string";
+    case TypeClass::kEnum: return "bool";
+    case TypeClass::kCompound: return "compound";
+    case TypeClass::kReference: return "reference";
+    case TypeClass::kOther: break;
+  }
+  return "unknown";
+}
+
+namespace {
+
+// Checks a whole-dataset read is plausible for the file, then reads it with `mem_type`.
+template <typename T>
+std::vector<T> read_all(const Node& node, hid_t mem_type) {
+  const auto dims = node.shape();
+  const TypeClass cls = node.type_class();
+  if (cls != TypeClass::kInteger && cls != TypeClass::kUnsigned && cls != TypeClass::kFloat) {
+    node.fail("expected a numeric dataset, found " + node.dtype_name());
+  }
+  const hsize_t n = product(dims);
+  const hsize_t bytes = n * sizeof(T);
+  const hsize_t stored = H5Dget_storage_size(node.id());
+  if (bytes > kAlwaysAllowedBytes && bytes / kMaxExpansion > stored) {
+    node.fail("claims " + std::to_string(n) + " elements but stores only " + std::to_string(stored) + " bytes");
+  }
+  std::vector<T> out(n);
+  if (n > 0 && H5Dread(node.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) {
+    const std::string filters = describe_filter_problem(node.id());
+    node.fail(filters.empty() ? hdf5_problem("cannot read") : "cannot read: " + filters);
+  }
+  return out;
+}
+
+void read_block(const Node& node, hid_t mem_type, hsize_t first, hsize_t count, void* out) {
+  const auto dims = node.shape();
+  if (dims.empty() || dims.size() > 2) node.fail("expected a 1-D or 2-D dataset");
+  if (first + count > dims[0]) {
+    node.fail("block [" + std::to_string(first) + ", " + std::to_string(first + count) + ") outside " +
+              std::to_string(dims[0]) + " rows");
+  }
+  if (count == 0) return;
+  Id file_space(H5Dget_space(node.id()));
+  std::vector<hsize_t> start(dims.size(), 0), counts = dims;
+  start[0] = first;
+  counts[0] = count;
+  H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, counts.data(), nullptr);
+  const hsize_t n = product(counts);
+  Id mem_space(H5Screate_simple(1, &n, nullptr));
+  if (H5Dread(node.id(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, out) < 0) {
+    const std::string filters = describe_filter_problem(node.id());
+    node.fail(filters.empty() ? hdf5_problem("cannot read") : "cannot read: " + filters);
+  }
+}
+
+}  // namespace
+
+std::vector<double> Node::read_doubles() const { return read_all<double>(*this, H5T_NATIVE_DOUBLE); }
+std::vector<float> Node::read_floats() const { return read_all<float>(*this, H5T_NATIVE_FLOAT); }
+std::vector<std::int64_t> Node::read_int64s() const {
+  if (type_class() == TypeClass::kFloat) fail("expected an integer dataset, found " + dtype_name());
+  return read_all<std::int64_t>(*this, H5T_NATIVE_INT64);
+}
+
+void Node::read_float_rows(hsize_t row0, hsize_t count, float* out) const {
+  const TypeClass cls = type_class();
+  if (cls != TypeClass::kInteger && cls != TypeClass::kUnsigned && cls != TypeClass::kFloat) {
+    fail("expected a numeric dataset, found " + dtype_name());
+  }
+  read_block(*this, H5T_NATIVE_FLOAT, row0, count, out);
+}
+
+void Node::read_int64_range(hsize_t first, hsize_t count, std::int64_t* out) const {
+  const TypeClass cls = type_class();
+  if (cls != TypeClass::kInteger && cls != TypeClass::kUnsigned) fail("expected an integer dataset");
+  read_block(*this, H5T_NATIVE_INT64, first, count, out);
+}
+
+std::vector<std::string> Node::read_strings() const {
+  if (type_class() != TypeClass::kString) fail("expected a string dataset, found " + dtype_name());
+  Id type(H5Dget_type(id()));
+  Id space(H5Dget_space(id()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n < 0) fail(hdf5_problem("unreadable dataspace"));
+  const hsize_t stored = H5Dget_storage_size(id());
+  const hsize_t bytes = static_cast<hsize_t>(n) * std::max<std::size_t>(H5Tget_size(type.get()), 1);
+  if (bytes > kAlwaysAllowedBytes && bytes / kMaxExpansion > stored) {
+    fail("claims " + std::to_string(n) + " strings but stores only " + std::to_string(stored) + " bytes");
+  }
+  auto fail_fn = [&](const std::string& p) {
+    const std::string filters = describe_filter_problem(id());
+    fail(filters.empty() ? p : "cannot read: " + filters);
+  };
+  return read_string_values(
+      type.get(), static_cast<hsize_t>(n),
+      [&](hid_t mem, void* buf) { return H5Dread(id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf); }, space.get(),
+      fail_fn);
+}
+
+std::vector<std::uint8_t> Node::read_flags() const {
+  const TypeClass cls = type_class();
+  if (cls != TypeClass::kEnum && cls != TypeClass::kInteger && cls != TypeClass::kUnsigned) {
+    fail("expected a boolean dataset, found " + dtype_name());
+  }
+  Id type(H5Dget_type(id()));
+  Id native(H5Tget_native_type(type.get(), H5T_DIR_ASCEND));
+  const std::size_t size = H5Tget_size(native.get());
+  const hsize_t n = product(shape());
+  const hsize_t stored = H5Dget_storage_size(id());
+  if (n * size > kAlwaysAllowedBytes && n * size / kMaxExpansion > stored) {
+    fail("claims " + std::to_string(n) + " elements but stores only " + std::to_string(stored) + " bytes");
+  }
+  std::vector<unsigned char> raw(n * size);
+  if (n > 0 && H5Dread(id(), native.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()) < 0) {
+    const std::string filters = describe_filter_problem(id());
+    fail(filters.empty() ? hdf5_problem("cannot read") : "cannot read: " + filters);
+  }
+  const auto values = widen_integers(raw, size, enum_or_int_signed(type.get()));
+  std::vector<std::uint8_t> flags(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) flags[i] = values[i] != 0 ? 1 : 0;
+  return flags;
+}
+
+std::vector<std::string> Node::compound_fields() const {
+  if (type_class() != TypeClass::kCompound) fail("expected a compound dataset");
+  Id type(H5Dget_type(id()));
+  const int n = H5Tget_nmembers(type.get());
+  std::vector<std::string> names;
+  for (int i = 0; i < n; ++i) {
+    char* name = H5Tget_member_name(type.get(), static_cast<unsigned>(i));
+    if (name == nullptr) continue;
+    names.emplace_back(name);
+    H5free_memory(name);
+  }
+  return names;
+}
+
+Node::Field Node::read_compound_field(const std::string& field) const {
+  const std::string where = object_path_ + " (field " + field + ")";
+  Id type(H5Dget_type(id()));
+  const int index = H5Tget_member_index(type.get(), field.c_str());
+  if (index < 0) throw_format(file_, where, "missing field");
+  Id member(H5Tget_member_type(type.get(), static_cast<unsigned>(index)));
+  Id space(H5Dget_space(id()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n < 0) throw_format(file_, where, hdf5_problem("unreadable dataspace"));
+  const hsize_t stored = H5Dget_storage_size(id());
+  const hsize_t record = H5Tget_size(type.get());
+  if (static_cast<hsize_t>(n) * record > kAlwaysAllowedBytes &&
+      static_cast<hsize_t>(n) * record / kMaxExpansion > stored) {
+    throw_format(file_, where, "claims " + std::to_string(n) + " records but stores only " +
+                                   std::to_string(stored) + " bytes");
+  }
+  Field out;
+  auto read_into = [&](hid_t mem_member, std::size_t size, void* buf) {
+    Id mem(H5Tcreate(H5T_COMPOUND, size));
+    H5Tinsert(mem.get(), field.c_str(), 0, mem_member);
+    if (n > 0 && H5Dread(id(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
+      throw_format(file_, where, hdf5_problem("cannot read"));
+    }
+    return mem;
+  };
+  const H5T_class_t cls = H5Tget_class(member.get());
+  if (cls == H5T_STRING) {
+    out.is_string = true;
+    Id mem_str = string_mem_type(member.get());
+    if (H5Tis_variable_str(member.get()) > 0) {
+      std::vector<char*> ptrs(static_cast<std::size_t>(n), nullptr);
+      Id mem = read_into(mem_str.get(), sizeof(char*), ptrs.data());
+      for (char* p : ptrs) out.strings.emplace_back(p != nullptr ? p : "");
+      if (n > 0) H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, ptrs.data());
+    } else {
+      const std::size_t size = H5Tget_size(mem_str.get());
+      std::vector<char> buffer(static_cast<std::size_t>(n) * size);
+      read_into(mem_str.get(), size, buffer.data());
+      const H5T_str_t pad = H5Tget_strpad(member.get());
+      for (hssize_t i = 0; i < n; ++i) out.strings.push_back(trim_fixed(buffer.data() + i * size, size, pad));
+    }
+  } else if (cls == H5T_INTEGER || cls == H5T_FLOAT) {
+    out.numbers.resize(static_cast<std::size_t>(n));
+    read_into(H5T_NATIVE_DOUBLE, sizeof(double), out.numbers.data());
+  } else if (cls == H5T_ENUM) {
+    Id native(H5Tget_native_type(member.get(), H5T_DIR_ASCEND));
+    const std::size_t size = H5Tget_size(native.get());
+    std::vector<unsigned char> raw(static_cast<std::size_t>(n) * size);
+    read_into(native.get(), size, raw.data());
+    for (std::int64_t v : widen_integers(raw, size, enum_or_int_signed(member.get()))) {
+      out.numbers.push_back(static_cast<double>(v));
+    }
+  } else {
+    throw_format(file_, where, "unsupported field type");
+  }
+  return out;
+}
+
+std::vector<float> Node::read_compound_array_field(const std::string& field, std::size_t& cols) const {
+  const std::string where = object_path_ + " (field " + field + ")";
+  Id type(H5Dget_type(id()));
+  const int index = H5Tget_member_index(type.get(), field.c_str());
+  if (index < 0) throw_format(file_, where, "missing field");
+  Id member(H5Tget_member_type(type.get(), static_cast<unsigned>(index)));
+  Id space(H5Dget_space(id()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n < 0) throw_format(file_, where, hdf5_problem("unreadable dataspace"));
+  const H5T_class_t cls = H5Tget_class(member.get());
+  std::vector<hsize_t> dims;
+  if (cls == H5T_ARRAY) {
+    const int rank = H5Tget_array_ndims(member.get());
+    if (rank <= 0 || rank > 4) throw_format(file_, where, "unsupported array field rank");
+    dims.resize(static_cast<std::size_t>(rank));
+    H5Tget_array_dims2(member.get(), dims.data());
+    Id base(H5Tget_super(member.get()));
+    const H5T_class_t base_cls = H5Tget_class(base.get());
+    if (base_cls != H5T_INTEGER && base_cls != H5T_FLOAT) throw_format(file_, where, "non-numeric array field");
+  } else if (cls != H5T_INTEGER && cls != H5T_FLOAT) {
+    throw_format(file_, where, "non-numeric field");
+  }
+  cols = static_cast<std::size_t>(product(dims));
+  const hsize_t stored = H5Dget_storage_size(id());
+  const hsize_t bytes = static_cast<hsize_t>(n) * cols * sizeof(float);
+  if (bytes > kAlwaysAllowedBytes && bytes / kMaxExpansion > stored) {
+    throw_format(file_, where, "claims " + std::to_string(n) + " records but stores only " +
+                                   std::to_string(stored) + " bytes");
+  }
+  std::vector<float> out(static_cast<std::size_t>(n) * cols);
+  Id mem_member(dims.empty() ? H5Tcopy(H5T_NATIVE_FLOAT)
+                             : H5Tarray_create2(H5T_NATIVE_FLOAT, static_cast<unsigned>(dims.size()), dims.data()));
+  Id mem(H5Tcreate(H5T_COMPOUND, cols * sizeof(float)));
+  H5Tinsert(mem.get(), field.c_str(), 0, mem_member.get());
+  if (n > 0 && H5Dread(id(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) {
+    throw_format(file_, where, hdf5_problem("cannot read"));
+  }
+  return out;
+}
+
+// ---- writing ---------------------------------------------------------------------------------------------
+
+namespace {
+
+void check_write(herr_t status, const Writer& at, const std::string& name, const std::string& what) {
+  if (status < 0) throw_io(at.file, join_path(at.object_path, name), hdf5_problem(what));
+}
+
+Id utf8_vlen_string() {
+  Id type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  return type;
+}
+
+Id chunked_deflate(std::span<const hsize_t> dims, std::size_t element_size) {
+  Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  if (product(dims) == 0) return dcpl;  // HDF5 needs chunk dims > 0; an empty dataset stays contiguous
+  std::vector<hsize_t> chunk(dims.begin(), dims.end());
+  if (dims.size() == 1) {
+    chunk[0] = std::min({dims[0], kMaxChunkElements1d,
+                         std::max<hsize_t>(1, kTargetChunkBytes / std::max<std::size_t>(element_size, 1))});
+  } else {
+    hsize_t row_bytes = element_size;
+    for (std::size_t d = 1; d < dims.size(); ++d) {
+      chunk[d] = std::min<hsize_t>(dims[d], 4096);
+      row_bytes *= chunk[d];
+    }
+    chunk[0] = std::clamp<hsize_t>(kTargetChunkBytes / std::max<hsize_t>(row_bytes, 1), 1, dims[0]);
+  }
+  H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+  H5Pset_deflate(dcpl.get(), kDeflateLevel);
+  return dcpl;
+}
+
+Id create_dataset(const Writer& at, const std::string& name, hid_t file_type, std::span<const hsize_t> dims,
+                  std::size_t element_size) {
+  Id space(dims.empty() ? H5Screate(H5S_SCALAR)
+                        : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  Id dcpl = dims.empty() ? Id(H5Pcreate(H5P_DATASET_CREATE)) : chunked_deflate(dims, element_size);
+  Id ds(H5Dcreate2(at.group, name.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+  if (!ds.valid()) throw_io(at.file, join_path(at.object_path, name), hdf5_problem("cannot create dataset"));
+  return ds;
+}
+
+}  // namespace
+
+Id bool_enum_type() {
+  Id type(H5Tenum_create(H5T_NATIVE_INT8));
+  const std::int8_t no = 0, yes = 1;
+  H5Tenum_insert(type.get(), "FALSE", &no);
+  H5Tenum_insert(type.get(), "TRUE", &yes);
+  return type;
+}
+
+Id create_group(const Writer& at, const std::string& name) {
+  Id group(H5Gcreate2(at.group, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!group.valid()) throw_io(at.file, join_path(at.object_path, name), hdf5_problem("cannot create group"));
+  return group;
+}
+
+void delete_link(const Writer& at, const std::string& name) {
+  if (H5Lexists(at.group, name.c_str(), H5P_DEFAULT) > 0) {
+    check_write(H5Ldelete(at.group, name.c_str(), H5P_DEFAULT), at, name, "cannot delete");
+  }
+  H5Eclear2(H5E_DEFAULT);
+}
+
+namespace {
+void replace_attr(hid_t object, const std::string& name) {
+  if (H5Aexists(object, name.c_str()) > 0) H5Adelete(object, name.c_str());
+  H5Eclear2(H5E_DEFAULT);
+}
+void check_attr(herr_t status, const std::string& name) {
+  if (status < 0) throw IoError(hdf5_problem("cannot write attribute " + name));
+}
+}  // namespace
+
+void set_attr_string(hid_t object, const std::string& name, const std::string& value) {
+  replace_attr(object, name);
+  Id type = utf8_vlen_string();
+  Id space(H5Screate(H5S_SCALAR));
+  Id attr(H5Acreate2(object, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  const char* p = value.c_str();
+  check_attr(attr.valid() ? H5Awrite(attr.get(), type.get(), &p) : -1, name);
+}
+
+void set_attr_strings(hid_t object, const std::string& name, const std::vector<std::string>& values) {
+  replace_attr(object, name);
+  Id type = utf8_vlen_string();
+  const hsize_t n = values.size();
+  Id space(H5Screate_simple(1, &n, nullptr));
+  Id attr(H5Acreate2(object, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  std::vector<const char*> ptrs;
+  for (const auto& v : values) ptrs.push_back(v.c_str());
+  check_attr(attr.valid() ? (n == 0 ? 0 : H5Awrite(attr.get(), type.get(), ptrs.data())) : -1, name);
+}
+
+void set_attr_empty_float_array(hid_t object, const std::string& name) {
+  replace_attr(object, name);
+  const hsize_t n = 0;
+  Id space(H5Screate_simple(1, &n, nullptr));
+  Id attr(H5Acreate2(object, name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  check_attr(attr.valid() ? 0 : -1, name);
+}
+
+void set_attr_ints(hid_t object, const std::string& name, std::span<const std::int64_t> values) {
+  replace_attr(object, name);
+  const hsize_t n = values.size();
+  Id space(H5Screate_simple(1, &n, nullptr));
+  Id attr(H5Acreate2(object, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  check_attr(attr.valid() ? H5Awrite(attr.get(), H5T_NATIVE_INT64, values.data()) : -1, name);
+}
+
+void set_attr_bool(hid_t object, const std::string& name, bool value) {
+  replace_attr(object, name);
+  Id type = bool_enum_type();
+  Id space(H5Screate(H5S_SCALAR));
+  Id attr(H5Acreate2(object, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  const std::int8_t v = value ? 1 : 0;
+  check_attr(attr.valid() ? H5Awrite(attr.get(), type.get(), &v) : -1, name);
+}
+
+void set_encoding(hid_t object, const std::string& type, const std::string& version) {
+  set_attr_string(object, "encoding-type", type);
+  set_attr_string(object, "encoding-version", version);
+}
+
+Id write_numeric(const Writer& at, const std::string& name, hid_t file_type, hid_t mem_type, const void* data,
+                 std::span<const hsize_t> dims) {
+  Id ds = create_dataset(at, name, file_type, dims, H5Tget_size(file_type));
+  if (product(dims) > 0) {
+    check_write(H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), at, name, "cannot write");
+  }
+  return ds;
+}
+
+Id write_strings(const Writer& at, const std::string& name, const std::vector<std::string>& values) {
+  Id type = utf8_vlen_string();
+  const hsize_t n = values.size();
+  Id ds = create_dataset(at, name, type.get(), std::span<const hsize_t>(&n, 1), sizeof(char*));
+  std::vector<const char*> ptrs;
+  ptrs.reserve(values.size());
+  for (const auto& v : values) ptrs.push_back(v.c_str());
+  if (n > 0) {
+    check_write(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()), at, name,
+                "cannot write");
+  }
+  return ds;
+}
+
+Id write_flags(const Writer& at, const std::string& name, const std::vector<std::uint8_t>& flags) {
+  Id type = bool_enum_type();
+  const hsize_t n = flags.size();
+  Id ds = create_dataset(at, name, type.get(), std::span<const hsize_t>(&n, 1), 1);
+  std::vector<std::int8_t> values(flags.size());
+  for (std::size_t i = 0; i < flags.size(); ++i) values[i] = flags[i] != 0 ? 1 : 0;
+  if (n > 0) {
+    check_write(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), at, name,
+                "cannot write");
+  }
+  return ds;
+}
+
+Id write_scalar_double(const Writer& at, const std::string& name, double value) {
+  Id ds = create_dataset(at, name, H5T_IEEE_F64LE, {}, sizeof(double));
+  check_write(H5Dwrite(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value), at, name,
+              "cannot write");
+  return ds;
+}
+
+Id write_scalar_int64(const Writer& at, const std::string& name, std::int64_t value) {
+  Id ds = create_dataset(at, name, H5T_STD_I64LE, {}, sizeof(std::int64_t));
+  check_write(H5Dwrite(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value), at, name,
+              "cannot write");
+  return ds;
+}
+
+Id write_scalar_string(const Writer& at, const std::string& name, const std::string& value) {
+  Id type = utf8_vlen_string();
+  Id ds = create_dataset(at, name, type.get(), {}, sizeof(char*));
+  const char* p = value.c_str();
+  check_write(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &p), at, name, "cannot write");
+  return ds;
+}
+
+}  // namespace flashot::io::h5

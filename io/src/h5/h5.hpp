@@ -1,0 +1,158 @@
+#pragma once
+// A thin private RAII layer over the HDF5 C API for the .h5ad reader and writers. Every failure becomes a
+// flashot::io exception naming the file and the HDF5 object path; HDF5's own error printing is silenced.
+
+#include <hdf5.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace flashot::io::h5 {
+
+/// Turns HDF5's automatic error printing off (process-wide; the serial library has one error stack).
+void silence_errors();
+/// The HDF5 error stack as one line ("<minor>: <description>" of the innermost entries), then cleared.
+std::string take_error_stack();
+
+/// Owns one HDF5 identifier of any kind (file, group, dataset, attribute, datatype, dataspace, property list).
+class Id {
+ public:
+  Id() = default;
+  explicit Id(hid_t id) : id_(id) {}
+  ~Id() { reset(); }
+  Id(Id&& other) noexcept : id_(other.id_) { other.id_ = H5I_INVALID_HID; }
+  Id& operator=(Id&& other) noexcept {
+    if (this != &other) {
+      reset();
+      id_ = other.id_;
+      other.id_ = H5I_INVALID_HID;
+    }
+    return *this;
+  }
+  // A copy shares the object: HDF5 counts references, so both copies may be closed.
+  Id(const Id& other) : id_(other.id_) {
+    if (id_ >= 0) H5Iinc_ref(id_);
+  }
+  Id& operator=(const Id& other) {
+    if (this != &other) *this = Id(other);
+    return *this;
+  }
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  void reset();
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+};
+
+/// What an element's datatype is, as far as AnnData cares.
+enum class TypeClass { kInteger, kUnsigned, kFloat, kString, kEnum, kCompound, kReference, kOther };
+
+/// The file an object lives in; used for error messages and to reopen by path.
+struct FileRef {
+  std::string path;  ///< as shown in messages
+  hid_t id = H5I_INVALID_HID;
+};
+
+/// An open group or dataset together with its object path, so every error can name both.
+class Node {
+ public:
+  Node() = default;
+  Node(const FileRef* file, Id id, std::string object_path)
+      : file_(file), id_(std::move(id)), object_path_(std::move(object_path)) {}
+
+  hid_t id() const { return id_.get(); }
+  const std::string& object_path() const { return object_path_; }
+  const std::string& file_path() const { return file_->path; }
+  const FileRef* file() const { return file_; }
+  bool is_group() const;
+  bool is_dataset() const;
+
+  // ---- navigation ----
+  bool has(const std::string& name) const;  ///< a direct child link that resolves to an object
+  Node child(const std::string& name) const;  ///< throws FormatError (names the object) if absent
+  std::optional<Node> find(const std::string& name) const;
+  std::vector<std::string> children() const;  ///< in creation order where tracked, else name order
+
+  // ---- attributes ----
+  bool has_attr(const std::string& name) const;
+  std::string attr_string(const std::string& name) const;  ///< scalar or one-element string attribute
+  std::optional<std::string> attr_string_opt(const std::string& name) const;
+  std::vector<std::string> attr_strings(const std::string& name) const;  ///< empty for an empty numeric array
+  std::vector<std::int64_t> attr_ints(const std::string& name) const;
+  bool attr_bool(const std::string& name) const;  ///< enum/int/bool attribute, nonzero = true
+  bool attr_is_reference(const std::string& name) const;
+  Node attr_dereference(const std::string& name) const;  ///< an object-reference attribute's target
+
+  // ---- dataset shape and type ----
+  std::vector<hsize_t> shape() const;
+  TypeClass type_class() const;
+  std::size_t type_size() const;
+  std::string dtype_name() const;  ///< numpy-style: "float32", "int64", "uint8", "bool", "string", …
+
+  // ---- dataset reads (whole, or a block of the leading dimension) ----
+  std::vector<double> read_doubles() const;
+  std::vector<float> read_floats() const;
+  std::vector<std::int64_t> read_int64s() const;
+  /// Rows [row0, row0+count) of a 1-D or 2-D numeric dataset into `out` (count·cols values).
+  void read_float_rows(hsize_t row0, hsize_t count, float* out) const;
+  void read_int64_range(hsize_t first, hsize_t count, std::int64_t* out) const;
+  std::vector<std::string> read_strings() const;  ///< 1-D or scalar string dataset; fixed-length trimmed at NUL
+  /// An enum (HDF5 boolean) or integer dataset as 0/1 flags.
+  std::vector<std::uint8_t> read_flags() const;
+  /// A compound dataset's field: numeric as double, string as text. `is_string` tells which was filled.
+  struct Field {
+    bool is_string = false;
+    std::vector<double> numbers;
+    std::vector<std::string> strings;
+  };
+  std::vector<std::string> compound_fields() const;
+  Field read_compound_field(const std::string& field) const;
+  /// A compound field that is an array (anndata ≤0.6 obsm): rows × (product of the array dims), float32.
+  std::vector<float> read_compound_array_field(const std::string& field, std::size_t& cols) const;
+
+  [[noreturn]] void fail(const std::string& problem) const;  ///< FormatError naming file and object path
+
+ private:
+  const FileRef* file_ = nullptr;
+  Id id_;
+  std::string object_path_;
+};
+
+std::string join_path(const std::string& parent, const std::string& name);
+
+// ---- writing ----
+
+/// Where new objects go: a group plus the names for messages.
+struct Writer {
+  const FileRef* file;
+  hid_t group;
+  std::string object_path;
+};
+
+Id create_group(const Writer& at, const std::string& name);
+void delete_link(const Writer& at, const std::string& name);  ///< no-op if absent
+void set_attr_string(hid_t object, const std::string& name, const std::string& value);
+void set_attr_strings(hid_t object, const std::string& name, const std::vector<std::string>& values);
+void set_attr_empty_float_array(hid_t object, const std::string& name);
+void set_attr_ints(hid_t object, const std::string& name, std::span<const std::int64_t> values);
+void set_attr_bool(hid_t object, const std::string& name, bool value);
+void set_encoding(hid_t object, const std::string& type, const std::string& version);
+
+/// A dataset of `dims` (1-D or 2-D) numbers, chunked and deflated. `mem_type` is the native type of `data`.
+Id write_numeric(const Writer& at, const std::string& name, hid_t file_type, hid_t mem_type, const void* data,
+                 std::span<const hsize_t> dims);
+Id write_strings(const Writer& at, const std::string& name, const std::vector<std::string>& values);
+Id write_flags(const Writer& at, const std::string& name, const std::vector<std::uint8_t>& flags);
+Id write_scalar_double(const Writer& at, const std::string& name, double value);
+Id write_scalar_int64(const Writer& at, const std::string& name, std::int64_t value);
+Id write_scalar_string(const Writer& at, const std::string& name, const std::string& value);
+
+/// The HDF5 boolean type h5py and anndata use: an enum over int8 with FALSE = 0, TRUE = 1.
+Id bool_enum_type();
+
+}  // namespace flashot::io::h5
