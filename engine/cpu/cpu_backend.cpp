@@ -1,0 +1,296 @@
+// The CPU backend: every operation is a streaming reduction over tiles of (query rows × key columns), threaded
+// over fixed blocks of query rows. Each row is reduced by one thread over the keys in a fixed order, so results
+// are bitwise independent of the thread count. Memory: O((n + m)·d) plus O(rows·k) per thread, never n×m.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numbers>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend.hpp"
+#include "kernels.hpp"
+
+namespace flashot::detail {
+
+namespace {
+
+using cpu::kKeyPad;
+using cpu::kTileCols;
+using cpu::kTileRows;
+using cpu::kValueChunk;
+
+constexpr double kLog2e = std::numbers::log2e;
+constexpr double kLn2 = std::numbers::ln2;
+/// Query rows per threaded task: a fixed partition, so no result depends on how tasks meet threads.
+constexpr std::size_t kTaskRows = 64;
+/// Keys are streamed in chunks that stay in a core's L2 cache while every row of a task reads them.
+constexpr std::size_t kKeyChunkBytes = 512 * 1024;
+
+std::size_t padded(std::size_t n) { return (n + kKeyPad - 1) / kKeyPad * kKeyPad; }
+
+/// One side of the problem, in the layouts the kernels read.
+struct Cloud {
+  std::size_t n = 0;
+  std::size_t d = 0;
+  std::size_t ld = 0;
+  std::vector<float> x;       // (n × d) row-major, as given (already centred by the engine)
+  std::vector<float> t;       // (d × ld) transposed, zero padding
+  std::vector<double> norm;   // (n) ‖x_i‖²
+  std::vector<double> log2w;  // (n) log2 of the weights, −∞ for a zero weight
+  std::vector<float> w;       // (n) weights
+
+  Cloud(PointsView p, std::span<const float> weights)
+      : n(p.n), d(p.d), ld(padded(p.n)), x(p.data.begin(), p.data.end()), t(p.d * padded(p.n), 0.0f),
+        norm(p.n), log2w(p.n), w(weights.begin(), weights.end()) {
+    for (std::size_t i = 0; i < n; ++i) {
+      double s = 0;
+      for (std::size_t c = 0; c < d; ++c) {
+        const float v = x[i * d + c];
+        t[c * ld + i] = v;
+        s += static_cast<double>(v) * v;
+      }
+      norm[i] = s;
+      log2w[i] = w[i] > 0 ? std::log2(static_cast<double>(w[i])) : -std::numeric_limits<double>::infinity();
+    }
+  }
+
+  cpu::QuerySet queries() const { return {x.data(), n, d}; }
+  cpu::KeySet keys() const { return {t.data(), n, ld, d}; }
+};
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const BackendOptions& options, const ProblemData& data)
+      : x_(data.x, data.a), y_(data.y, data.b), f_(data.x.n, 0.0), g_(data.y.n, 0.0),
+        kernels_(&cpu::select_kernels()),
+        threads_(options.threads > 0 ? options.threads : std::max(1, omp_get_num_procs())) {}
+
+  std::string name() const override { return "cpu"; }
+  std::string device() const override {
+    return std::to_string(threads_) + (threads_ == 1 ? " thread, " : " threads, ") + kernels_->name;
+  }
+
+  void set_potentials(std::span<const float> f, std::span<const float> g) override {
+    std::copy(f.begin(), f.end(), f_.begin());
+    std::copy(g.begin(), g.end(), g_.begin());
+  }
+  void get_potentials(std::span<float> f, std::span<float> g) const override {
+    std::transform(f_.begin(), f_.end(), f.begin(), [](double v) { return static_cast<float>(v); });
+    std::transform(g_.begin(), g_.end(), g.begin(), [](double v) { return static_cast<float>(v); });
+  }
+
+  bool iterate(const IterationParams& p, int count) override {
+    const PlanParams pp{p.epsilon, p.cost_scale};
+    std::vector<double> fn(x_.n), gn(y_.n);
+    for (int it = 0; it < count; ++it) {
+      if (p.scheme == Scheme::kSymmetric) {
+        softmin_into(pp, x_, y_, g_, fn);
+        softmin_into(pp, y_, x_, f_, gn);
+        for (std::size_t i = 0; i < x_.n; ++i) f_[i] = 0.5 * (f_[i] + p.damping_f * fn[i]);
+        for (std::size_t j = 0; j < y_.n; ++j) g_[j] = 0.5 * (g_[j] + p.damping_g * gn[j]);
+      } else {
+        softmin_into(pp, x_, y_, g_, fn);
+        for (std::size_t i = 0; i < x_.n; ++i) f_[i] = p.damping_f * fn[i];
+        softmin_into(pp, y_, x_, f_, gn);
+        for (std::size_t j = 0; j < y_.n; ++j) g_[j] = p.damping_g * gn[j];
+      }
+      if (!all_finite(f_) || !all_finite(g_)) return false;
+    }
+    return true;
+  }
+
+  void softmin(const PlanParams& p, Side rows, std::span<float> out) const override {
+    std::vector<double> v(rows == Side::kSource ? x_.n : y_.n);
+    if (rows == Side::kSource)
+      softmin_into(p, x_, y_, g_, v);
+    else
+      softmin_into(p, y_, x_, f_, v);
+    std::transform(v.begin(), v.end(), out.begin(), [](double e) { return static_cast<float>(e); });
+  }
+
+  void apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k, bool normalized,
+             std::span<float> out) const override {
+    const bool src = rows == Side::kSource;
+    const Cloud& q = src ? x_ : y_;
+    const Cloud& keys = src ? y_ : x_;
+    const std::vector<double>& hq = src ? f_ : g_;
+    const std::vector<double>& hk = src ? g_ : f_;
+    const std::vector<float> bias = make_bias(p, keys, hk);
+    const cpu::ScoreSpec spec{q.queries(), keys.keys(), bias.data(), score_scale(p)};
+    const std::vector<double> lse2 = row_lse2(spec);
+    weighted_into(spec, lse2, v, k, out);
+    if (normalized) return;
+    // Row mass r_i = w_i·exp((h_i − ĥ_i)/ε), ĥ the soft c-transform: Σ_j P_ij = r_i · Σ_j 2^{t_ij − lse2_i}.
+    for (std::size_t i = 0; i < q.n; ++i) {
+      const double mass = row_mass(p, q, hq[i], lse2[i], i);
+      for (std::size_t c = 0; c < k; ++c) out[i * k + c] = static_cast<float>(out[i * k + c] * mass);
+    }
+  }
+
+  void apply_queries(const PlanParams& p, Side from, PointsView q, std::span<const float> v, std::size_t k,
+                     std::span<float> out) const override {
+    const Cloud& keys = from == Side::kSource ? y_ : x_;
+    const std::vector<double>& hk = from == Side::kSource ? g_ : f_;
+    const std::vector<float> bias = make_bias(p, keys, hk);
+    const cpu::ScoreSpec spec{{q.data.data(), q.n, q.d}, keys.keys(), bias.data(), score_scale(p)};
+    weighted_into(spec, row_lse2(spec), v, k, out);
+  }
+
+  void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,
+             std::span<float> values) const override {
+    const std::vector<float> bias = make_bias(p, y_, g_);
+    const cpu::ScoreSpec spec{x_.queries(), y_.keys(), bias.data(), score_scale(p)};
+    const std::vector<double> lse2 = row_lse2(spec);
+    const std::int64_t tasks = static_cast<std::int64_t>((x_.n + kTaskRows - 1) / kTaskRows);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_)
+    for (std::int64_t task = 0; task < tasks; ++task) {
+      std::vector<float> tile(kTileRows * kTileCols);
+      // Per row a min-heap of (score, column) holding the k best so far; a score beats the heap's root to enter.
+      std::vector<std::vector<std::pair<float, std::int32_t>>> heaps(kTileRows);
+      const auto worse = [](const std::pair<float, std::int32_t>& l, const std::pair<float, std::int32_t>& r) {
+        return l.first > r.first || (l.first == r.first && l.second < r.second);
+      };
+      const std::size_t begin = static_cast<std::size_t>(task) * kTaskRows;
+      const std::size_t end = std::min(x_.n, begin + kTaskRows);
+      for (std::size_t i0 = begin; i0 < end; i0 += kTileRows) {
+        const std::size_t rows = std::min(kTileRows, end - i0);
+        for (auto& h : heaps) h.clear();
+        for (std::size_t j0 = 0; j0 < y_.ld; j0 += kTileCols) {
+          const std::size_t cols = std::min(kTileCols, y_.ld - j0);
+          kernels_->scores(spec, i0, rows, j0, cols, tile.data());
+          const std::size_t real = std::min(cols, y_.n - std::min(y_.n, j0));
+          for (std::size_t r = 0; r < rows; ++r) {
+            auto& h = heaps[r];
+            for (std::size_t j = 0; j < real; ++j) {
+              const std::pair<float, std::int32_t> e{tile[r * kTileCols + j], static_cast<std::int32_t>(j0 + j)};
+              if (h.size() < k) {
+                h.push_back(e);
+                std::push_heap(h.begin(), h.end(), worse);
+              } else if (e.first > h.front().first) {
+                std::pop_heap(h.begin(), h.end(), worse);
+                h.back() = e;
+                std::push_heap(h.begin(), h.end(), worse);
+              }
+            }
+          }
+        }
+        for (std::size_t r = 0; r < rows; ++r) {
+          const std::size_t i = i0 + r;
+          auto& h = heaps[r];
+          std::sort_heap(h.begin(), h.end(), worse);
+          const double mass = row_mass(p, x_, f_[i], lse2[i], i);
+          for (std::size_t c = 0; c < k; ++c) {
+            columns[i * k + c] = h[c].second;
+            values[i * k + c] = static_cast<float>(mass * std::exp2(h[c].first - lse2[i]));
+          }
+        }
+      }
+    }
+  }
+
+ private:
+  static bool all_finite(const std::vector<double>& v) {
+    return std::all_of(v.begin(), v.end(), [](double e) { return std::isfinite(e); });
+  }
+
+  /// log2(e)·2s/ε: the factor of ⟨q, k⟩ in the score (C = s‖q‖² + s‖k‖² − 2s⟨q,k⟩).
+  static float score_scale(const PlanParams& p) {
+    return static_cast<float>(2.0 * p.cost_scale / p.epsilon * kLog2e);
+  }
+
+  /// bias_j = log2 w_j + (h_j − s‖k_j‖²)/ε · log2(e), −∞ for zero weights and the padding.
+  static std::vector<float> make_bias(const PlanParams& p, const Cloud& keys, const std::vector<double>& h) {
+    std::vector<float> bias(keys.ld, -std::numeric_limits<float>::infinity());
+    for (std::size_t j = 0; j < keys.n; ++j)
+      bias[j] = static_cast<float>(keys.log2w[j] + (h[j] - p.cost_scale * keys.norm[j]) / p.epsilon * kLog2e);
+    return bias;
+  }
+
+  /// r_i = w_i·exp((h_i − s‖q_i‖²)/ε)·2^{lse2_i}, the plan mass of row i (computed in the log domain).
+  static double row_mass(const PlanParams& p, const Cloud& q, double h, double lse2, std::size_t i) {
+    if (!(q.w[i] > 0)) return 0;
+    return std::exp2(q.log2w[i] + (h - p.cost_scale * q.norm[i]) / p.epsilon * kLog2e + lse2);
+  }
+
+  std::size_t key_chunk(std::size_t d) const {
+    const std::size_t cols = kKeyChunkBytes / (sizeof(float) * std::max<std::size_t>(d, 1));
+    return std::max(kTileCols, cols / kTileCols * kTileCols);
+  }
+
+  /// lse2_i = log2 Σ_j 2^{t_ij} for every query row.
+  std::vector<double> row_lse2(const cpu::ScoreSpec& spec) const {
+    const std::size_t n = spec.queries.count;
+    std::vector<float> mx(n, -std::numeric_limits<float>::infinity());
+    std::vector<double> sm(n, 0.0);
+    const std::size_t chunk = key_chunk(spec.keys.d);
+    const std::int64_t tasks = static_cast<std::int64_t>((n + kTaskRows - 1) / kTaskRows);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_)
+    for (std::int64_t task = 0; task < tasks; ++task) {
+      const std::size_t begin = static_cast<std::size_t>(task) * kTaskRows;
+      const std::size_t end = std::min(n, begin + kTaskRows);
+      for (std::size_t kb = 0; kb < spec.keys.ld; kb += chunk)
+        kernels_->lse(spec, begin, end, kb, std::min(spec.keys.ld, kb + chunk), mx.data(), sm.data());
+    }
+    std::vector<double> lse2(n);
+    for (std::size_t i = 0; i < n; ++i) lse2[i] = mx[i] + std::log2(sm[i]);
+    return lse2;
+  }
+
+  /// out (queries × k) = Σ_j 2^{t_ij − lse2_i} V_j, V (keys × k) row-major; chunked over value columns.
+  void weighted_into(const cpu::ScoreSpec& spec, const std::vector<double>& lse2, std::span<const float> v,
+                     std::size_t k, std::span<float> out) const {
+    const std::size_t n = spec.queries.count;
+    const std::size_t nk = spec.keys.count;
+    const std::size_t ld = spec.keys.ld;
+    const std::size_t chunk = key_chunk(spec.keys.d);
+    const std::int64_t tasks = static_cast<std::int64_t>((n + kTaskRows - 1) / kTaskRows);
+    std::vector<float> vt;
+    for (std::size_t c0 = 0; c0 < k; c0 += kValueChunk) {
+      const std::size_t kc = std::min(kValueChunk, k - c0);
+      vt.assign(kc * ld, 0.0f);  // (kc × ld): this chunk of V, transposed
+      for (std::size_t j = 0; j < nk; ++j)
+        for (std::size_t c = 0; c < kc; ++c) vt[c * ld + j] = v[j * k + c0 + c];
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_)
+      for (std::int64_t task = 0; task < tasks; ++task) {
+        const std::size_t begin = static_cast<std::size_t>(task) * kTaskRows;
+        const std::size_t end = std::min(n, begin + kTaskRows);
+        std::vector<double> acc((end - begin) * kc, 0.0);
+        for (std::size_t kb = 0; kb < ld; kb += chunk)
+          kernels_->weighted(spec, begin, end, kb, std::min(ld, kb + chunk), lse2.data(), vt.data(), kc, acc.data(), kc);
+        for (std::size_t i = begin; i < end; ++i)
+          for (std::size_t c = 0; c < kc; ++c) out[i * k + c0 + c] = static_cast<float>(acc[(i - begin) * kc + c]);
+      }
+    }
+  }
+
+  /// out_i = s‖q_i‖² − ε·LSE_j[log w_j + (h_j − C_ij)/ε]: the soft c-transform of the keys' potential h.
+  void softmin_into(const PlanParams& p, const Cloud& q, const Cloud& keys, const std::vector<double>& h,
+                    std::vector<double>& out) const {
+    const std::vector<float> bias = make_bias(p, keys, h);
+    const cpu::ScoreSpec spec{q.queries(), keys.keys(), bias.data(), score_scale(p)};
+    const std::vector<double> lse2 = row_lse2(spec);
+    for (std::size_t i = 0; i < q.n; ++i) out[i] = p.cost_scale * q.norm[i] - p.epsilon * kLn2 * lse2[i];
+  }
+
+  Cloud x_;
+  Cloud y_;
+  std::vector<double> f_;
+  std::vector<double> g_;
+  const cpu::IsaKernels* kernels_;
+  int threads_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options, const ProblemData& data) {
+  return std::make_unique<CpuBackend>(options, data);
+}
+
+}  // namespace flashot::detail

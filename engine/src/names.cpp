@@ -1,0 +1,63 @@
+// Names of the public enumerations, as printed in reports and parsed from command lines.
+#include <stdexcept>
+#include <string>
+
+#include "flashot/flashot.hpp"
+
+namespace flashot {
+
+std::string to_string(Cost c) {
+  return c == Cost::kSquaredEuclidean ? "sqeuclidean" : "half_sqeuclidean";
+}
+
+std::string to_string(Scheme s) { return s == Scheme::kSymmetric ? "symmetric" : "alternating"; }
+
+std::string to_string(BackendKind b) {
+  switch (b) {
+    case BackendKind::kAuto: return "auto";
+    case BackendKind::kCpu: return "cpu";
+    case BackendKind::kCuda: return "cuda";
+  }
+  return "unknown";
+}
+
+std::string to_string(Precision p) {
+  switch (p) {
+    case Precision::kDefault: return "default";
+    case Precision::kFp32: return "fp32";
+    case Precision::kTf32: return "tf32";
+    case Precision::kBf16: return "bf16";
+  }
+  return "unknown";
+}
+
+std::string to_string(StopReason r) {
+  switch (r) {
+    case StopReason::kTolerance: return "tolerance";
+    case StopReason::kIterationBudget: return "iteration_budget";
+    case StopReason::kFixedIterations: return "fixed_iterations";
+    case StopReason::kNonFinite: return "non_finite";
+    case StopReason::kCancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+BackendKind parse_backend(const std::string& text) {
+  for (BackendKind b : {BackendKind::kAuto, BackendKind::kCpu, BackendKind::kCuda})
+    if (to_string(b) == text) return b;
+  throw std::invalid_argument("backend must be auto, cpu or cuda (got '" + text + "')");
+}
+
+Scheme parse_scheme(const std::string& text) {
+  for (Scheme s : {Scheme::kSymmetric, Scheme::kAlternating})
+    if (to_string(s) == text) return s;
+  throw std::invalid_argument("scheme must be symmetric or alternating (got '" + text + "')");
+}
+
+Precision parse_precision(const std::string& text) {
+  for (Precision p : {Precision::kDefault, Precision::kFp32, Precision::kTf32, Precision::kBf16})
+    if (to_string(p) == text) return p;
+  throw std::invalid_argument("precision must be default, fp32, tf32 or bf16 (got '" + text + "')");
+}
+
+}  // namespace flashot

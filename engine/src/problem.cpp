@@ -1,0 +1,371 @@
+// flashot::Problem: validation at the API edge, the common centring of both clouds, and every public operation
+// written on top of the backend's streaming primitives.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "backend.hpp"
+#include "flashot/flashot.hpp"
+#include "sinkhorn.hpp"
+
+namespace flashot {
+
+namespace {
+
+std::string show(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+/// Shape and finiteness of one point set; `name` is how the caller knows it ("x", "queries", …).
+void validate_points(const PointsView& p, const std::string& name) {
+  if (p.n == 0) throw std::invalid_argument(name + " must not be empty (got " + name + ".n = 0)");
+  if (p.d == 0) throw std::invalid_argument(name + ".d must be ≥ 1 (got 0)");
+  if (p.data.size() != p.n * p.d)
+    throw std::invalid_argument(name + ".data must hold " + name + ".n·" + name + ".d = " + std::to_string(p.n) +
+                                "·" + std::to_string(p.d) + " = " + std::to_string(p.n * p.d) + " values (got " +
+                                std::to_string(p.data.size()) + ")");
+  for (std::size_t i = 0; i < p.n; ++i)
+    for (std::size_t c = 0; c < p.d; ++c)
+      if (!std::isfinite(p.data[i * p.d + c]))
+        throw std::invalid_argument(name + " has a non-finite coordinate at row " + std::to_string(i) + ", column " +
+                                    std::to_string(c) + " (got " + show(p.data[i * p.d + c]) + ")");
+}
+
+/// Weights: empty (uniform) or one finite non-negative value per point, with a positive total.
+void validate_weights(std::span<const float> w, std::size_t n, const std::string& name, const std::string& points) {
+  if (w.empty()) return;
+  if (w.size() != n)
+    throw std::invalid_argument(name + " must be empty (uniform) or hold " + points + ".n = " + std::to_string(n) +
+                                " weights (got " + std::to_string(w.size()) + ")");
+  double total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(w[i]) || w[i] < 0)
+      throw std::invalid_argument(name + "[" + std::to_string(i) + "] must be a finite weight ≥ 0 (got " +
+                                  show(w[i]) + ")");
+    total += w[i];
+  }
+  if (!(total > 0)) throw std::invalid_argument(name + " must have a positive total mass (got " + show(total) + ")");
+}
+
+std::vector<float> weights_or_uniform(std::span<const float> w, std::size_t n) {
+  if (!w.empty()) return {w.begin(), w.end()};
+  return std::vector<float>(n, static_cast<float>(1.0 / static_cast<double>(n)));
+}
+
+}  // namespace
+
+struct Problem::Impl {
+  std::size_t n = 0, m = 0, d = 0;
+  std::vector<double> centre;  // (d) subtracted from both clouds: the cost is translation-invariant
+  std::vector<float> x, y;     // centred copies
+  std::vector<float> a, b;
+  double diameter = 0;
+  double mass_a = 0, mass_b = 0;
+  std::unique_ptr<detail::Backend> backend;
+
+  detail::PlanParams load(const SolveResult& s) const {
+    if (s.f.size() != n || s.g.size() != m)
+      throw std::invalid_argument("result must come from this problem: f and g must have n = " + std::to_string(n) +
+                                  " and m = " + std::to_string(m) + " values (got " + std::to_string(s.f.size()) +
+                                  " and " + std::to_string(s.g.size()) + ")");
+    if (!(s.epsilon > 0) || !std::isfinite(s.epsilon))
+      throw std::invalid_argument("result.epsilon must be > 0 (got " + show(s.epsilon) + ")");
+    backend->set_potentials(s.f, s.g);
+    return {s.epsilon, detail::cost_scale(s.cost)};
+  }
+
+  std::size_t count(Side side) const { return side == Side::kSource ? n : m; }
+  const std::vector<float>& points(Side side) const { return side == Side::kSource ? x : y; }
+  static Side other(Side side) { return side == Side::kSource ? Side::kTarget : Side::kSource; }
+
+  /// Plan mass of every row (rows = kSource) or column: P·1 or Pᵀ·1.
+  std::vector<float> marginal(const detail::PlanParams& p, Side rows) const {
+    const std::vector<float> ones(count(other(rows)), 1.0f);
+    std::vector<float> out(count(rows));
+    backend->apply(p, rows, ones, 1, false, out);
+    return out;
+  }
+
+  void uncentre(std::vector<float>& pts) const {
+    for (std::size_t i = 0; i < pts.size(); ++i) pts[i] = static_cast<float>(pts[i] + centre[i % d]);
+  }
+
+  /// ⟨P, C⟩ = s·Σ_i r_i·(‖x_i − T_i‖² + E_i‖y‖² − ‖T_i‖²), T_i = (PY)_i / r_i and E_i‖y‖² = (P‖y‖²)_i / r_i:
+  /// one pass with V = [y | ‖y‖² | 1]. The variance form keeps the cancellation to the spread of each row.
+  double primal_cost(const detail::PlanParams& p) const {
+    const std::size_t k = d + 2;
+    std::vector<float> v(m * k);
+    for (std::size_t j = 0; j < m; ++j) {
+      double norm = 0;
+      for (std::size_t c = 0; c < d; ++c) {
+        v[j * k + c] = y[j * d + c];
+        norm += static_cast<double>(y[j * d + c]) * y[j * d + c];
+      }
+      v[j * k + d] = static_cast<float>(norm);
+      v[j * k + d + 1] = 1.0f;
+    }
+    std::vector<float> out(n * k);
+    backend->apply(p, Side::kSource, v, k, false, out);
+    double cost = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double r = out[i * k + d + 1];
+      if (!(r > 0)) continue;
+      double dist = 0, tnorm = 0;
+      for (std::size_t c = 0; c < d; ++c) {
+        const double t = out[i * k + c] / r;
+        dist += (x[i * d + c] - t) * (x[i * d + c] - t);
+        tnorm += t * t;
+      }
+      cost += r * (dist + std::max(0.0, out[i * k + d] / r - tnorm));
+    }
+    return p.cost_scale * cost;
+  }
+};
+
+Problem::Problem(PointsView x, PointsView y, std::span<const float> a, std::span<const float> b,
+                 const BackendOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  validate_points(x, "x");
+  validate_points(y, "y");
+  if (x.d != y.d)
+    throw std::invalid_argument("x.d and y.d must match (got " + std::to_string(x.d) + " and " + std::to_string(y.d) +
+                                ")");
+  validate_weights(a, x.n, "a", "x");
+  validate_weights(b, y.n, "b", "y");
+  if (options.threads < 0)
+    throw std::invalid_argument("threads must be ≥ 0, 0 = all hardware threads (got " +
+                                std::to_string(options.threads) + ")");
+  Impl& p = *impl_;
+  p.n = x.n;
+  p.m = y.n;
+  p.d = x.d;
+  // Centre on the middle of the union's bounding box: the cost is translation-invariant, and small coordinates
+  // keep 2⟨x,y⟩ accurate in fp32 at small ε.
+  std::vector<double> lo(p.d, std::numeric_limits<double>::infinity());
+  std::vector<double> hi(p.d, -std::numeric_limits<double>::infinity());
+  for (const PointsView* cloud : {&x, &y})
+    for (std::size_t i = 0; i < cloud->n; ++i)
+      for (std::size_t c = 0; c < p.d; ++c) {
+        lo[c] = std::min<double>(lo[c], cloud->data[i * p.d + c]);
+        hi[c] = std::max<double>(hi[c], cloud->data[i * p.d + c]);
+      }
+  p.centre.resize(p.d);
+  double diam2 = 0;
+  for (std::size_t c = 0; c < p.d; ++c) {
+    p.centre[c] = 0.5 * (lo[c] + hi[c]);
+    diam2 += (hi[c] - lo[c]) * (hi[c] - lo[c]);
+  }
+  p.diameter = std::sqrt(diam2);
+  const auto centred = [&](const PointsView& v) {
+    std::vector<float> out(v.data.size());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(v.data[i] - p.centre[i % p.d]);
+    return out;
+  };
+  p.x = centred(x);
+  p.y = centred(y);
+  p.a = weights_or_uniform(a, p.n);
+  p.b = weights_or_uniform(b, p.m);
+  for (float w : p.a) p.mass_a += w;
+  for (float w : p.b) p.mass_b += w;
+  const detail::ProblemData data{{p.x, p.n, p.d}, {p.y, p.m, p.d}, p.a, p.b};
+  p.backend = detail::make_backend(options, data);
+}
+
+Problem::~Problem() = default;
+Problem::Problem(Problem&&) noexcept = default;
+Problem& Problem::operator=(Problem&&) noexcept = default;
+
+std::size_t Problem::n() const { return impl_->n; }
+std::size_t Problem::m() const { return impl_->m; }
+std::size_t Problem::d() const { return impl_->d; }
+std::string Problem::backend_name() const { return impl_->backend->name(); }
+std::string Problem::device_name() const { return impl_->backend->device(); }
+
+SolveResult Problem::solve(const SolveOptions& options) {
+  const Impl& p = *impl_;
+  detail::validate_solve_options(options, p.n, p.m, p.mass_a, p.mass_b);
+  const auto start = std::chrono::steady_clock::now();
+  SolveResult r = detail::run_sinkhorn(*p.backend, {p.a, p.b, p.diameter}, options);
+  if (r.reason != StopReason::kNonFinite) r.primal_cost = p.primal_cost({r.epsilon, detail::cost_scale(r.cost)});
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+std::vector<float> Problem::apply_plan(const SolveResult& s, std::span<const float> v, std::size_t k) const {
+  const detail::PlanParams pp = impl_->load(s);
+  if (k == 0) throw std::invalid_argument("k must be ≥ 1 (got 0)");
+  if (v.size() != impl_->m * k)
+    throw std::invalid_argument("v must hold m·k = " + std::to_string(impl_->m * k) + " values (got " +
+                                std::to_string(v.size()) + ")");
+  std::vector<float> out(impl_->n * k);
+  impl_->backend->apply(pp, Side::kSource, v, k, false, out);
+  return out;
+}
+
+std::vector<float> Problem::apply_plan_transpose(const SolveResult& s, std::span<const float> u,
+                                                 std::size_t k) const {
+  const detail::PlanParams pp = impl_->load(s);
+  if (k == 0) throw std::invalid_argument("k must be ≥ 1 (got 0)");
+  if (u.size() != impl_->n * k)
+    throw std::invalid_argument("u must hold n·k = " + std::to_string(impl_->n * k) + " values (got " +
+                                std::to_string(u.size()) + ")");
+  std::vector<float> out(impl_->m * k);
+  impl_->backend->apply(pp, Side::kTarget, u, k, false, out);
+  return out;
+}
+
+std::vector<float> Problem::row_marginal(const SolveResult& s) const {
+  return impl_->marginal(impl_->load(s), Side::kSource);
+}
+
+std::vector<float> Problem::column_marginal(const SolveResult& s) const {
+  return impl_->marginal(impl_->load(s), Side::kTarget);
+}
+
+std::vector<float> Problem::barycentric(const SolveResult& s, Side from) const {
+  const Impl& p = *impl_;
+  const detail::PlanParams pp = p.load(s);
+  std::vector<float> out(p.count(from) * p.d);
+  p.backend->apply(pp, from, p.points(Impl::other(from)), p.d, true, out);
+  p.uncentre(out);
+  return out;
+}
+
+std::vector<float> Problem::map_points(const SolveResult& s, PointsView queries, Side from) const {
+  const Impl& p = *impl_;
+  const detail::PlanParams pp = p.load(s);
+  if (queries.n == 0) return {};
+  validate_points(queries, "queries");
+  if (queries.d != p.d)
+    throw std::invalid_argument("queries.d must equal the problem's d = " + std::to_string(p.d) + " (got " +
+                                std::to_string(queries.d) + ")");
+  std::vector<float> q(queries.data.size());
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(queries.data[i] - p.centre[i % p.d]);
+  std::vector<float> out(queries.n * p.d);
+  p.backend->apply_queries(pp, from, {q, queries.n, p.d}, p.points(Impl::other(from)), p.d, out);
+  p.uncentre(out);
+  return out;
+}
+
+LabelTransfer Problem::transfer_labels(const SolveResult& s, Side labels_on, std::span<const std::int32_t> labels,
+                                       std::size_t classes) const {
+  const Impl& p = *impl_;
+  const detail::PlanParams pp = p.load(s);
+  const std::size_t src = p.count(labels_on);
+  const std::size_t dst = p.count(Impl::other(labels_on));
+  const std::string side = labels_on == Side::kSource ? "n" : "m";
+  if (labels.size() != src)
+    throw std::invalid_argument("labels must hold one label per point, " + side + " = " + std::to_string(src) +
+                                " (got " + std::to_string(labels.size()) + ")");
+  if (classes == 0) throw std::invalid_argument("classes must be ≥ 1 (got 0)");
+  for (std::size_t i = 0; i < src; ++i)
+    if (labels[i] < -1 || (labels[i] >= 0 && static_cast<std::size_t>(labels[i]) >= classes))
+      throw std::invalid_argument("labels[" + std::to_string(i) + "] must be in [0, classes = " +
+                                  std::to_string(classes) + ") or −1 for missing (got " + std::to_string(labels[i]) +
+                                  ")");
+  LabelTransfer t;
+  t.points = dst;
+  t.classes = classes;
+  t.probabilities.assign(dst * classes, 0.0f);
+  // Classes are transported a chunk at a time, so the one-hot input never holds more than src × kChunk values.
+  constexpr std::size_t kChunk = 32;
+  const Side rows = Impl::other(labels_on);
+  for (std::size_t c0 = 0; c0 < classes; c0 += kChunk) {
+    const std::size_t kc = std::min(kChunk, classes - c0);
+    std::vector<float> onehot(src * kc, 0.0f);
+    bool any = false;
+    for (std::size_t i = 0; i < src; ++i) {
+      const std::int32_t l = labels[i];
+      if (l >= 0 && static_cast<std::size_t>(l) >= c0 && static_cast<std::size_t>(l) < c0 + kc) {
+        onehot[i * kc + (l - c0)] = 1.0f;
+        any = true;
+      }
+    }
+    if (!any) continue;
+    std::vector<float> mass(dst * kc);
+    p.backend->apply(pp, rows, onehot, kc, false, mass);
+    for (std::size_t j = 0; j < dst; ++j)
+      for (std::size_t c = 0; c < kc; ++c) t.probabilities[j * classes + c0 + c] = mass[j * kc + c];
+  }
+  t.label.assign(dst, -1);
+  t.confidence.assign(dst, 0.0f);
+  t.entropy.assign(dst, 0.0f);
+  for (std::size_t j = 0; j < dst; ++j) {
+    float* row = t.probabilities.data() + j * classes;
+    double total = 0;
+    for (std::size_t c = 0; c < classes; ++c) total += row[c];
+    if (!(total > 0)) {
+      std::fill(row, row + classes, 0.0f);
+      continue;
+    }
+    double entropy = 0;
+    std::size_t best = 0;
+    for (std::size_t c = 0; c < classes; ++c) {
+      const double q = row[c] / total;
+      row[c] = static_cast<float>(q);
+      if (q > 0) entropy -= q * std::log(q);
+      if (row[c] > row[best]) best = c;
+    }
+    t.label[j] = static_cast<std::int32_t>(best);
+    t.confidence[j] = row[best];
+    t.entropy[j] = static_cast<float>(entropy);
+  }
+  return t;
+}
+
+std::vector<float> Problem::gradient(const SolveResult& s, Side wrt) const {
+  const Impl& p = *impl_;
+  const detail::PlanParams pp = p.load(s);
+  // ∇ = 2s·r_i·(x_i − T(x_i)): the same as 2s(r_i x_i − (PY)_i), written so the difference is taken between points
+  // (and independent of the centring).
+  const std::size_t count = p.count(wrt);
+  std::vector<float> t(count * p.d);
+  p.backend->apply(pp, wrt, p.points(Impl::other(wrt)), p.d, true, t);
+  const std::vector<float> r = p.marginal(pp, wrt);
+  const std::vector<float>& pts = p.points(wrt);
+  std::vector<float> g(count * p.d);
+  for (std::size_t i = 0; i < count; ++i)
+    for (std::size_t c = 0; c < p.d; ++c)
+      g[i * p.d + c] = static_cast<float>(2.0 * pp.cost_scale * r[i] *
+                                          (static_cast<double>(pts[i * p.d + c]) - t[i * p.d + c]));
+  return g;
+}
+
+TopKCoupling Problem::top_k(const SolveResult& s, std::size_t k) const {
+  const Impl& p = *impl_;
+  const detail::PlanParams pp = p.load(s);
+  if (k == 0) throw std::invalid_argument("k must be ≥ 1 (got 0)");
+  TopKCoupling t;
+  t.rows = p.n;
+  t.k = std::min(k, p.m);
+  t.columns.resize(t.rows * t.k);
+  t.values.resize(t.rows * t.k);
+  p.backend->top_k(pp, t.k, t.columns, t.values);
+  return t;
+}
+
+DivergenceResult sinkhorn_divergence(PointsView x, PointsView y, std::span<const float> a, std::span<const float> b,
+                                     const SolveOptions& options, const BackendOptions& backend) {
+  Problem xy(x, y, a, b, backend);
+  Problem xx(x, x, a, a, backend);
+  Problem yy(y, y, b, b, backend);
+  // The warm start sizes belong to the x–y problem; the symmetric problems start from zero.
+  SolveOptions self = options;
+  self.initial_f.clear();
+  self.initial_g.clear();
+  DivergenceResult r;
+  r.xy = xy.solve(options);
+  r.xx = xx.solve(self);
+  r.yy = yy.solve(self);
+  r.divergence = r.xy.dual_cost - 0.5 * r.xx.dual_cost - 0.5 * r.yy.dual_cost;
+  return r;
+}
+
+}  // namespace flashot
