@@ -28,7 +28,10 @@ std::vector<float> normal_points(std::mt19937_64& rng, std::size_t count) {
 std::vector<float> positive_weights(std::mt19937_64& rng, std::size_t count) {
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
   std::vector<float> values(count);
-  for (float& v : values) v = uniform(rng) + 0.1f;
+  double total = 0;
+  for (float& v : values) total += (v = uniform(rng) + 0.1f);
+  // Balanced OT needs equal masses on both sides: probability vectors, as peers_bench.py normalizes them.
+  for (float& v : values) v = float(v / total);
   return values;
 }
 
@@ -55,12 +58,11 @@ int bench_main(const std::vector<std::string>& args) {
       ("d", po::value<long long>()->default_value(3), "dimension")
       ("eps", po::value<double>()->default_value(0.1), "fixed epsilon (cost units, cost = |x-y|^2)")
       ("iters", po::value<long long>()->default_value(10), "iterations per solve (exactly; no tolerance check)")
-      ("backend", po::value<std::string>()->default_value("auto"), "auto | cpu | cuda")
-      ("threads", po::value<long long>()->default_value(0), "CPU threads (0 = all)")
       ("scheme", po::value<std::string>()->default_value("symmetric"), "symmetric | alternating")
       ("repeats", po::value<long long>()->default_value(10), "timed solves after one warm-up; the median is reported")
       ("seed", po::value<long long>()->default_value(0), "random seed of points and weights")
       ("csv", "print only `method,n,m,d,eps,iters,median_ms` values on stdout (for scripts)");
+  add_backend_options(options);
   const po::variables_map vm = parse(args, options);
   if (vm.count("help")) {
     print_help("flashot bench --n N [--m M] [--d D] [--eps E] [--iters K] [--backend cpu|cuda] [--csv]",
@@ -76,18 +78,14 @@ int bench_main(const std::vector<std::string>& args) {
   const double eps = require_positive_double(vm, "eps");
   const auto iters = require_positive(vm, "iters");
   const auto repeats = require_positive(vm, "repeats");
-  const long long threads = vm["threads"].as<long long>();
-  if (threads < 0) throw UsageError("--threads must be >= 0 (got " + std::to_string(threads) + ")");
   if (iters > 1'000'000'000) throw UsageError("--iters is too large (got " + std::to_string(iters) + ")");
-  BackendOptions backend;
+  const BackendOptions backend = backend_options(vm);
   SolveOptions solve;
   try {
-    backend.backend = parse_backend(vm["backend"].as<std::string>());
     solve.scheme = parse_scheme(vm["scheme"].as<std::string>());
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  backend.threads = static_cast<int>(threads);
   solve.epsilon = eps;
   solve.tolerance = 0;
   solve.max_iterations = static_cast<int>(iters);

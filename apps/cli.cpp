@@ -43,3 +43,36 @@ std::string format_double(double value) {
 }
 
 }  // namespace flashot::cli
+
+namespace flashot::cli {
+
+void add_backend_options(po::options_description& options) {
+  options.add_options()
+      ("backend", po::value<std::string>()->default_value("auto"), "auto | cpu | cuda (auto: CUDA when a GPU answers)")
+      ("threads", po::value<long long>()->default_value(0), "CPU threads (0 = all)");
+}
+
+BackendOptions backend_options(const po::variables_map& vm) {
+  BackendOptions backend;
+  try {
+    backend.backend = parse_backend(vm["backend"].as<std::string>());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  const long long threads = vm["threads"].as<long long>();
+  if (threads < 0 || threads > 1'000'000) {
+    throw UsageError("--threads must be >= 0 (got " + std::to_string(threads) + ")");
+  }
+  backend.threads = static_cast<int>(threads);
+  return backend;
+}
+
+double require_non_negative_double(const po::variables_map& vm, const std::string& option) {
+  const double value = vm[option].as<double>();
+  if (!(value >= 0) || !std::isfinite(value)) {
+    throw UsageError("--" + option + " must be a finite number >= 0 (got " + format_double(value) + ")");
+  }
+  return value;
+}
+
+}  // namespace flashot::cli

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "flashot/flashot.hpp"
+
 namespace flashot::cli {
 
 namespace po = boost::program_options;
@@ -42,5 +44,15 @@ int align_main(const std::vector<std::string>& args);
 int map_main(const std::vector<std::string>& args);
 int register_main(const std::vector<std::string>& args);
 #endif
+
+}  // namespace flashot::cli
+
+namespace flashot::cli {
+
+/// --backend and --threads, shared by the commands that solve.
+void add_backend_options(po::options_description& options);
+BackendOptions backend_options(const po::variables_map& vm);
+/// Reads an option that must be ≥ 0 (reach, …); throws UsageError naming it.
+double require_non_negative_double(const po::variables_map& vm, const std::string& option);
 
 }  // namespace flashot::cli

@@ -1,0 +1,294 @@
+// flashot align SOURCE TARGET -o OUT: entropic OT between two data sets; OUT is a copy of SOURCE (the query)
+// enriched from TARGET (the reference): mapped points, transferred labels; optionally the sparse coupling, the
+// solution for `flashot map`, and a JSON report. All outputs appear together or not at all.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "flashot/app/dataset.hpp"
+#include "flashot/app/output_set.hpp"
+#include "flashot/app/progress.hpp"
+#include "flashot/app/report.hpp"
+#include "flashot/app/solution.hpp"
+
+namespace flashot::cli {
+namespace {
+
+/// Default blur as a fraction of the data's diameter (bounding-box diagonal of both clouds): the unit-free
+/// counterpart of GeomLoss's blur 0.05 on data scaled to the unit cube.
+constexpr double kDefaultRelativeBlur = 0.05;
+constexpr long long kDefaultCouplingK = 10;
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::error_code ec;
+  return std::filesystem::exists(a) && std::filesystem::exists(b) && std::filesystem::equivalent(a, b, ec);
+}
+
+void require_extension(const std::filesystem::path& path, app::FileKind kind, const std::string& option) {
+  if (app::file_kind(path) != kind) {
+    throw UsageError(option + " " + path.string() + " must be " + (kind == app::FileKind::kH5ad ? ".h5ad" : ".ply"));
+  }
+}
+
+app::ProgressDisplay::Style progress_style(const po::variables_map& vm) {
+  if (vm.count("quiet")) return app::ProgressDisplay::Style::kQuiet;
+  const std::string style = vm["progress"].as<std::string>();
+  if (style == "auto") return app::ProgressDisplay::Style::kAuto;
+  if (style == "bar") return app::ProgressDisplay::Style::kBar;
+  if (style == "lines") return app::ProgressDisplay::Style::kLines;
+  if (style == "none") return app::ProgressDisplay::Style::kQuiet;
+  throw UsageError("--progress must be auto, bar, lines or none (got '" + style + "')");
+}
+
+nlohmann::json cloud_json(const app::PointCloud& c) {
+  return {{"file", c.path.string()}, {"representation", c.representation}, {"key", c.key},
+          {"rows_in_file", c.file_rows}, {"rows_used", c.n()}, {"d", c.d},
+          {"where", c.filter_text.empty() ? nlohmann::json() : nlohmann::json(c.filter_text)}};
+}
+
+}  // namespace
+
+int align_main(const std::vector<std::string>& args) {
+  po::options_description options("align options");
+  options.add_options()
+      ("help,h", "this help")
+      ("output,o", po::value<std::string>()->required(), "OUT: enriched copy of SOURCE (same type as SOURCE)")
+      ("key", po::value<std::string>(), "obsm entry to align (.h5ad; default X_pca)")
+      ("use-x", "align X on the genes both files share instead of an obsm entry")
+      ("source-where", po::value<std::string>(), "COL=VALUE: use only these SOURCE rows (obs column / PLY property)")
+      ("target-where", po::value<std::string>(), "COL=VALUE: use only these TARGET rows")
+      ("blur", po::value<double>(), "final blur B in data units: epsilon = B^2 (default: --rel-blur x diameter)")
+      ("rel-blur", po::value<double>()->default_value(kDefaultRelativeBlur),
+       "blur as a fraction of the data's diameter (bounding-box diagonal of both sets)")
+      ("scaling", po::value<double>()->default_value(0.5), "epsilon-scaling factor per stage, in (0,1)")
+      ("reach", po::value<double>()->default_value(0), "unbalanced OT: reach R in data units (rho = R^2); 0 = balanced")
+      ("reach-source", po::value<double>()->default_value(0), "reach on the SOURCE marginal only (0 = --reach)")
+      ("reach-target", po::value<double>()->default_value(0), "reach on the TARGET marginal only (0 = --reach)")
+      ("tol", po::value<double>()->default_value(1e-3), "stop when the relative marginal error is below this")
+      ("max-iters", po::value<long long>()->default_value(1000), "iteration budget of the final stage")
+      ("scheme", po::value<std::string>()->default_value("symmetric"), "symmetric | alternating")
+      ("half-cost", "cost |x-y|^2/2 instead of |x-y|^2")
+      ("transfer-labels", po::value<std::string>(), "COL: transfer TARGET obs COL to SOURCE as COL_flashot")
+      ("coupling", po::value<std::string>(), "FILE.h5ad: the top-k coupling (obs = SOURCE rows, var = TARGET rows)")
+      ("coupling-k", po::value<long long>()->default_value(kDefaultCouplingK), "entries kept per SOURCE row")
+      ("save-solution", po::value<std::string>(), "FILE: potentials and points for `flashot map`")
+      ("report", po::value<std::string>(), "FILE.json: parameters, schedule, convergence, timings, versions")
+      ("progress", po::value<std::string>()->default_value("auto"), "auto | bar | lines | none")
+      ("quiet,q", "no progress and no summary on stderr")
+      ("source", po::value<std::string>()->required(), "SOURCE (query) .h5ad or .ply")
+      ("target", po::value<std::string>()->required(), "TARGET (reference) .h5ad or .ply");
+  add_backend_options(options);
+  po::positional_options_description positional;
+  positional.add("source", 1).add("target", 1);
+  const po::variables_map vm = parse(args, options, positional);
+  if (vm.count("help")) {
+    print_help("flashot align SOURCE TARGET -o OUT [options]",
+               "Aligns SOURCE (the query) to TARGET (the reference) with entropic optimal transport. OUT is a copy\n"
+               "of SOURCE with every source point's barycentric image in TARGET's space (.h5ad: obsm <key>_flashot;\n"
+               ".ply: x,y,z mapped, originals kept as x_original, ...), and with --transfer-labels COL the obs\n"
+               "columns COL_flashot and COL_flashot_confidence. The final epsilon is blur^2 in cost units; by\n"
+               "default blur = 0.05 x the data's diameter, so unit-free data need no tuning.",
+               options);
+    return 0;
+  }
+  const auto start = Clock::now();
+  const std::filesystem::path source_path = vm["source"].as<std::string>();
+  const std::filesystem::path target_path = vm["target"].as<std::string>();
+  const std::filesystem::path out_path = vm["output"].as<std::string>();
+  app::FileKind kind;
+  try {
+    kind = app::file_kind(source_path);
+    require_extension(out_path, kind, "-o");
+    if (vm.count("coupling")) require_extension(vm["coupling"].as<std::string>(), app::FileKind::kH5ad, "--coupling");
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  for (const std::filesystem::path& input : {source_path, target_path}) {
+    if (same_file(input, out_path)) throw UsageError("-o " + out_path.string() + " would overwrite an input");
+  }
+
+  SolveOptions solve;
+  solve.cost = vm.count("half-cost") ? Cost::kHalfSquaredEuclidean : Cost::kSquaredEuclidean;
+  solve.scaling = require_positive_double(vm, "scaling");
+  if (solve.scaling >= 1) throw UsageError("--scaling must be in (0, 1) (got " + format_double(solve.scaling) + ")");
+  solve.reach = require_non_negative_double(vm, "reach");
+  solve.reach_source = require_non_negative_double(vm, "reach-source");
+  solve.reach_target = require_non_negative_double(vm, "reach-target");
+  solve.tolerance = require_non_negative_double(vm, "tol");
+  const long long max_iters = require_positive(vm, "max-iters");
+  if (max_iters > 100'000'000) throw UsageError("--max-iters is too large (got " + std::to_string(max_iters) + ")");
+  solve.max_iterations = int(max_iters);
+  const double relative_blur = require_positive_double(vm, "rel-blur");
+  try {
+    solve.scheme = parse_scheme(vm["scheme"].as<std::string>());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  const long long coupling_k = require_positive(vm, "coupling-k");
+  const BackendOptions backend = backend_options(vm);
+  app::LoadOptions load;
+  if (vm.count("key")) load.key = vm["key"].as<std::string>();
+  load.use_x = vm.count("use-x") > 0;
+  try {
+    if (vm.count("source-where")) load.source_where = app::parse_row_filter(vm["source-where"].as<std::string>(), "--source-where");
+    if (vm.count("target-where")) load.target_where = app::parse_row_filter(vm["target-where"].as<std::string>(), "--target-where");
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  const auto progress_kind = progress_style(vm);
+  const bool quiet = vm.count("quiet") > 0;
+
+  // ---- Load ---------------------------------------------------------------------------------------------------
+  const auto load_start = Clock::now();
+  auto [source, target] = app::load_pair(source_path, target_path, load);
+  std::optional<app::Labels> labels;
+  if (vm.count("transfer-labels")) labels = app::read_labels(target, vm["transfer-labels"].as<std::string>());
+  const double load_seconds = seconds_since(load_start);
+
+  // ---- Scale: ε relative to the data unless --blur is given --------------------------------------------------------
+  const double diameter = app::bounding_diameter(source.view(), target.view());
+  if (!(diameter > 0)) throw std::invalid_argument("all points coincide: the data have no scale to set epsilon from");
+  solve.diameter = diameter;
+  solve.blur = vm.count("blur") ? require_positive_double(vm, "blur") : relative_blur * diameter;
+  const std::string blur_origin = vm.count("blur") ? "--blur" : "--rel-blur " + format_double(relative_blur) +
+                                                                    " x diameter " + format_double(diameter);
+
+  // ---- Solve --------------------------------------------------------------------------------------------------
+  if (!quiet) {
+    std::cerr << "flashot align: " << source.n() << " SOURCE rows (" << source.path.string() << ") -> " << target.n()
+              << " TARGET rows (" << target.path.string() << "), " << source.representation << "; blur "
+              << format_double(solve.blur) << " (" << blur_origin << ")" << std::endl;
+  }
+  Problem problem(source.view(), target.view(), {}, {}, backend);
+  app::ProgressDisplay display("align", progress_kind, solve.tolerance);
+  solve.progress = display.callback();
+  SolveResult result;
+  try {
+    result = problem.solve(solve);
+  } catch (...) {
+    display.finish();
+    throw;
+  }
+  display.finish();
+  if (result.reason == StopReason::kNonFinite) {
+    throw std::runtime_error("the solve produced non-finite values (" + result.message +
+                             "); try a larger --blur or --rel-blur");
+  }
+
+  // ---- Results ------------------------------------------------------------------------------------------------
+  const auto output_start = Clock::now();
+  app::AlignmentOutput output;
+  output.mapped = problem.barycentric(result, Side::kSource);
+  output.scalars = {{"epsilon", result.epsilon}, {"cost", result.dual_cost}, {"marginal_error", result.marginal_error}};
+  nlohmann::json label_report;
+  if (labels) {
+    output.transfer = problem.transfer_labels(result, Side::kTarget, labels->codes, labels->categories.size());
+    output.label_names = labels;
+    std::size_t labelled = 0;
+    double confidence = 0;
+    std::vector<std::size_t> counts(labels->categories.size(), 0);
+    for (std::size_t i = 0; i < output.transfer->points; ++i) {
+      if (output.transfer->label[i] < 0) continue;
+      ++labelled;
+      confidence += output.transfer->confidence[i];
+      ++counts[std::size_t(output.transfer->label[i])];
+    }
+    label_report = {{"column", labels->column},
+                    {"output_column", labels->column + "_flashot"},
+                    {"classes", labels->categories.size()},
+                    {"labelled_rows", labelled},
+                    {"mean_confidence", app::number(labelled ? confidence / double(labelled) : NAN)}};
+    for (std::size_t k = 0; k < counts.size(); ++k) label_report["counts"][labels->categories[k]] = counts[k];
+  }
+
+  app::OutputSet outputs;
+  app::write_enriched_copy(source, output, outputs.stage(out_path));
+  if (vm.count("coupling")) {
+    const TopKCoupling top = problem.top_k(result, std::size_t(coupling_k));
+    io::SparseMatrix coupling;
+    coupling.rows = top.rows;
+    coupling.cols = target.n();
+    coupling.indptr.resize(top.rows + 1, 0);
+    for (std::size_t i = 0; i < top.rows; ++i) {
+      for (std::size_t k = 0; k < top.k; ++k) {
+        const float value = top.values[i * top.k + k];
+        if (!(value > 0)) continue;  // rows with fewer than k positive entries (unbalanced, tiny mass)
+        coupling.indices.push_back(top.columns[i * top.k + k]);
+        coupling.data.push_back(value);
+      }
+      coupling.indptr[i + 1] = std::int64_t(coupling.data.size());
+    }
+    io::write_coupling_h5ad(outputs.stage(vm["coupling"].as<std::string>()), source.names, target.names, coupling);
+  }
+  if (vm.count("save-solution")) {
+    app::Solution solution;
+    solution.key = source.key;
+    solution.representation = source.representation;
+    solution.source = source.path.string();
+    solution.target = target.path.string();
+    solution.cost = result.cost;
+    solution.epsilon = result.epsilon;
+    solution.reach_source = result.reach_source;
+    solution.reach_target = result.reach_target;
+    solution.n = source.n();
+    solution.m = target.n();
+    solution.d = source.d;
+    solution.x = source.points;
+    solution.a.assign(source.n(), 1.0f / float(source.n()));
+    solution.f = result.f;
+    solution.y = target.points;
+    solution.b.assign(target.n(), 1.0f / float(target.n()));
+    solution.g = result.g;
+    app::save_solution(outputs.stage(vm["save-solution"].as<std::string>()), solution);
+  }
+  const double output_seconds = seconds_since(output_start);
+
+  nlohmann::json report = app::solve_json(result);
+  report["command"] = "align";
+  report["source"] = cloud_json(source);
+  report["target"] = cloud_json(target);
+  report["scale"] = {{"diameter", app::number(diameter)},
+                     {"blur", app::number(solve.blur)},
+                     {"blur_from", blur_origin},
+                     {"epsilon_rule", "epsilon = blur^2 (cost units)"}};
+  report["parameters"] = app::options_json(solve);
+  report["parameters"]["backend_requested"] = to_string(backend.backend);
+  report["parameters"]["threads"] = backend.threads;
+  if (labels) report["label_transfer"] = label_report;
+  report["outputs"] = {{"aligned", out_path.string()}};
+  for (const char* name : {"coupling", "save-solution", "report"}) {
+    if (vm.count(name)) report["outputs"][name] = vm[name].as<std::string>();
+  }
+  report["timings"] = {{"load_seconds", load_seconds}, {"solve_seconds", result.seconds},
+                       {"outputs_seconds", output_seconds}, {"total_seconds", seconds_since(start)}};
+  report["peak_memory_bytes"] = app::peak_memory_bytes();
+  report["versions"] = app::versions_json();
+  if (vm.count("report")) {
+    const std::filesystem::path report_path = vm["report"].as<std::string>();
+    const std::string text = report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    app::write_text_atomically(outputs.stage(report_path), text);
+  }
+  outputs.commit();
+
+  if (!quiet) {
+    std::cerr << "flashot align: wrote " << out_path.string() << "\n" << app::solve_summary(result);
+    if (labels) {
+      std::cerr << "  labels '" << labels->column << "': " << label_report["labelled_rows"] << " of " << source.n()
+                << " rows labelled, mean confidence " << label_report["mean_confidence"].dump() << "\n";
+    }
+    std::cerr << "  peak memory " << app::peak_memory_bytes() / (1024 * 1024) << " MiB, total "
+              << format_double(std::round(seconds_since(start) * 1000) / 1000) << " s" << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace flashot::cli

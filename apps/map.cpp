@@ -1,0 +1,107 @@
+// flashot map --solution FILE POINTS -o OUT: the out-of-sample entropic map of new points through a saved solution,
+// T(q) = Σ_j softmax_j(log b_j + (g_j − C(q, y_j))/ε) y_j — no re-solve (Problem::map_points).
+
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "flashot/app/dataset.hpp"
+#include "flashot/app/output_set.hpp"
+#include "flashot/app/report.hpp"
+#include "flashot/app/solution.hpp"
+
+namespace flashot::cli {
+
+int map_main(const std::vector<std::string>& args) {
+  po::options_description options("map options");
+  options.add_options()
+      ("help,h", "this help")
+      ("solution", po::value<std::string>()->required(), "FILE written by `flashot align --save-solution`")
+      ("output,o", po::value<std::string>()->required(), "OUT: copy of POINTS with the mapped points")
+      ("key", po::value<std::string>(), "obsm entry of POINTS (.h5ad; default: the key the solution was made with)")
+      ("where", po::value<std::string>(), "COL=VALUE: map only these rows")
+      ("report", po::value<std::string>(), "FILE.json")
+      ("quiet,q", "no summary on stderr")
+      ("points", po::value<std::string>()->required(), "POINTS .h5ad or .ply, in the solution's SOURCE space");
+  add_backend_options(options);
+  po::positional_options_description positional;
+  positional.add("points", 1);
+  const po::variables_map vm = parse(args, options, positional);
+  if (vm.count("help")) {
+    print_help("flashot map --solution FILE POINTS -o OUT [--key KEY]",
+               "Maps new points (cells of another batch, more scan points) into the TARGET space of a saved\n"
+               "alignment, through its potential g: each point goes to the softmin-weighted mean of the target\n"
+               "points. Nothing is re-solved. OUT is written as `flashot align` writes its output.",
+               options);
+    return 0;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::filesystem::path points_path = vm["points"].as<std::string>();
+  const std::filesystem::path out_path = vm["output"].as<std::string>();
+  try {
+    if (app::file_kind(out_path) != app::file_kind(points_path)) {
+      throw UsageError("-o " + out_path.string() + " must be the same type of file as " + points_path.string());
+    }
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  std::error_code ec;
+  if (std::filesystem::exists(out_path) && std::filesystem::equivalent(out_path, points_path, ec)) {
+    throw UsageError("-o " + out_path.string() + " would overwrite an input");
+  }
+  const BackendOptions backend = backend_options(vm);
+  std::optional<app::RowFilter> where;
+  try {
+    if (vm.count("where")) where = app::parse_row_filter(vm["where"].as<std::string>(), "--where");
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+
+  const app::Solution solution = app::load_solution(vm["solution"].as<std::string>());
+  if (solution.key == "X") {
+    throw std::invalid_argument(vm["solution"].as<std::string>() +
+                                ": solutions made with --use-x cannot map new files (the genes are not saved)");
+  }
+  const std::string key = vm.count("key") ? vm["key"].as<std::string>() : solution.key;
+  const app::PointCloud points = app::load_points(points_path, key, where);
+  if (points.d != solution.d) {
+    throw std::invalid_argument(points_path.string() + ": " + points.representation + " is " +
+                                std::to_string(points.d) + "-d but the solution is " + std::to_string(solution.d) +
+                                "-d");
+  }
+  Problem problem(PointsView{solution.x, solution.n, solution.d}, PointsView{solution.y, solution.m, solution.d},
+                  solution.a, solution.b, backend);
+  const SolveResult result = solution.result();
+  app::AlignmentOutput output;
+  output.mapped = problem.map_points(result, points.view(), Side::kSource);
+  output.scalars = {{"epsilon", solution.epsilon}};
+
+  app::OutputSet outputs;
+  app::write_enriched_copy(points, output, outputs.stage(out_path));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (vm.count("report")) {
+    const nlohmann::json report = {
+        {"command", "map"}, {"solution", vm["solution"].as<std::string>()}, {"points", points_path.string()},
+        {"representation", points.representation}, {"rows_mapped", points.n()}, {"epsilon", solution.epsilon},
+        {"backend", problem.backend_name()}, {"device", problem.device_name()}, {"output", out_path.string()},
+        {"total_seconds", seconds}, {"peak_memory_bytes", app::peak_memory_bytes()},
+        {"versions", app::versions_json()}};
+    app::write_text_atomically(outputs.stage(vm["report"].as<std::string>()),
+                               report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  }
+  outputs.commit();
+  if (!vm.count("quiet")) {
+    std::cerr << "flashot map: mapped " << points.n() << " rows of " << points_path.string() << " ("
+              << points.representation << ") through " << vm["solution"].as<std::string>() << " (epsilon "
+              << format_double(solution.epsilon) << ", " << solution.m << " target points) into " << out_path.string()
+              << " on " << problem.backend_name() << " in " << format_double(std::round(seconds * 1000) / 1000)
+              << " s" << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace flashot::cli

@@ -1,0 +1,154 @@
+// flashot register SOURCE.ply TARGET.ply -o OUT.ply --model rigid|similarity|affine: OT-based registration
+// (app/registration.hpp). Prints the 4×4 transform and the RMS; OUT is SOURCE moved by the transform, with the
+// original coordinates kept as x_original, y_original, z_original.
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "cli.hpp"
+#include "flashot/app/dataset.hpp"
+#include "flashot/app/output_set.hpp"
+#include "flashot/app/registration.hpp"
+#include "flashot/app/report.hpp"
+
+namespace flashot::cli {
+
+int register_main(const std::vector<std::string>& args) {
+  po::options_description options("register options");
+  options.add_options()
+      ("help,h", "this help")
+      ("output,o", po::value<std::string>()->required(), "OUT.ply: SOURCE moved onto TARGET")
+      ("model", po::value<std::string>()->default_value("rigid"), "rigid | similarity | affine")
+      ("blur", po::value<double>(), "final blur in data units (default 0.01 x diameter)")
+      ("start-blur", po::value<double>(), "first round's blur (default 0.5 x diameter)")
+      ("anneal", po::value<double>()->default_value(0.7), "blur factor between rounds, in (0,1)")
+      ("max-rounds", po::value<long long>()->default_value(60), "most OT + Procrustes rounds")
+      ("reach", po::value<double>()->default_value(0), "partial overlap: reach in data units on both sides")
+      ("reach-source", po::value<double>()->default_value(0), "reach on SOURCE only (0 = --reach)")
+      ("reach-target", po::value<double>()->default_value(0), "reach on TARGET only (0 = --reach)")
+      ("report", po::value<std::string>(), "FILE.json: transform, RMS, rounds, convergence, timings")
+      ("quiet,q", "print only the transform and RMS")
+      ("source", po::value<std::string>()->required(), "SOURCE.ply (moved)")
+      ("target", po::value<std::string>()->required(), "TARGET.ply (fixed)");
+  add_backend_options(options);
+  po::positional_options_description positional;
+  positional.add("source", 1).add("target", 1);
+  const po::variables_map vm = parse(args, options, positional);
+  if (vm.count("help")) {
+    print_help("flashot register SOURCE.ply TARGET.ply -o OUT.ply [--model rigid|similarity|affine]",
+               "Registers SOURCE onto TARGET like ICP, with entropic-OT correspondences instead of nearest\n"
+               "neighbours: each round solves OT between the moved SOURCE and TARGET, takes every source point's\n"
+               "barycentric target (weighted by the mass it sends) and fits the transform by weighted Procrustes;\n"
+               "blur shrinks from coarse to fine over the rounds. Use --reach (or --reach-target when only TARGET\n"
+               "has extra parts) for partial overlap. Prints the 4x4 transform and the RMS.",
+               options);
+    return 0;
+  }
+  const std::filesystem::path source_path = vm["source"].as<std::string>();
+  const std::filesystem::path target_path = vm["target"].as<std::string>();
+  const std::filesystem::path out_path = vm["output"].as<std::string>();
+  app::RegistrationOptions reg;
+  try {
+    for (const auto& [path, what] : {std::pair{source_path, "SOURCE"}, std::pair{target_path, "TARGET"},
+                                     std::pair{out_path, "-o"}}) {
+      if (app::file_kind(path) != app::FileKind::kPly) throw UsageError(std::string(what) + " must be a .ply file");
+    }
+    reg.model = app::parse_transform_model(vm["model"].as<std::string>());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  for (const auto& input : {source_path, target_path}) {
+    std::error_code ec;
+    if (std::filesystem::exists(out_path) && std::filesystem::equivalent(input, out_path, ec)) {
+      throw UsageError("-o " + out_path.string() + " would overwrite an input");
+    }
+  }
+  if (vm.count("blur")) reg.blur = require_positive_double(vm, "blur");
+  if (vm.count("start-blur")) reg.start_blur = require_positive_double(vm, "start-blur");
+  reg.anneal = require_positive_double(vm, "anneal");
+  if (reg.anneal >= 1) throw UsageError("--anneal must be in (0, 1) (got " + format_double(reg.anneal) + ")");
+  const long long rounds = require_positive(vm, "max-rounds");
+  if (rounds > 100'000) throw UsageError("--max-rounds is too large (got " + std::to_string(rounds) + ")");
+  reg.max_rounds = int(rounds);
+  reg.reach = require_non_negative_double(vm, "reach");
+  reg.reach_source = require_non_negative_double(vm, "reach-source");
+  reg.reach_target = require_non_negative_double(vm, "reach-target");
+  reg.backend = backend_options(vm);
+  const bool quiet = vm.count("quiet") > 0;
+
+  const app::PointCloud source = app::load_points(source_path, "");
+  const app::PointCloud target = app::load_points(target_path, "");
+  const bool terminal = isatty(fileno(stderr));
+  const app::RegistrationProgress progress = [&](int round, int max_rounds, double epsilon, double rms) {
+    if (quiet) return true;
+    std::fprintf(stderr, terminal ? "\r\033[Kregister: round %d/%d  eps %.3g  rms %.4g" : "register: round %d/%d  eps %.3g  rms %.4g\n",
+                 round, max_rounds, epsilon, rms);
+    std::fflush(stderr);
+    return true;
+  };
+  const app::RegistrationResult result = app::register_clouds(source.view(), target.view(), reg, progress);
+  if (!quiet && terminal) std::fprintf(stderr, "\r\033[K");
+
+  app::AlignmentOutput output;
+  output.mapped = result.transform.apply(source.points);
+  app::OutputSet outputs;
+  app::write_enriched_copy(source, output, outputs.stage(out_path));
+
+  const auto& A = result.transform.linear;
+  const auto& t = result.transform.translation;
+  nlohmann::json matrix = nlohmann::json::array();
+  for (int r = 0; r < 3; ++r) matrix.push_back({A[3 * r], A[3 * r + 1], A[3 * r + 2], t[std::size_t(r)]});
+  matrix.push_back({0.0, 0.0, 0.0, 1.0});
+  if (vm.count("report")) {
+    nlohmann::json report = app::solve_json(result.last_solve);
+    report["command"] = "register";
+    report["iterations"] = result.iterations;
+    report["converged"] = result.converged;
+    report["final_solve_converged"] = result.last_solve.converged;
+    report["model"] = app::to_string(reg.model);
+    report["transform"] = matrix;
+    report["rotation_degrees"] = result.transform.rotation_degrees();
+    report["scale"] = result.transform.scale;
+    report["rms"] = result.rms;
+    report["diameter"] = result.diameter;
+    report["source"] = {{"file", source_path.string()}, {"points", source.n()}};
+    report["target"] = {{"file", target_path.string()}, {"points", target.n()}};
+    report["rounds"] = nlohmann::json::array();
+    for (const app::RegistrationRound& r : result.rounds) {
+      report["rounds"].push_back({{"epsilon", r.epsilon}, {"iterations", r.iterations}, {"rms", r.rms},
+                                  {"displacement", r.displacement}, {"converged", r.converged}});
+    }
+    report["parameters"] = {{"blur", reg.blur}, {"start_blur", reg.start_blur}, {"anneal", reg.anneal},
+                            {"max_rounds", reg.max_rounds}, {"reach", reg.reach},
+                            {"reach_source", reg.reach_source}, {"reach_target", reg.reach_target},
+                            {"backend_requested", to_string(reg.backend.backend)}};
+    report["total_seconds"] = result.seconds;
+    report["peak_memory_bytes"] = app::peak_memory_bytes();
+    report["versions"] = app::versions_json();
+    app::write_text_atomically(outputs.stage(vm["report"].as<std::string>()),
+                               report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  }
+  outputs.commit();
+
+  std::printf("transform (%s, y = A x + t):\n", app::to_string(reg.model).c_str());
+  for (const auto& r : matrix) {
+    std::printf("  % .6f % .6f % .6f % .6f\n", r[0].get<double>(), r[1].get<double>(), r[2].get<double>(),
+                r[3].get<double>());
+  }
+  std::printf("rotation %.4f degrees, scale %.6f\nrms %.6g (weighted, to the OT correspondences)\n",
+              result.transform.rotation_degrees(), result.transform.scale, result.rms);
+  if (!quiet) {
+    std::fprintf(stderr, "flashot register: %s after %zu rounds (%d Sinkhorn iterations) in %.3f s on %s; wrote %s\n",
+                 result.converged ? "converged" : "NOT converged", result.rounds.size(), result.iterations,
+                 result.seconds, result.backend.c_str(), out_path.string().c_str());
+  }
+  return 0;
+}
+
+}  // namespace flashot::cli
