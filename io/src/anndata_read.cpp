@@ -474,7 +474,21 @@ struct H5adReader::Impl {
       throw IoError(path.string() + ": /" + group + ": no entry '" + key + "' (keys: " + list_keys(keys(group)) +
                     ")");
     }
+    // obsm/layers rows are cells, varm rows are genes: a shape that disagrees is a broken file, caught before
+    // anything is read.
+    const ArrayInfo info = info_of(*e);
+    const bool by_var = group == "varm";
+    const std::size_t expected = by_var ? frame_rows("var") : frame_rows("obs");
+    if (expected != kUnknown && info.rows != expected) {
+      e->fail("has " + std::to_string(info.rows) + " rows, but the file has " + std::to_string(expected) +
+              (by_var ? " vars" : " cells"));
+    }
     return read_dense(*e);
+  }
+
+  static constexpr std::size_t kUnknown = static_cast<std::size_t>(-1);
+  std::size_t frame_rows(const std::string& name) const {
+    return root.has(name) ? frame(name).rows() : kUnknown;
   }
 };
 

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "flashot/io/errors.hpp"
+#include "h5/lzf.hpp"
 
 namespace flashot::io::h5 {
 namespace {
@@ -31,28 +32,29 @@ herr_t collect_error(unsigned n, const H5E_error2_t* err, void* data) {
   return 0;
 }
 
-std::string describe_filter_problem(hid_t dataset) {
-  Id dcpl(H5Dget_create_plist(dataset));
-  if (!dcpl.valid()) return {};
-  const int n = H5Pget_nfilters(dcpl.get());
+// After a failed read: the HDF5 error stack, and when it says a filter is missing, which one (name and id).
+std::string read_failure(hid_t dataset) {
+  const std::string stack = take_error_stack();
   std::string problem;
-  for (int i = 0; i < n; ++i) {
-    unsigned flags = 0;
-    std::size_t n_values = 0;
-    char name[128] = {};
-    unsigned config = 0;
-    const H5Z_filter_t filter = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &n_values, nullptr,
-                                               sizeof(name), name, &config);
-    if (filter < 0) continue;
-    if (H5Zfilter_avail(filter) > 0) continue;
-    std::string label = filter == kLzfFilterId ? std::string("LZF") : std::string(name);
-    problem += "the " + label + " filter (HDF5 filter id " + std::to_string(filter) + ") is not available";
-    if (filter == kLzfFilterId) {
-      problem += "; install Debian's hdf5-plugin-lzf or point HDF5_PLUGIN_PATH at an LZF plugin";
+  if (stack.find("filter") != std::string::npos || stack.find("plugin") != std::string::npos) {
+    Id dcpl(H5Dget_create_plist(dataset));
+    const int n = dcpl.valid() ? H5Pget_nfilters(dcpl.get()) : 0;
+    for (int i = 0; i < n; ++i) {
+      unsigned flags = 0;
+      std::size_t n_values = 0;
+      char name[128] = {};
+      unsigned config = 0;
+      const H5Z_filter_t filter = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &n_values, nullptr,
+                                                 sizeof(name), name, &config);
+      if (filter < 0 || H5Zfilter_avail(filter) > 0) continue;
+      const std::string label = filter == kLzfFilterId ? std::string("LZF") : std::string(name);
+      problem += (problem.empty() ? "" : "; ") + std::string("the ") + (label.empty() ? "unnamed" : label) +
+                 " filter (HDF5 filter id " + std::to_string(filter) + ") is not available";
     }
+    H5Eclear2(H5E_DEFAULT);
   }
-  H5Eclear2(H5E_DEFAULT);
-  return problem;
+  if (problem.empty()) return "cannot read" + (stack.empty() ? std::string() : " (HDF5: " + stack + ")");
+  return "cannot read: " + problem + " (HDF5: " + stack + ")";
 }
 
 [[noreturn]] void throw_format(const FileRef* file, const std::string& object_path, const std::string& problem) {
@@ -107,13 +109,13 @@ std::vector<std::string> read_string_values(hid_t file_type, hsize_t n,
   Id mem = string_mem_type(file_type);
   if (H5Tis_variable_str(file_type) > 0) {
     std::vector<char*> ptrs(n, nullptr);
-    if (n > 0 && read(mem.get(), ptrs.data()) < 0) fail(hdf5_problem("cannot read strings"));
+    if (n > 0 && read(mem.get(), ptrs.data()) < 0) fail("cannot read strings");
     for (char* p : ptrs) out.emplace_back(p != nullptr ? p : "");
     if (n > 0) H5Dvlen_reclaim(mem.get(), space, H5P_DEFAULT, ptrs.data());
   } else {
     const std::size_t size = std::max<std::size_t>(H5Tget_size(file_type), 1);
     std::vector<char> buffer(n * size);
-    if (n > 0 && read(mem.get(), buffer.data()) < 0) fail(hdf5_problem("cannot read strings"));
+    if (n > 0 && read(mem.get(), buffer.data()) < 0) fail("cannot read strings");
     const H5T_str_t pad = H5Tget_strpad(file_type);
     for (hsize_t i = 0; i < n; ++i) out.push_back(trim_fixed(buffer.data() + i * size, size, pad));
   }
@@ -164,6 +166,7 @@ bool enum_or_int_signed(hid_t type) {
 void silence_errors() {
   static const bool silenced = [] {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    register_builtin_lzf();
     return true;
   }();
   (void)silenced;
@@ -267,7 +270,7 @@ std::vector<std::string> Node::attr_strings(const std::string& name) const {
     throw_format(file_, where, "expected a string attribute");
   }
   if (H5Sget_simple_extent_type(space.get()) == H5S_NULL) return {};
-  auto fail_fn = [&](const std::string& p) { throw_format(file_, where, p); };
+  auto fail_fn = [&](const std::string& p) { throw_format(file_, where, hdf5_problem(p)); };
   return read_string_values(
       type.get(), static_cast<hsize_t>(n),
       [&](hid_t mem, void* buf) { return H5Aread(attr.get(), mem, buf); }, space.get(), fail_fn);
@@ -409,8 +412,7 @@ std::vector<T> read_all(const Node& node, hid_t mem_type) {
   }
   std::vector<T> out(n);
   if (n > 0 && H5Dread(node.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) {
-    const std::string filters = describe_filter_problem(node.id());
-    node.fail(filters.empty() ? hdf5_problem("cannot read") : "cannot read: " + filters);
+    node.fail(read_failure(node.id()));
   }
   return out;
 }
@@ -431,8 +433,7 @@ void read_block(const Node& node, hid_t mem_type, hsize_t first, hsize_t count, 
   const hsize_t n = product(counts);
   Id mem_space(H5Screate_simple(1, &n, nullptr));
   if (H5Dread(node.id(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, out) < 0) {
-    const std::string filters = describe_filter_problem(node.id());
-    node.fail(filters.empty() ? hdf5_problem("cannot read") : "cannot read: " + filters);
+    node.fail(read_failure(node.id()));
   }
 }
 
@@ -470,10 +471,7 @@ std::vector<std::string> Node::read_strings() const {
   if (bytes > kAlwaysAllowedBytes && bytes / kMaxExpansion > stored) {
     fail("claims " + std::to_string(n) + " strings but stores only " + std::to_string(stored) + " bytes");
   }
-  auto fail_fn = [&](const std::string& p) {
-    const std::string filters = describe_filter_problem(id());
-    fail(filters.empty() ? p : "cannot read: " + filters);
-  };
+  auto fail_fn = [&](const std::string&) { fail(read_failure(id())); };
   return read_string_values(
       type.get(), static_cast<hsize_t>(n),
       [&](hid_t mem, void* buf) { return H5Dread(id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf); }, space.get(),
@@ -495,8 +493,7 @@ std::vector<std::uint8_t> Node::read_flags() const {
   }
   std::vector<unsigned char> raw(n * size);
   if (n > 0 && H5Dread(id(), native.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()) < 0) {
-    const std::string filters = describe_filter_problem(id());
-    fail(filters.empty() ? hdf5_problem("cannot read") : "cannot read: " + filters);
+    fail(read_failure(id()));
   }
   const auto values = widen_integers(raw, size, enum_or_int_signed(type.get()));
   std::vector<std::uint8_t> flags(values.size());

@@ -1,0 +1,75 @@
+// Files written by Python anndata (current PyPI) and hand-built legacy layouts (h5py) are read by flashot and
+// compared value by value with what Python says they hold (tests/io/python/make_h5ad_fixtures.py).
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "flashot/io/anndata.hpp"
+#include "flashot/io/errors.hpp"
+#include "h5ad_expect.hpp"
+#include "h5ad_python.hpp"
+
+namespace flashot::io::test {
+namespace {
+
+std::filesystem::path fixtures() {
+  static std::string error;
+  static const std::filesystem::path dir = fixture_dir(error);
+  if (dir.empty()) ADD_FAILURE() << error;
+  return dir;
+}
+
+class H5adFromPython : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(H5adFromPython, ReadsWhatAnndataWrote) {
+  const auto dir = fixtures();
+  ASSERT_FALSE(dir.empty());
+  const auto file = dir / (std::string(GetParam()) + ".h5ad");
+  const auto expect = dir / (std::string(GetParam()) + ".expect");
+  ASSERT_TRUE(std::filesystem::exists(file)) << file;
+  ASSERT_TRUE(std::filesystem::exists(expect)) << expect;
+  check_file(file, expect);
+}
+
+INSTANTIATE_TEST_SUITE_P(Encodings, H5adFromPython,
+                         ::testing::Values("dense_f32", "dense_f64", "dense_i32", "dense_u16", "csr_f32",
+                                           "csr_f64_i64", "csr_i64", "csc_f32", "csc_i16", "csr_unsigned_indices",
+                                           "no_x", "raw", "nullable", "pandas3_strings", "fixed_strings"),
+                         [](const auto& info) { return std::string(info.param); });
+
+INSTANTIATE_TEST_SUITE_P(Legacy, H5adFromPython, ::testing::Values("legacy_06", "legacy_07", "legacy_07_lzf"),
+                         [](const auto& info) { return std::string(info.param); });
+
+INSTANTIATE_TEST_SUITE_P(Malformed, H5adFromPython,
+                         ::testing::Values("bad_indptr", "short_indptr", "bad_indices", "missing_indices",
+                                           "obsm_wrong_rows", "column_wrong_length", "bad_code", "missing_obsm_key",
+                                           "missing_index", "unknown_filter", "not_anndata"),
+                         [](const auto& info) { return std::string(info.param); });
+
+TEST(H5adPbmc68k, ReadsTheScanpyDatasetLikeAnndata) {
+  const auto dir = fixtures();
+  ASSERT_FALSE(dir.empty());
+  ASSERT_TRUE(std::filesystem::exists(pbmc68k_path())) << pbmc68k_path();
+  check_file(pbmc68k_path(), dir / "pbmc68k_reduced.expect");
+}
+
+TEST(H5adPbmc68k, HasTheShapesScanpyDocuments) {
+  ASSERT_TRUE(std::filesystem::exists(pbmc68k_path())) << pbmc68k_path();
+  const H5adReader reader(pbmc68k_path());
+  EXPECT_EQ(reader.n_obs(), 700u);
+  const auto pca = reader.obsm_info("X_pca");
+  ASSERT_TRUE(pca.has_value());
+  EXPECT_EQ(pca->rows, 700u);
+  EXPECT_EQ(pca->cols, 50u);
+  EXPECT_EQ(pca->dtype, "float32");
+  const Column labels = reader.read_obs("bulk_labels");
+  EXPECT_EQ(labels.kind, Column::Kind::kCategorical);
+  EXPECT_EQ(labels.categories.size(), 10u);
+  EXPECT_EQ(reader.read_obs("louvain").categories.size(), 11u);
+}
+
+}  // namespace
+}  // namespace flashot::io::test
