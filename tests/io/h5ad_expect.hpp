@@ -282,4 +282,113 @@ inline void check_file(const std::filesystem::path& path, const std::filesystem:
   }
 }
 
+/// Writes expect records (for tests/io/python/check_with_anndata.py) line by line.
+class ExpectWriter {
+ public:
+  void line(const std::vector<std::string>& tokens) {
+    for (std::size_t i = 0; i < tokens.size(); ++i) out_ << (i ? " " : "") << tokens[i];
+    out_ << '\n';
+  }
+  void names(const std::string& which, const std::vector<std::string>& values) {
+    std::vector<std::string> t = {"names", which, std::to_string(values.size())};
+    for (const auto& v : values) t.push_back(hex_encode(v));
+    line(t);
+  }
+  void keys(const std::string& which, const std::vector<std::string>& values) {
+    std::vector<std::string> t = {"keys", which, std::to_string(values.size())};
+    for (const auto& v : values) t.push_back(hex_encode(v));
+    line(t);
+  }
+  void columns(const std::string& which, const std::vector<std::string>& values) {
+    std::vector<std::string> t = {"columns", which, std::to_string(values.size())};
+    for (const auto& v : values) t.push_back(hex_encode(v));
+    line(t);
+  }
+  void dense(const std::string& kind, const std::string& key, const DenseMatrix& m) {
+    std::vector<std::string> t = {"dense", kind, hex_encode(key), std::to_string(m.rows), std::to_string(m.cols)};
+    for (float v : m.values) t.push_back(number_token(v));
+    line(t);
+  }
+  void column(const std::string& which, const std::string& name, const Column& c) {
+    std::vector<std::string> t = {"column", which, hex_encode(name)};
+    auto missing = [&](std::size_t i) { return !c.missing.empty() && c.missing[i] != 0; };
+    switch (c.kind) {
+      case Column::Kind::kCategorical:
+        t.insert(t.end(), {"categorical", c.ordered ? "1" : "0", std::to_string(c.categories.size())});
+        for (const auto& s : c.categories) t.push_back(hex_encode(s));
+        t.push_back(std::to_string(c.codes.size()));
+        for (auto code : c.codes) t.push_back(std::to_string(code));
+        break;
+      case Column::Kind::kNumeric:
+        t.insert(t.end(), {"numeric", std::to_string(c.numbers.size())});
+        for (std::size_t i = 0; i < c.numbers.size(); ++i) t.push_back(missing(i) ? "nan" : number_token(c.numbers[i]));
+        break;
+      case Column::Kind::kString:
+        t.insert(t.end(), {"string", std::to_string(c.strings.size())});
+        for (std::size_t i = 0; i < c.strings.size(); ++i) t.push_back(hex_encode(missing(i) ? "" : c.strings[i]));
+        for (std::size_t i = 0; i < c.strings.size(); ++i) t.push_back(missing(i) ? "1" : "0");
+        break;
+      case Column::Kind::kBoolean:
+        t.insert(t.end(), {"boolean", std::to_string(c.flags.size())});
+        for (auto f : c.flags) t.push_back(f ? "1" : "0");
+        for (std::size_t i = 0; i < c.flags.size(); ++i) t.push_back(missing(i) ? "1" : "0");
+        break;
+    }
+    line(t);
+  }
+  void uns(const std::string& key, const UnsValue& value) {
+    std::vector<std::string> t = {"uns", hex_encode(key)};
+    if (const auto* d = std::get_if<double>(&value)) {
+      t.insert(t.end(), {"f", number_token(*d)});
+    } else if (const auto* i = std::get_if<std::int64_t>(&value)) {
+      t.insert(t.end(), {"i", std::to_string(*i)});
+    } else if (const auto* s = std::get_if<std::string>(&value)) {
+      t.insert(t.end(), {"s", hex_encode(*s)});
+    } else {
+      const auto& v = std::get<std::vector<double>>(value);
+      t.insert(t.end(), {"v", std::to_string(v.size())});
+      for (double x : v) t.push_back(number_token(x));
+    }
+    line(t);
+  }
+  /// Everything a new file written from `c` must hold.
+  void content(const H5adContent& c) {
+    line({"n_obs", std::to_string(c.obs_names.size())});
+    line({"n_vars", std::to_string(c.var_names.size())});
+    names("obs", c.obs_names);
+    names("var", c.var_names);
+    if (c.x_dense) {
+      line({"x", "array", "float32", std::to_string(c.x_dense->rows), std::to_string(c.x_dense->cols)});
+      dense("X", "", *c.x_dense);
+    } else if (c.x_sparse) {
+      const auto& s = *c.x_sparse;
+      line({"x", s.csc ? "csc_matrix" : "csr_matrix", "float32", std::to_string(s.rows), std::to_string(s.cols)});
+    } else {
+      line({"x", "none"});
+    }
+    additions(c);
+    std::vector<std::string> obs_order, var_order;
+    for (const auto& [k, v] : c.obs) obs_order.push_back(k);
+    for (const auto& [k, v] : c.var) var_order.push_back(k);
+    columns("obs", obs_order);
+    columns("var", var_order);
+    std::vector<std::string> obsm_keys, uns_keys;
+    for (const auto& [k, v] : c.obsm) obsm_keys.push_back(k);
+    for (const auto& [k, v] : c.uns) uns_keys.push_back(k);
+    keys("obsm", obsm_keys);
+    keys("uns", uns_keys);
+  }
+  /// The obsm entries, columns and uns entries of `c` (what a copy must have gained).
+  void additions(const H5adContent& c) {
+    for (const auto& [k, m] : c.obsm) dense("obsm", k, m);
+    for (const auto& [k, col] : c.obs) column("obs", k, col);
+    for (const auto& [k, col] : c.var) column("var", k, col);
+    for (const auto& [k, v] : c.uns) uns(k, v);
+  }
+  void save(const std::filesystem::path& path) const { std::ofstream(path) << out_.str(); }
+
+ private:
+  std::ostringstream out_;
+};
+
 }  // namespace flashot::io::test

@@ -1,0 +1,112 @@
+// Files written by flashot are read back by Python anndata (current PyPI), which must find every value flashot
+// meant to write (tests/io/python/check_with_anndata.py compares against an expect file written here).
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include "flashot/io/anndata.hpp"
+#include "h5ad_expect.hpp"
+#include "h5ad_python.hpp"
+#include "h5ad_samples.hpp"
+
+namespace flashot::io::test {
+namespace {
+
+void expect_anndata_agrees(const fs::path& file, const ExpectWriter& expect, const std::string& extra = "",
+                           const fs::path& original = {}) {
+  const fs::path expect_path = file.string() + ".expect";
+  expect.save(expect_path);
+  std::vector<std::string> args = {file.string(), expect_path.string()};
+  if (!extra.empty()) {
+    args.push_back(extra);
+    args.push_back(original.string());
+  }
+  const PythonRun run = run_python("check_with_anndata.py", args);
+  EXPECT_EQ(run.status, 0) << run.output;
+}
+
+TEST(H5adToAnndata, NewFileWithEveryColumnKind) {
+  TempDir dir;
+  std::mt19937 rng(kSeed);
+  const H5adContent content = sample_content(rng);
+  const fs::path file = dir.path() / "new.h5ad";
+  write_h5ad(file, content);
+  ExpectWriter expect;
+  expect.content(content);
+  expect_anndata_agrees(file, expect);
+}
+
+TEST(H5adToAnndata, SparseXInBothLayouts) {
+  TempDir dir;
+  std::mt19937 rng(kSeed);
+  const DenseMatrix dense = random_dense(30, 12, rng, 0.8);
+  for (const bool csc : {false, true}) {
+    H5adContent c;
+    c.obs_names = names("cell", 30);
+    c.var_names = names("gene", 12);
+    c.x_sparse = to_sparse(dense, csc);
+    const fs::path file = dir.path() / (csc ? "csc.h5ad" : "csr.h5ad");
+    write_h5ad(file, c);
+    ExpectWriter expect;
+    expect.content(c);
+    expect.dense("X", "", dense);
+    expect_anndata_agrees(file, expect);
+  }
+}
+
+TEST(H5adToAnndata, CouplingIsCsrWithSourcesAndTargets) {
+  TempDir dir;
+  SparseMatrix p;
+  p.rows = 3;
+  p.cols = 4;
+  p.indptr = {0, 2, 2, 4};
+  p.indices = {1, 3, 0, 2};
+  p.data = {0.25f, 0.125f, 0.5f, 0.125f};
+  const fs::path file = dir.path() / "coupling.h5ad";
+  write_coupling_h5ad(file, {"s0", "s1", "s2"}, {"t0", "t1", "t2", "t3"}, p);
+  ExpectWriter expect;
+  expect.line({"x", "csr_matrix", "float32", "3", "4"});
+  expect.names("obs", {"s0", "s1", "s2"});
+  expect.names("var", {"t0", "t1", "t2", "t3"});
+  expect.dense("X", "", DenseMatrix{3, 4, {0, 0.25f, 0, 0.125f, 0, 0, 0, 0, 0.5f, 0, 0.125f, 0}});
+  expect_anndata_agrees(file, expect);
+}
+
+TEST(H5adToAnndata, CopyOfPbmc68kGainsEntriesAndKeepsX) {
+  TempDir dir;
+  ASSERT_TRUE(fs::exists(pbmc68k_path())) << pbmc68k_path();
+  const auto before = file_bytes(pbmc68k_path());
+  const H5adReader input(pbmc68k_path());
+  const std::size_t n = input.n_obs();
+  std::mt19937 rng(kSeed);
+  H5adContent add;
+  add.obsm["X_flashot"] = random_dense(n, 3, rng);
+  add.obsm["X_umap"] = random_dense(n, 2, rng);  // replaces the stored one
+  std::vector<std::int32_t> codes(n);
+  for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::int32_t>(i % 4) - 1;
+  add.obs["flashot_label"] = categorical({"CD14+ Monocyte", "CD19+ B", "Dendritic"}, codes);
+  std::vector<double> scores(n);
+  for (std::size_t i = 0; i < n; ++i) scores[i] = static_cast<double>(i) / static_cast<double>(n);
+  add.obs["flashot_confidence"] = numeric(scores);
+  add.obs["louvain"] = categorical({"a", "b"}, std::vector<std::int32_t>(n, 1));  // replaces, keeps its position
+  add.uns["flashot_epsilon"] = 0.01;
+  add.uns["flashot_command"] = std::string("flashot map --epsilon 0.01");
+  const fs::path output = dir.path() / "pbmc_mapped.h5ad";
+  write_h5ad_copy(pbmc68k_path(), output, add);
+  EXPECT_EQ(file_bytes(pbmc68k_path()), before) << "the input changed";
+
+  ExpectWriter expect;
+  expect.additions(add);
+  auto order = input.obs_columns();
+  order.push_back("flashot_confidence");
+  order.push_back("flashot_label");
+  expect.columns("obs", order);
+  expect.names("obs", input.obs_names());
+  expect_anndata_agrees(output, expect, "--same-x", pbmc68k_path());
+}
+
+}  // namespace
+}  // namespace flashot::io::test
