@@ -67,6 +67,7 @@ struct Cloud {
   vtkNew<vtkActor> full_actor;
   vtkNew<vtkActor> coarse_actor;
   std::size_t n = 0;
+  std::size_t stride = 1;
   bool visible = true;
 
   Cloud() {
@@ -96,6 +97,7 @@ struct PointCloudScene::Impl {
   vtkNew<vtkActor> links_actor;
   bool links_visible = true;
   bool interactive = false;
+  std::size_t budget = kDefaultInteractiveBudget;
   std::vector<float> morph_from;
   std::vector<float> morph_to;
   double t = 1.0;
@@ -131,10 +133,28 @@ struct PointCloudScene::Impl {
     return clouds[static_cast<int>(layer)];
   }
 
+  std::size_t total_points() const {
+    std::size_t total = 0;
+    for (const auto& cloud : clouds) total += cloud.visible ? cloud.n : 0;
+    return total;
+  }
+
+  // One stride for all clouds keeps their relative density, so a sparse cloud does not vanish beside a dense one.
+  void refresh_coarse() {
+    const std::size_t total = total_points();
+    const std::size_t stride = std::max<std::size_t>(1, (total + budget - 1) / budget);
+    for (auto& cloud : clouds) {
+      if (cloud.n == 0 || cloud.stride == stride) continue;
+      cloud.coarse->SetVerts(vertex_cells(cloud.n, stride));
+      cloud.stride = stride;
+    }
+  }
+
   void update_visibility() {
+    refresh_coarse();
     for (auto& cloud : clouds) {
       const bool shown = cloud.visible && cloud.n > 0;
-      const bool coarse = interactive && cloud.n > kInteractivePointBudget;
+      const bool coarse = interactive && cloud.stride > 1;
       cloud.full_actor->SetVisibility(shown && !coarse);
       cloud.coarse_actor->SetVisibility(shown && coarse);
       cloud.full_actor->GetProperty()->SetPointSize(point_size);
@@ -161,13 +181,13 @@ struct PointCloudScene::Impl {
     vtkNew<vtkPoints> points;
     points->SetData(coords);
     auto colors = color_array(rgb, 3);
-    const std::size_t stride = std::max<std::size_t>(1, (n + kInteractivePointBudget - 1) / kInteractivePointBudget);
     c.full->SetPoints(points);
     c.full->SetVerts(vertex_cells(n, 1));
     c.full->GetPointData()->SetScalars(colors);
     c.coarse->SetPoints(points);
-    c.coarse->SetVerts(vertex_cells(n, stride));
+    c.coarse->SetVerts(vertex_cells(n, 1));
     c.coarse->GetPointData()->SetScalars(colors);
+    c.stride = 1;
     c.n = n;
     update_visibility();
   }
@@ -261,6 +281,7 @@ void PointCloudScene::clear(Layer layer) {
     c.full->Initialize();
     c.coarse->Initialize();
     c.n = 0;
+    c.stride = 1;
     if (layer == Layer::kMapped) {
       impl_->morph_from.clear();
       impl_->morph_to.clear();
@@ -297,6 +318,24 @@ void PointCloudScene::set_background(double r, double g, double b) { impl_->rend
 void PointCloudScene::set_interactive(bool interactive) {
   impl_->interactive = interactive;
   impl_->update_visibility();
+}
+
+bool PointCloudScene::interactive() const { return impl_->interactive; }
+
+void PointCloudScene::set_interactive_budget(std::size_t points) {
+  impl_->budget = std::max<std::size_t>(1, points);
+  impl_->update_visibility();
+}
+
+std::size_t PointCloudScene::interactive_budget() const { return impl_->budget; }
+
+std::size_t PointCloudScene::points_drawn() const {
+  std::size_t drawn = 0;
+  for (const auto& cloud : impl_->clouds) {
+    if (!cloud.visible) continue;
+    drawn += impl_->interactive ? (cloud.n + cloud.stride - 1) / cloud.stride : cloud.n;
+  }
+  return drawn;
 }
 
 void PointCloudScene::reset_camera() {

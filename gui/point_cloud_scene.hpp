@@ -32,8 +32,9 @@ using Rgb = std::vector<std::uint8_t>;
 
 class PointCloudScene {
  public:
-  /// Points drawn per cloud while the camera moves (level of detail); all points are drawn once it stops.
-  static constexpr std::size_t kInteractivePointBudget = 200'000;
+  /// Points drawn, all clouds together, while the camera moves (level of detail); all points are drawn once it
+  /// stops. The view adapts it to the measured frame time (set_interactive_budget).
+  static constexpr std::size_t kDefaultInteractiveBudget = 300'000;
 
   PointCloudScene();
   ~PointCloudScene();
@@ -59,6 +60,12 @@ class PointCloudScene {
   void set_background(double r, double g, double b);
   /// Level of detail on (camera moving) or off.
   void set_interactive(bool interactive);
+  bool interactive() const;
+  /// Total points drawn while interactive (clamped to ≥ 1); every cloud keeps every k-th point, one k for all.
+  void set_interactive_budget(std::size_t points);
+  std::size_t interactive_budget() const;
+  /// Points the next frame draws (all visible clouds, after level of detail).
+  std::size_t points_drawn() const;
   void reset_camera();
 
   void set_size(int width, int height);

@@ -14,6 +14,7 @@
 #include <vtkInteractorObserver.h>
 #include <vtkRenderWindowInteractor.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -59,6 +60,8 @@ void VtkImageView::render_now() {
   const int height = std::max(1, static_cast<int>(std::lround(this->height() * ratio)));
   QElapsedTimer timer;
   timer.start();
+  const std::size_t drawn = scene_.points_drawn();
+  const bool interactive = scene_.interactive();
   scene_.set_size(width, height);
   Frame frame = scene_.render();
   QImage image(frame.width, frame.height, QImage::Format_RGB888);
@@ -69,6 +72,7 @@ void VtkImageView::render_now() {
   image.setDevicePixelRatio(ratio);
   frame_ = std::move(image);
   last_frame_ms_ = static_cast<double>(timer.nsecsElapsed()) / 1e6;
+  if (!interactive && drawn > 0) adapt_budget(drawn);
   update();
   emit frame_rendered(last_frame_ms_);
 }
@@ -160,6 +164,14 @@ void VtkImageView::keyPressEvent(QKeyEvent* event) {
     return;
   }
   QWidget::keyPressEvent(event);
+}
+
+void VtkImageView::adapt_budget(std::size_t drawn) {
+  // Frame time grows linearly with the points drawn (measured, docs/gui.md); aim the moving-camera frames at
+  // kInteractiveFrameMs from the cost per point of the last full frame.
+  const double per_point = last_frame_ms_ / static_cast<double>(drawn);
+  const auto budget = static_cast<std::size_t>(kInteractiveFrameMs / std::max(per_point, 1e-9));
+  scene_.set_interactive_budget(std::clamp<std::size_t>(budget, kMinInteractivePoints, kMaxInteractivePoints));
 }
 
 void VtkImageView::on_interactor_render() { request_render(); }

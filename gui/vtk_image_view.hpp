@@ -7,6 +7,7 @@
 #include <QImage>
 #include <QWidget>
 
+#include <cstddef>
 #include <functional>
 
 class QPainter;
@@ -19,6 +20,11 @@ class VtkImageView : public QWidget {
   Q_OBJECT
 
  public:
+  /// Frame time aimed at while the camera moves, and the bounds of the level-of-detail point budget.
+  static constexpr double kInteractiveFrameMs = 50.0;
+  static constexpr std::size_t kMinInteractivePoints = 30'000;
+  static constexpr std::size_t kMaxInteractivePoints = 4'000'000;
+
   /// `scene` must outlive the view.
   explicit VtkImageView(PointCloudScene& scene, QWidget* parent = nullptr);
   ~VtkImageView() override;
@@ -50,6 +56,7 @@ class VtkImageView : public QWidget {
 
  private:
   void forward_mouse(QMouseEvent* event, unsigned long vtk_event);
+  void adapt_budget(std::size_t drawn);
   void on_interactor_render();
   void on_interaction_start();
   void on_interaction_end();

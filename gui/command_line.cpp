@@ -1,0 +1,86 @@
+#include "command_line.hpp"
+
+#include <QCommandLineParser>
+#include <QRegularExpression>
+
+#include <stdexcept>
+
+namespace flashot::gui {
+namespace {
+
+struct Options {
+  QCommandLineOption key{"key", "Alignment space: an obsm key, X, or xyz (PLY).", "KEY"};
+  QCommandLineOption show{"show", "Display space: an obsm key (X_umap, spatial, …) or 'first 3'.", "KEY"};
+  QCommandLineOption color_by{"color-by", "Color by an obs column, 'source / target', 'PLY colors' or "
+                                          "'transferred labels'.", "COL"};
+  QCommandLineOption transfer{"transfer-labels", "Transfer this target column's labels to the source.", "COL"};
+  QCommandLineOption backend{"backend", "auto, cpu or cuda.", "NAME"};
+  QCommandLineOption blur{"blur", "Blur in data units (0 = 1% of the data diameter).", "B"};
+  QCommandLineOption align{"align", "Align as soon as the files are open."};
+  QCommandLineOption screenshot{"screenshot", "Headless: write the view to FILE.png and exit.", "FILE"};
+  QCommandLineOption size{"size", "Window size in headless mode, WxH (default 1280x800).", "WxH"};
+  QCommandLineOption help{QStringList{"h", "help"}, "Show this help."};
+};
+
+void add_options(QCommandLineParser& parser, const Options& o) {
+  parser.setApplicationDescription("flashot-gui: align two data sets (.h5ad or .ply) with entropic optimal "
+                                   "transport and look at the result.");
+  parser.addPositionalArgument("SOURCE", "Source (query) data set, .h5ad or .ply.", "[SOURCE");
+  parser.addPositionalArgument("TARGET", "Target (reference) data set.", "[TARGET]]");
+  parser.addOptions({o.key, o.show, o.color_by, o.transfer, o.backend, o.blur, o.align, o.screenshot, o.size,
+                     o.help});
+}
+
+}  // namespace
+
+CommandLine parse_command_line(const QStringList& arguments) {
+  QCommandLineParser parser;
+  const Options o;
+  add_options(parser, o);
+  if (!parser.parse(arguments)) throw std::invalid_argument(parser.errorText().toStdString());
+  CommandLine c;
+  c.help = parser.isSet(o.help);
+  const QStringList files = parser.positionalArguments();
+  if (files.size() > 2) {
+    throw std::invalid_argument("at most two files (source and target), got " + std::to_string(files.size()));
+  }
+  if (!files.empty()) c.source = files[0];
+  if (files.size() > 1) c.target = files[1];
+  c.key = parser.value(o.key);
+  c.show = parser.value(o.show);
+  c.color_by = parser.value(o.color_by);
+  c.transfer = parser.value(o.transfer);
+  c.backend = parser.value(o.backend);
+  c.align = parser.isSet(o.align);
+  c.screenshot = parser.value(o.screenshot);
+  if (parser.isSet(o.blur)) {
+    bool ok = false;
+    const double blur = parser.value(o.blur).toDouble(&ok);
+    if (!ok || !(blur >= 0)) {
+      throw std::invalid_argument("--blur must be a number ≥ 0 (got '" + parser.value(o.blur).toStdString() + "')");
+    }
+    c.blur = blur;
+  }
+  if (parser.isSet(o.size)) {
+    static const QRegularExpression pattern("^(\\d{2,5})x(\\d{2,5})$");
+    const auto match = pattern.match(parser.value(o.size));
+    if (!match.hasMatch()) {
+      throw std::invalid_argument("--size must be WIDTHxHEIGHT, e.g. 1280x800 (got '" +
+                                  parser.value(o.size).toStdString() + "')");
+    }
+    c.width = match.captured(1).toInt();
+    c.height = match.captured(2).toInt();
+  }
+  if (c.align && c.target.isEmpty()) throw std::invalid_argument("--align needs a SOURCE and a TARGET file");
+  if (c.headless() && c.source.isEmpty()) throw std::invalid_argument("--screenshot needs at least a SOURCE file");
+  return c;
+}
+
+QString usage_text() {
+  QCommandLineParser parser;
+  const Options o;
+  add_options(parser, o);
+  return parser.helpText();
+}
+
+}  // namespace flashot::gui

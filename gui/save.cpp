@@ -1,0 +1,106 @@
+#include "save.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include "flashot/app/output_set.hpp"
+#include "flashot/app/report.hpp"
+#include "flashot/io/anndata.hpp"
+
+namespace flashot::gui {
+namespace {
+
+void require_extension(const std::filesystem::path& path, const std::string& expected, const std::string& what) {
+  std::string ext = path.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (ext != expected) {
+    throw std::invalid_argument(what + " must be a " + expected + " file (got " + path.string() + ")");
+  }
+}
+
+}  // namespace
+
+void save_aligned(const Dataset& source, const std::string& key, const AlignmentOutcome& outcome,
+                  const std::filesystem::path& path) {
+  require_extension(path, source.kind() == app::FileKind::kPly ? ".ply" : ".h5ad", "the aligned " +
+                    source.path().filename().string());
+  app::AlignmentOutput output;
+  output.mapped = outcome.mapped;
+  if (outcome.transfer && outcome.labels) {
+    output.label_names = outcome.labels;
+    output.transfer = outcome.transfer;
+  }
+  output.scalars = {{"epsilon", outcome.result.epsilon},
+                    {"cost", outcome.result.dual_cost},
+                    {"marginal_error", outcome.result.marginal_error},
+                    {"iterations", static_cast<double>(outcome.result.iterations)}};
+  app::OutputSet outputs;
+  const std::filesystem::path temporary = outputs.stage(path);
+  app::write_enriched_copy(source.as_point_cloud(key, outcome.d), output, temporary);
+  outputs.commit();
+}
+
+void save_coupling(const Dataset& source, const Dataset& target, const AlignmentOutcome& outcome,
+                   const std::filesystem::path& path) {
+  require_extension(path, ".h5ad", "the coupling");
+  const TopKCoupling& c = outcome.coupling;
+  io::SparseMatrix csr;
+  csr.rows = c.rows;
+  csr.cols = outcome.m;
+  csr.indptr.assign(c.rows + 1, 0);
+  std::vector<std::size_t> order(c.k);
+  for (std::size_t i = 0; i < c.rows; ++i) {
+    // CSR wants ascending column indices within a row; top_k gives them by decreasing mass.
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t a, std::size_t b) { return c.columns[i * c.k + a] < c.columns[i * c.k + b]; });
+    for (std::size_t e : order) {
+      const float value = c.values[i * c.k + e];
+      if (!(value > 0)) continue;
+      csr.indices.push_back(c.columns[i * c.k + e]);
+      csr.data.push_back(value);
+    }
+    csr.indptr[i + 1] = static_cast<std::int64_t>(csr.data.size());
+  }
+  app::OutputSet outputs;
+  const std::filesystem::path temporary = outputs.stage(path);
+  io::write_coupling_h5ad(temporary, source.names(), target.names(), csr);
+  outputs.commit();
+}
+
+void save_report(const Dataset& source, const Dataset& target, const std::string& key,
+                 const AlignmentOutcome& outcome, const std::filesystem::path& path) {
+  nlohmann::json report = app::solve_json(outcome.result);
+  report["options"] = app::options_json(outcome.options);
+  report["inputs"] = {{"source", source.path().string()},
+                      {"target", target.path().string()},
+                      {"key", key},
+                      {"n", outcome.n},
+                      {"m", outcome.m},
+                      {"d", outcome.d},
+                      {"diameter", app::number(outcome.diameter)}};
+  report["top_k"] = outcome.coupling.k;
+  if (outcome.transfer && outcome.labels) {
+    const auto& t = *outcome.transfer;
+    double confidence = 0;
+    for (float v : t.confidence) confidence += v;
+    report["transfer"] = {{"column", outcome.labels->column},
+                          {"classes", outcome.labels->categories.size()},
+                          {"mean_confidence", app::number(t.points ? confidence / static_cast<double>(t.points) : 0)}};
+  }
+  report["versions"] = app::versions_json();
+  report["program"] = "flashot-gui";
+  app::write_text_atomically(path, report.dump(2) + "\n");
+}
+
+void save_image(const QImage& image, const std::filesystem::path& path) {
+  app::OutputSet outputs;
+  const std::filesystem::path temporary = outputs.stage(path);
+  if (!image.save(QString::fromStdString(temporary.string()), "PNG")) {
+    throw std::runtime_error("cannot write the image " + path.string());
+  }
+  outputs.commit();
+}
+
+}  // namespace flashot::gui
