@@ -2,8 +2,11 @@
 //   flashot_ply_tool dump FILE                 prints the parsed file as one JSON object (values exact: %.17g)
 //   flashot_ply_tool convert IN OUT FORMAT     reads IN and writes it to OUT as ascii, binary_little_endian or
 //                                              binary_big_endian
+//   flashot_ply_tool read FILE                 reads FILE, prints {"seconds": read_ply's wall time, "rows": …}
+//                                              (tests/bench/io_ply_bench.py times it against plyfile)
 // Exit status 1 with the error on stderr when reading or writing fails, 2 for a usage error.
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -92,12 +95,22 @@ void dump(const PlyFile& ply) {
 
 int main(int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "";
-  if (!((command == "dump" && argc == 3) || (command == "convert" && argc == 5))) {
-    std::fputs("usage: flashot_ply_tool dump FILE | convert IN OUT ascii|binary_little_endian|binary_big_endian\n",
+  if (!(((command == "dump" || command == "read") && argc == 3) || (command == "convert" && argc == 5))) {
+    std::fputs("usage: flashot_ply_tool dump FILE | read FILE | convert IN OUT "
+               "ascii|binary_little_endian|binary_big_endian\n",
                stderr);
     return 2;
   }
   try {
+    if (command == "read") {
+      const auto start = std::chrono::steady_clock::now();
+      const PlyFile ply = flashot::io::read_ply(argv[2]);
+      const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
+      std::size_t rows = 0;
+      for (const auto& element : ply.elements) rows += element.count;
+      std::printf("{\"seconds\":%.6f,\"rows\":%zu}\n", seconds.count(), rows);
+      return 0;
+    }
     PlyFile ply = flashot::io::read_ply(argv[2]);
     if (command == "dump") {
       dump(ply);
