@@ -380,7 +380,14 @@ SparseMatrix read_sparse(const Node& node) {
 
 DenseMatrix read_dense(const Node& node) {
   if (node.is_group()) {
-    if (sparse_layout(node)) return densify(read_sparse(node));
+    if (auto layout = sparse_layout(node)) {
+      const auto rows = static_cast<std::size_t>(layout->second[0]);
+      const auto cols = static_cast<std::size_t>(layout->second[1]);
+      if (rows != 0 && cols > std::numeric_limits<std::size_t>::max() / sizeof(float) / rows) {
+        node.fail("shape (" + std::to_string(rows) + ", " + std::to_string(cols) + ") is too large to densify");
+      }
+      return densify(read_sparse(node));
+    }
     const ArrayInfo info = info_of(node);  // a dataframe: its numeric columns side by side
     Frame frame(node, std::nullopt);
     DenseMatrix m;
@@ -439,6 +446,19 @@ struct H5adReader::Impl {
   }
 
   std::optional<Node> uns() const { return root.find("uns"); }
+
+  // X, with its shape checked against obs and var before anything is read.
+  Node x() const {
+    auto node = root.find("X");
+    if (!node) throw IoError(path.string() + ": /X: the file has no X");
+    const ArrayInfo info = info_of(*node);
+    const std::size_t rows = frame_rows("obs"), cols = frame_rows("var");
+    if ((rows != kUnknown && info.rows != rows) || (cols != kUnknown && info.cols != cols)) {
+      node->fail("shape (" + std::to_string(info.rows) + ", " + std::to_string(info.cols) +
+                 ") does not match obs × var (" + std::to_string(rows) + ", " + std::to_string(cols) + ")");
+    }
+    return std::move(*node);
+  }
 
   Frame frame(const std::string& name) const { return Frame(root.child(name), uns()); }
 
@@ -567,21 +587,13 @@ std::optional<ArrayInfo> H5adReader::x_info() const {
   return info_of(*x);
 }
 
-DenseMatrix H5adReader::read_x_dense() const {
-  auto x = impl_->root.find("X");
-  if (!x) throw IoError(impl_->path.string() + ": /X: the file has no X");
-  return read_dense(*x);
-}
+DenseMatrix H5adReader::read_x_dense() const { return read_dense(impl_->x()); }
 
-SparseMatrix H5adReader::read_x_sparse() const {
-  auto x = impl_->root.find("X");
-  if (!x) throw IoError(impl_->path.string() + ": /X: the file has no X");
-  return read_sparse(*x);
-}
+SparseMatrix H5adReader::read_x_sparse() const { return read_sparse(impl_->x()); }
 
 DenseMatrix H5adReader::read_x_columns(std::span<const std::size_t> cols) const {
-  auto x = impl_->root.find("X");
-  if (!x) throw IoError(impl_->path.string() + ": /X: the file has no X");
+  const Node x_node = impl_->x();
+  const Node* x = &x_node;
   const ArrayInfo info = info_of(*x);
   for (std::size_t c : cols) {
     if (c >= info.cols) {

@@ -46,7 +46,8 @@ INSTANTIATE_TEST_SUITE_P(Legacy, H5adFromPython, ::testing::Values("legacy_06", 
 INSTANTIATE_TEST_SUITE_P(Malformed, H5adFromPython,
                          ::testing::Values("bad_indptr", "short_indptr", "bad_indices", "missing_indices",
                                            "obsm_wrong_rows", "column_wrong_length", "bad_code", "missing_obsm_key",
-                                           "missing_index", "unknown_filter", "not_anndata"),
+                                           "missing_index", "unknown_filter", "x_unreadable", "x_wrong_shape",
+                                           "not_anndata"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(H5adPbmc68k, ReadsTheScanpyDatasetLikeAnndata) {

@@ -375,7 +375,7 @@ def malformed_files(out, rng):
     a.obs["cluster"] = pd.Categorical(["a", "b", "a", "b", "a", "b"])
     a.obsm["X_pca"] = rng.normal(size=(n_obs, 3)).astype(np.float32)
 
-    def broken(name, edit, *fails):
+    def broken(name, edit, *fails, readable=None):
         path = out / f"{name}.h5ad"
         a.write_h5ad(path)
         with h5py.File(path, "r+") as f:
@@ -383,6 +383,8 @@ def malformed_files(out, rng):
         w = ex.Writer()
         for what, *needles in fails:
             w.fail(what, *needles)
+        if readable:
+            readable(w)
         w.save(out / f"{name}.expect")
 
     def replace(f, key, values):
@@ -416,6 +418,24 @@ def malformed_files(out, rng):
         d.id.write_direct_chunk((0, 0), b"\x00" * 40)
         d.attrs.update({"encoding-type": "array", "encoding-version": "0.2.0"})
     broken("unknown_filter", unknown_filter, ("obsm:" + ex.enc("X_pca"), "/obsm/X_pca", "filter id 32099"))
+
+    # X unreadable (its data needs a filter nobody has): obsm, obs and names must still read, since reading them
+    # never touches X
+    def x_unreadable(f):
+        del f["X/data"]
+        d = f["X"].create_dataset("data", shape=(x.nnz,), dtype=np.float32, chunks=(x.nnz,), compression=32099,
+                                  allow_unknown_filter=True)
+        d.id.write_direct_chunk((0,), b"\x00" * 8)
+
+    def still_readable(w):
+        w.add("n_obs", n_obs)
+        w.names("obs", list(a.obs_names))
+        w.dense("obsm", "X_pca", a.obsm["X_pca"])
+        describe_column(w, "obs", "cluster", a.obs["cluster"])
+
+    broken("x_unreadable", x_unreadable, ("x_sparse", "/X/data", "filter id 32099"), readable=still_readable)
+    broken("x_wrong_shape", lambda f: f["X"].attrs.__setitem__("shape", np.array([n_obs + 1, n_vars])),
+           ("x_dense", "/X", "does not match"), ("x_sparse", "/X", "does not match"))
 
     # an HDF5 file that is not AnnData
     with h5py.File(out / "not_anndata.h5ad", "w") as f:
