@@ -1,0 +1,125 @@
+// Streaming plan application: out = P·V (or Pᵀ·V with the sides swapped), V with k columns cut into chunks of
+// kApplyChunk, never forming P. The weights are exp2(score − lse2_i) with the row's log-normaliser computed first
+// (launch_lse + kLse2), so every weight is in [0, 1] and nothing overflows whatever the potentials; the row's mass
+// is put back in launch_apply_scale.
+
+#include <cmath>
+
+#include "device_common.cuh"
+#include "error.hpp"
+
+namespace flashot::detail::cuda {
+namespace {
+
+static_assert(kApplyChunk == kTileCols, "one 64-wide chunk of V per block");
+
+__global__ void __launch_bounds__(kTileThreads) apply_kernel(PointSet rows, PointSet cols, const float* __restrict__ h,
+                                                             Scale sc, const float* __restrict__ lse2,
+                                                             const float* __restrict__ v, int k, int cols_per_split,
+                                                             float* __restrict__ out, float* __restrict__ wsum) {
+  __shared__ TileStage st;
+  __shared__ float w[kTileRows][kTileCols + 4];     // (BM, BN) plan weights of the tile
+  __shared__ float vals[kTileCols][kApplyChunk + 4];  // (BN, KC) the tile's rows of V
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int i0 = blockIdx.x * kTileRows;
+  const int kc0 = blockIdx.z * kApplyChunk;
+  const int j_begin = blockIdx.y * cols_per_split;
+  const int j_end = min(cols.count, j_begin + cols_per_split);
+  float shift[4], total[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int i = i0 + ty + 16 * r;
+    shift[r] = i < rows.count ? lse2[i] : INFINITY;
+    total[r] = 0.f;
+  }
+  float result[4][4] = {};  // (TM, 4 of the chunk's columns)
+  for (int j0 = j_begin; j0 < j_end; j0 += kTileCols) {
+    float acc[4][4];
+    tile_dots(rows.points, rows.count, i0, cols.points, j_end, j0, sc.d, st, acc);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int j = j0 + tx + 16 * c;
+      const float bias = j < j_end ? column_bias(cols, h, sc, j) : -INFINITY;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float e = fast_exp2(fmaf(sc.alpha, acc[r][c], bias) - shift[r]);
+        w[ty + 16 * r][tx + 16 * c] = e;
+        total[r] += e;
+      }
+    }
+    for (int e = threadIdx.x; e < kTileCols * kApplyChunk; e += kTileThreads) {
+      const int jj = e / kApplyChunk, cc = e % kApplyChunk, j = j0 + jj, col = kc0 + cc;
+      vals[jj][cc] = (j < j_end && col < k) ? v[std::size_t(j) * k + col] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int jj = 0; jj < kTileCols; ++jj) {
+      float b[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) b[c] = vals[jj][tx + 16 * c];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float a = w[ty + 16 * r][jj];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) result[r][c] = fmaf(a, b[c], result[r][c]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int i = i0 + ty + 16 * r;
+    if (i >= rows.count) continue;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int col = kc0 + tx + 16 * c;
+      if (col < k) atomicAdd(&out[std::size_t(i) * k + col], result[r][c]);
+    }
+  }
+  if (blockIdx.z == 0) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      float t = total[r];
+#pragma unroll
+      for (int offset = 1; offset < 16; offset <<= 1) t += __shfl_xor_sync(0xffffffffu, t, offset);
+      const int i = i0 + ty + 16 * r;
+      if (tx == 0 && i < rows.count) atomicAdd(&wsum[i], t);
+    }
+  }
+}
+
+__global__ void apply_scale_kernel(PointSet rows, const float* __restrict__ pot, const float* __restrict__ lse2,
+                                   const float* __restrict__ wsum, int k, bool normalized, Scale sc,
+                                   float* __restrict__ out) {
+  const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= std::size_t(rows.count) * k) return;
+  const int i = static_cast<int>(e / k);
+  float mass = 1.f;
+  if (!normalized) mass = exp2f(sc.c1 * (pot[i] - sc.s * rows.norm2[i]) + kLog2e * rows.logw[i] + lse2[i]);
+  const float total = wsum[i];
+  out[e] = total > 0.f ? out[e] * (mass / total) : 0.f;
+}
+
+}  // namespace
+
+ReductionPlan plan_apply(const PointSet& rows, const PointSet& cols, int resident_blocks) {
+  return plan_reduction(rows.count, cols.count, kTileRows, kTileCols, resident_blocks);
+}
+
+void launch_apply(const PointSet& rows, const PointSet& cols, const float* h, const Scale& scale, const float* lse2,
+                  const float* v, int k, const ReductionPlan& plan, float* out, float* wsum, cudaStream_t stream) {
+  const dim3 grid(plan.row_blocks, plan.splits, apply_chunks(k));
+  apply_kernel<<<grid, kTileThreads, 0, stream>>>(rows, cols, h, scale, lse2, v, k, plan.cols_per_split, out, wsum);
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+void launch_apply_scale(const PointSet& rows, const float* pot, const float* lse2, const float* wsum, int k,
+                        bool normalized, const Scale& scale, float* out, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const std::int64_t elements = std::int64_t(rows.count) * k;
+  if (elements == 0) return;
+  apply_scale_kernel<<<div_up(elements, kThreads), kThreads, 0, stream>>>(rows, pot, lse2, wsum, k, normalized,
+                                                                          scale, out);
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace flashot::detail::cuda

@@ -1,0 +1,416 @@
+// The CUDA backend: points, weights and potentials resident on one device, every operation a streaming kernel on the
+// problem's own stream, and Backend::iterate replayed as one CUDA graph of `count` iterations (no host round-trip
+// per iteration).
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "device_buffer.hpp"
+#include "error.hpp"
+#include "kernels.cuh"
+
+namespace flashot::detail {
+namespace cuda {
+namespace {
+
+/// Makes `device` current for the scope (the caller's device is restored), so Problems on different devices and
+/// threads do not disturb each other.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    FLASHOT_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) FLASHOT_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceScope() {
+    int current = previous_;
+    cudaGetDevice(&current);
+    if (current != previous_) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+/// Host-side copy of one side with the per-point values the kernels need.
+struct HostSide {
+  std::vector<float> points, norm2, logw, weight;
+};
+
+HostSide prepare_side(const PointsView& p, std::span<const float> w) {
+  HostSide side;
+  side.points.resize(p.n * p.d);
+  side.norm2.resize(p.n);
+  for (std::size_t i = 0; i < p.n; ++i) {
+    double norm = 0;
+    for (std::size_t k = 0; k < p.d; ++k) {
+      const float c = p.data[i * p.d + k];
+      side.points[i * p.d + k] = c;
+      norm += double(c) * c;
+    }
+    side.norm2[i] = static_cast<float>(norm);
+  }
+  if (!w.empty()) {
+    side.weight.assign(w.begin(), w.end());
+    side.logw.resize(w.size());
+    std::transform(w.begin(), w.end(), side.logw.begin(),
+                   [](float v) { return v > 0 ? std::log(v) : -INFINITY; });
+  }
+  return side;
+}
+
+struct GraphKey {
+  double epsilon = 0, cost_scale = 0, damping_f = 0, damping_g = 0;
+  Scheme scheme = Scheme::kSymmetric;
+  int count = 0;
+  const int* flags = nullptr;
+  bool operator==(const GraphKey&) const = default;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const BackendOptions& options, const ProblemData& data);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  std::string device() const override { return device_name_; }
+  void set_potentials(std::span<const float> f, std::span<const float> g) override;
+  void get_potentials(std::span<float> f, std::span<float> g) const override;
+  bool iterate(const IterationParams& p, int count) override;
+  void softmin(const PlanParams& p, Side rows, std::span<float> out) const override;
+  void apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k, bool normalized,
+             std::span<float> out) const override;
+  void apply_queries(const PlanParams& p, Side from, PointsView q, std::span<const float> v, std::size_t k,
+                     std::span<float> out) const override;
+  void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,
+             std::span<float> values) const override;
+
+ private:
+  using DevSide = cuda::PointSet;
+  DevSide x_side() const { return {x_.get(), xn_.get(), loga_.get(), a_.get(), n_}; }
+  DevSide y_side() const { return {y_.get(), yn_.get(), logb_.get(), b_.get(), m_}; }
+  void enqueue_iteration(const IterationParams& p, int index);
+  /// rows.count values of LSE2 over `cols` with potential h into lse (device), using partial buffer `partials`.
+  void row_lse2(const DevSide& rows, const DevSide& cols, const float* h, const Scale& sc,
+                DeviceBuffer<float2>& partials, float* lse) const;
+  void sync() const { FLASHOT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  int resident_blocks_ = 0;
+  std::string device_name_;
+  Precision precision_ = Precision::kDefault;
+  int n_ = 0, m_ = 0, d_ = 0;
+  bool one_pass_ = true;  // every weight > 0: the one-exponential symmetric step is usable
+
+  DeviceBuffer<float> x_, y_, xn_, yn_, loga_, logb_, a_, b_, f_, g_;
+  // Iteration scratch, sized once so that captured graphs stay valid.
+  ReductionPlan plan_rows_, plan_cols_, plan_sums_;
+  DeviceBuffer<float2> part_rows_, part_cols_;
+  DeviceBuffer<float> tmp_f_, tmp_g_, rsum_, csum_;
+  DeviceBuffer<int> flags_;  // [0]: non-finite seen; [1 + k]: iteration k's one-pass step must be redone
+  cudaGraphExec_t graph_ = nullptr;
+  GraphKey graph_key_;
+  // Operation scratch (grown on demand).
+  mutable DeviceBuffer<float2> part_ops_;
+  mutable DeviceBuffer<float> lse_, wsum_, vin_, out_, queries_, query_norm2_, softmin_out_;
+  mutable DeviceBuffer<std::int32_t> topk_columns_;
+  mutable DeviceBuffer<int> op_flag_;  // non-finite flag of the operations (not reported: they return values)
+};
+
+CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
+    : device_(options.device),
+      precision_(options.precision),
+      n_(static_cast<int>(data.x.n)),
+      m_(static_cast<int>(data.y.n)),
+      d_(static_cast<int>(data.x.d)) {
+  const int devices = cuda_device_count();
+  if (options.device < 0 || options.device >= devices) {
+    throw std::runtime_error("CUDA device " + std::to_string(options.device) + " asked for, but " +
+                             std::to_string(devices) + " CUDA device(s) are usable on this machine");
+  }
+  if (data.x.n > std::size_t(INT32_MAX) || data.y.n > std::size_t(INT32_MAX)) {
+    throw std::invalid_argument("the CUDA backend takes at most 2^31-1 points per side (got " +
+                                std::to_string(std::max(data.x.n, data.y.n)) + ")");
+  }
+  DeviceScope scope(device_);
+  cudaDeviceProp prop{};
+  FLASHOT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  device_name_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+  resident_blocks_ = prop.multiProcessorCount * 4;
+  FLASHOT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+
+  // Problem hands over clouds already centred (the expanded score 2⟨x,y⟩ − ‖y‖² then has no large common offset).
+  const HostSide hx = prepare_side(data.x, data.a);
+  const HostSide hy = prepare_side(data.y, data.b);
+  one_pass_ = std::all_of(data.a.begin(), data.a.end(), [](float v) { return v > 0; }) &&
+              std::all_of(data.b.begin(), data.b.end(), [](float v) { return v > 0; });
+  x_.upload(std::span<const float>(hx.points), stream_);
+  y_.upload(std::span<const float>(hy.points), stream_);
+  xn_.upload(std::span<const float>(hx.norm2), stream_);
+  yn_.upload(std::span<const float>(hy.norm2), stream_);
+  loga_.upload(std::span<const float>(hx.logw), stream_);
+  logb_.upload(std::span<const float>(hy.logw), stream_);
+  a_.upload(std::span<const float>(hx.weight), stream_);
+  b_.upload(std::span<const float>(hy.weight), stream_);
+  f_.reserve(n_);
+  g_.reserve(m_);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(f_.get(), 0, sizeof(float) * n_, stream_));
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(g_.get(), 0, sizeof(float) * m_, stream_));
+
+  plan_rows_ = plan_lse(x_side(), y_side(), d_, resident_blocks_);
+  plan_cols_ = plan_lse(y_side(), x_side(), d_, resident_blocks_);
+  plan_sums_ = plan_symmetric(x_side(), y_side(), d_, resident_blocks_);
+  part_rows_.reserve(std::size_t(plan_rows_.splits) * n_);
+  part_cols_.reserve(std::size_t(plan_cols_.splits) * m_);
+  tmp_f_.reserve(n_);
+  tmp_g_.reserve(m_);
+  rsum_.reserve(n_);
+  csum_.reserve(m_);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(rsum_.get(), 0, sizeof(float) * n_, stream_));
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(csum_.get(), 0, sizeof(float) * m_, stream_));
+  sync();
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  cudaStreamSynchronize(stream_);
+  if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
+  cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::set_potentials(std::span<const float> f, std::span<const float> g) {
+  DeviceScope scope(device_);
+  f_.upload(f, stream_);
+  g_.upload(g, stream_);
+  sync();
+}
+
+void CudaBackend::get_potentials(std::span<float> f, std::span<float> g) const {
+  DeviceScope scope(device_);
+  f_.download(f, stream_);
+  g_.download(g, stream_);
+  sync();
+}
+
+void CudaBackend::enqueue_iteration(const IterationParams& p, int index) {
+  const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
+  const DevSide x = x_side(), y = y_side();
+  const auto lf = static_cast<float>(p.damping_f), lg = static_cast<float>(p.damping_g);
+  int* nonfinite = flags_.get();
+  const FinalizeSide rows{part_rows_.get(), plan_rows_.splits, xn_.get(), f_.get(), tmp_f_.get(), lf, n_};
+  const FinalizeSide cols{part_cols_.get(), plan_cols_.splits, yn_.get(), g_.get(), tmp_g_.get(), lg, m_};
+  if (p.scheme == Scheme::kAlternating) {
+    launch_lse(x, y, g_.get(), sc, plan_rows_, part_rows_.get(), nullptr, stream_);
+    launch_finalize(Finalize::kAlternating, rows, {}, p.epsilon, sc.s, nullptr, nonfinite, stream_);
+    launch_lse(y, x, f_.get(), sc, plan_cols_, part_cols_.get(), nullptr, stream_);
+    launch_finalize(Finalize::kAlternating, cols, {}, p.epsilon, sc.s, nullptr, nonfinite, stream_);
+  } else if (!one_pass_) {
+    launch_lse(x, y, g_.get(), sc, plan_rows_, part_rows_.get(), nullptr, stream_);
+    launch_lse(y, x, f_.get(), sc, plan_cols_, part_cols_.get(), nullptr, stream_);
+    launch_finalize(Finalize::kSymmetric, rows, cols, p.epsilon, sc.s, nullptr, nonfinite, stream_);
+  } else {
+    int* redo = flags_.get() + 1 + index;
+    launch_symmetric_sums(x, y, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), stream_);
+    launch_symmetric_finish(f_.get(), g_.get(), rsum_.get(), csum_.get(), b_.get(), n_, m_, p.epsilon, lf, lg,
+                            tmp_f_.get(), tmp_g_.get(), redo, stream_);
+    launch_lse(x, y, g_.get(), sc, plan_rows_, part_rows_.get(), redo, stream_);
+    launch_lse(y, x, f_.get(), sc, plan_cols_, part_cols_.get(), redo, stream_);
+    launch_finalize(Finalize::kCommit, rows, cols, p.epsilon, sc.s, redo, nonfinite, stream_);
+  }
+}
+
+bool CudaBackend::iterate(const IterationParams& p, int count) {
+  if (count <= 0) return true;
+  DeviceScope scope(device_);
+  flags_.reserve(std::size_t(count) + 1);
+  const GraphKey key{p.epsilon, p.cost_scale, p.damping_f, p.damping_g, p.scheme, count, flags_.get()};
+  if (graph_ == nullptr || !(key == graph_key_)) {
+    if (graph_ != nullptr) {
+      FLASHOT_CUDA_CHECK(cudaGraphExecDestroy(graph_));
+      graph_ = nullptr;
+    }
+    FLASHOT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      FLASHOT_CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int) * (std::size_t(count) + 1), stream_));
+      for (int k = 0; k < count; ++k) enqueue_iteration(p, k);
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream_, &broken);
+      if (broken != nullptr) cudaGraphDestroy(broken);
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    FLASHOT_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    const cudaError_t status = cudaGraphInstantiate(&graph_, graph, 0);
+    cudaGraphDestroy(graph);
+    FLASHOT_CUDA_CHECK(status);
+    graph_key_ = key;
+  }
+  FLASHOT_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+  int nonfinite = 0;
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(&nonfinite, flags_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  sync();
+  return nonfinite == 0;
+}
+
+void CudaBackend::row_lse2(const DevSide& rows, const DevSide& cols, const float* h, const Scale& sc,
+                           DeviceBuffer<float2>& partials, float* lse) const {
+  const ReductionPlan plan = plan_lse(rows, cols, d_, resident_blocks_);
+  partials.reserve(std::size_t(plan.splits) * rows.count);
+  launch_lse(rows, cols, h, sc, plan, partials.get(), nullptr, stream_);
+  const FinalizeSide side{partials.get(), plan.splits, rows.norm2, lse, nullptr, 1.f, rows.count};
+  launch_finalize(Finalize::kLse2, side, {}, sc.epsilon, sc.s, nullptr, op_flag_.get(), stream_);
+}
+
+void CudaBackend::softmin(const PlanParams& p, Side rows, std::span<float> out) const {
+  DeviceScope scope(device_);
+  const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
+  const bool source = rows == Side::kSource;
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const float* h = source ? g_.get() : f_.get();
+  const ReductionPlan plan = plan_lse(r, c, d_, resident_blocks_);
+  part_ops_.reserve(std::size_t(plan.splits) * r.count);
+  softmin_out_.reserve(r.count);
+  op_flag_.reserve(1);
+  launch_lse(r, c, h, sc, plan, part_ops_.get(), nullptr, stream_);
+  const FinalizeSide side{part_ops_.get(), plan.splits, r.norm2, softmin_out_.get(), nullptr, 1.f, r.count};
+  launch_finalize(Finalize::kSoftmin, side, {}, p.epsilon, sc.s, nullptr, op_flag_.get(), stream_);
+  softmin_out_.download(out.first(r.count), stream_);
+  sync();
+}
+
+namespace {
+/// Columns of V per device pass: all of k unless V and the output would take more than this many bytes.
+constexpr std::size_t kApplyBytes = std::size_t(1) << 30;
+
+std::size_t apply_columns_per_pass(std::size_t rows, std::size_t cols, std::size_t k) {
+  const std::size_t per_column = (rows + cols) * sizeof(float);
+  std::size_t columns = std::max<std::size_t>(kApplyBytes / per_column, 1);
+  if (columns >= k) return k;
+  return std::max<std::size_t>(columns / kApplyChunk, 1) * kApplyChunk;
+}
+}  // namespace
+
+void CudaBackend::apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k, bool normalized,
+                        std::span<float> out) const {
+  if (k == 0) return;
+  DeviceScope scope(device_);
+  const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
+  const bool source = rows == Side::kSource;
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const float* h = source ? g_.get() : f_.get();
+  const float* pot = source ? f_.get() : g_.get();
+  lse_.reserve(r.count);
+  wsum_.reserve(r.count);
+  op_flag_.reserve(1);
+  row_lse2(r, c, h, sc, part_ops_, lse_.get());
+  const ReductionPlan plan = plan_apply(r, c, resident_blocks_);
+  const std::size_t kc = apply_columns_per_pass(r.count, c.count, k);
+  std::vector<float> staging(kc < k ? std::max(std::size_t(r.count), std::size_t(c.count)) * kc : 0);
+  for (std::size_t c0 = 0; c0 < k; c0 += kc) {
+    const std::size_t width = std::min(kc, k - c0);
+    if (width == k) {
+      vin_.upload(v.first(std::size_t(c.count) * k), stream_);
+    } else {
+      sync();  // staging is reused: the previous pass's copies must be done
+      for (int j = 0; j < c.count; ++j)
+        std::memcpy(&staging[std::size_t(j) * width], &v[std::size_t(j) * k + c0], width * sizeof(float));
+      vin_.upload(std::span<const float>(staging.data(), std::size_t(c.count) * width), stream_);
+    }
+    out_.reserve(std::size_t(r.count) * width);
+    FLASHOT_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, sizeof(float) * r.count * width, stream_));
+    FLASHOT_CUDA_CHECK(cudaMemsetAsync(wsum_.get(), 0, sizeof(float) * r.count, stream_));
+    launch_apply(r, c, h, sc, lse_.get(), vin_.get(), static_cast<int>(width), plan, out_.get(), wsum_.get(),
+                 stream_);
+    launch_apply_scale(r, pot, lse_.get(), wsum_.get(), static_cast<int>(width), normalized, sc, out_.get(),
+                       stream_);
+    if (width == k) {
+      out_.download(out.first(std::size_t(r.count) * k), stream_);
+      sync();
+    } else {
+      out_.download(std::span<float>(staging.data(), std::size_t(r.count) * width), stream_);
+      sync();
+      for (int i = 0; i < r.count; ++i)
+        std::memcpy(&out[std::size_t(i) * k + c0], &staging[std::size_t(i) * width], width * sizeof(float));
+    }
+  }
+}
+
+void CudaBackend::apply_queries(const PlanParams& p, Side from, PointsView q, std::span<const float> v,
+                                std::size_t k, std::span<float> out) const {
+  if (q.d != std::size_t(d_)) {
+    throw std::invalid_argument("queries have " + std::to_string(q.d) + " dimensions, the problem has " +
+                                std::to_string(d_));
+  }
+  if (q.n == 0 || k == 0) return;
+  DeviceScope scope(device_);
+  const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
+  // Queries live in the space of side `from` and are mapped through the other side's potential.
+  const bool source = from == Side::kSource;
+  const DevSide c = source ? y_side() : x_side();
+  const float* h = source ? g_.get() : f_.get();
+  const HostSide hq = prepare_side(q, {});
+  queries_.upload(std::span<const float>(hq.points), stream_);
+  query_norm2_.upload(std::span<const float>(hq.norm2), stream_);
+  const DevSide r{queries_.get(), query_norm2_.get(), nullptr, nullptr, static_cast<int>(q.n)};
+  lse_.reserve(q.n);
+  wsum_.reserve(q.n);
+  op_flag_.reserve(1);
+  row_lse2(r, c, h, sc, part_ops_, lse_.get());
+  const ReductionPlan plan = plan_apply(r, c, resident_blocks_);
+  vin_.upload(v.first(std::size_t(c.count) * k), stream_);
+  out_.reserve(q.n * k);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, sizeof(float) * q.n * k, stream_));
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(wsum_.get(), 0, sizeof(float) * q.n, stream_));
+  launch_apply(r, c, h, sc, lse_.get(), vin_.get(), static_cast<int>(k), plan, out_.get(), wsum_.get(), stream_);
+  launch_apply_scale(r, nullptr, lse_.get(), wsum_.get(), static_cast<int>(k), true, sc, out_.get(), stream_);
+  out_.download(out.first(q.n * k), stream_);
+  sync();
+}
+
+void CudaBackend::top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,
+                        std::span<float> values) const {
+  if (k == 0 || k > std::size_t(m_)) {
+    throw std::invalid_argument("top_k needs 1 <= k <= m = " + std::to_string(m_) + " (got " + std::to_string(k) +
+                                ")");
+  }
+  DeviceScope scope(device_);
+  const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
+  topk_columns_.reserve(std::size_t(n_) * k);
+  out_.reserve(std::size_t(n_) * k);
+  launch_top_k(x_side(), y_side(), f_.get(), g_.get(), sc, static_cast<int>(k), topk_columns_.get(), out_.get(),
+               stream_);
+  topk_columns_.download(columns.first(std::size_t(n_) * k), stream_);
+  out_.download(values.first(std::size_t(n_) * k), stream_);
+  sync();
+}
+
+}  // namespace
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const ProblemData& data) {
+  return std::make_unique<cuda::CudaBackend>(options, data);
+}
+
+int cuda_device_count() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    // cudaErrorInsufficientDriver / cudaErrorNoDevice (no GPU, or a binary started where no driver is installed):
+    // that is "no CUDA device", not a failure.
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+}  // namespace flashot::detail

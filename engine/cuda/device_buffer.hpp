@@ -1,0 +1,59 @@
+#pragma once
+// RAII device memory: a typed buffer that owns one cudaMalloc allocation and frees it on destruction.
+
+#include <cstddef>
+#include <span>
+#include <utility>
+
+#include <cuda_runtime.h>
+
+#include "error.hpp"
+
+namespace flashot::detail::cuda {
+
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t count)
+      : data_(static_cast<T*>(allocate(count * sizeof(T)))), count_(count) {}
+  ~DeviceBuffer() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+      if (data_ != nullptr) cudaFree(data_);
+      data_ = std::exchange(other.data_, nullptr);
+      count_ = std::exchange(other.count_, 0);
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  /// Grows (never shrinks) to at least `count` elements; the contents are not kept.
+  void reserve(std::size_t count) {
+    if (count > count_) *this = DeviceBuffer(count);
+  }
+  void upload(std::span<const T> host, cudaStream_t stream) {
+    reserve(host.size());
+    if (!host.empty()) {
+      FLASHOT_CUDA_CHECK(cudaMemcpyAsync(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream));
+    }
+  }
+  void download(std::span<T> host, cudaStream_t stream) const {
+    if (!host.empty()) {
+      FLASHOT_CUDA_CHECK(cudaMemcpyAsync(host.data(), data_, host.size_bytes(), cudaMemcpyDeviceToHost, stream));
+    }
+  }
+  T* get() const { return data_; }
+  std::size_t size() const { return count_; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+}  // namespace flashot::detail::cuda

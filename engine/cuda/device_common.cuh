@@ -1,0 +1,84 @@
+#pragma once
+// Device helpers shared by the kernels: fast exp2, (max, sum) merging, and the register-blocked tile of dot
+// products used by the kTiled path.
+
+#include <cstddef>
+
+#include <cuda_runtime.h>
+
+#include "kernels.cuh"
+
+namespace flashot::detail::cuda {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+/// Start of a running max: finite, so that exp2(start − start) is 1, not NaN, when a whole range is masked.
+inline constexpr float kNoMax = -1e30f;
+
+/// MUFU ex2 with flush-to-zero: one special-function instruction per plan entry (DESIGN.md §2).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/// Merges two (max, sum-of-exp2(· − max)) pairs.
+__device__ __forceinline__ void merge_lse(float& m, float& s, float other_m, float other_s) {
+  const float top = fmaxf(m, other_m);
+  s = s * fast_exp2(m - top) + other_s * fast_exp2(other_m - top);
+  m = top;
+}
+
+/// v_j of the column side: log2e·((h_j − s‖q_j‖²)/ε + ln w_j).
+__device__ __forceinline__ float column_bias(const PointSet& cols, const float* h, const Scale& sc, int j) {
+  return sc.c1 * (h[j] - sc.s * cols.norm2[j]) + kLog2e * cols.logw[j];
+}
+
+// ---- kTiled: 256 threads compute a (64 rows × 64 columns) tile of dot products, 4×4 per thread ------------------
+inline constexpr int kTileThreads = 256;
+inline constexpr int kTileRows = 64;
+inline constexpr int kTileCols = 64;
+inline constexpr int kTileDepth = 16;  // d is streamed in chunks of this many coordinates
+
+struct TileStage {
+  float xs[kTileDepth][kTileRows + 4];  // (DK, BM): x chunk, transposed
+  float ys[kTileDepth][kTileCols + 4];  // (DK, BN)
+};
+
+/// Thread (ty, tx) = (tid / 16, tid % 16) owns rows i0 + ty + 16·r and columns j0 + tx + 16·c, r, c ∈ [0, 4).
+/// Points beyond nx / ny read as zero. Starts with a barrier, so callers may reuse shared memory before it.
+__device__ __forceinline__ void tile_dots(const float* __restrict__ x, int nx, int i0, const float* __restrict__ y,
+                                          int ny, int j0, int d, TileStage& st, float (&acc)[4][4]) {
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[r][c] = 0.f;
+  for (int k0 = 0; k0 < d; k0 += kTileDepth) {
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int e = tid + kTileThreads * q, row = e / kTileDepth, kk = e % kTileDepth, k = k0 + kk;
+      const int gi = i0 + row, gj = j0 + row;
+      st.xs[kk][row] = (gi < nx && k < d) ? x[std::size_t(gi) * d + k] : 0.f;
+      st.ys[kk][row] = (gj < ny && k < d) ? y[std::size_t(gj) * d + k] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kTileDepth; ++kk) {
+      float a[4], b[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[r] = st.xs[kk][ty + 16 * r];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) b[c] = st.ys[kk][tx + 16 * c];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[r][c] = fmaf(a[r], b[c], acc[r][c]);
+    }
+  }
+}
+
+inline int div_up(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
+
+}  // namespace flashot::detail::cuda

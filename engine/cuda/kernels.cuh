@@ -1,0 +1,102 @@
+#pragma once
+// Kernels of the CUDA backend and their launchers. Every kernel streams tiles of the two point sets through shared
+// memory and never forms the n×m matrix (DESIGN.md §1–2).
+//
+// Notation (base-2 log domain, log2(e) folded into the scale): for a "row" side R (points p_i) reduced against a
+// "column" side K (points q_j, weights w_j, potential h_j), with cost C = s·‖p − q‖² and temperature ε,
+//   score_ij = α·⟨p_i, q_j⟩ + v_j,   α = 2·s·log2(e)/ε,   v_j = log2(e)·((h_j − s‖q_j‖²)/ε + ln w_j)
+// so that softmin_R(h)_i = −ε·LSE_j[ln w_j + (h_j − C_ij)/ε] = s‖p_i‖² − ε·ln2·LSE2_j(score_ij).
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "tiling.hpp"
+
+namespace flashot::detail::cuda {
+
+/// One point set resident on the device (centred coordinates).
+struct PointSet {
+  const float* points = nullptr;  // (count × d) row-major
+  const float* norm2 = nullptr;   // (count) ‖p‖²
+  const float* logw = nullptr;    // (count) ln weight (−inf for a zero weight)
+  const float* weight = nullptr;  // (count)
+  int count = 0;
+};
+
+/// Scalars of one kernel-matrix evaluation.
+struct Scale {
+  float alpha = 0;  // 2·s·log2(e)/ε
+  float c1 = 0;     // log2(e)/ε
+  float s = 1;      // cost scale
+  float epsilon = 0;
+  int d = 0;
+  static Scale make(double epsilon, double cost_scale, int d);
+};
+
+/// Which kernel family evaluates the scores.
+enum class Path {
+  kSmallD,   // d ≤ 4: coordinates in registers, one thread per row strip, fp32
+  kTiled,    // any d: register-blocked 64×64 tiles chunked over d, fp32 FMA
+};
+Path choose_path(int d);
+
+// ---- log-sum-exp reductions (softmin) ------------------------------------------------------------------------
+/// Rows per block and columns per tile of the LSE kernel used for `d`.
+ReductionPlan plan_lse(const PointSet& rows, const PointSet& cols, int d, int resident_blocks);
+/// partials (plan.splits × rows.count) receive (running max, sum of exp2(score − max)) per row and split.
+/// guard: when non-null, the kernel does nothing unless *guard != 0 (the one-pass fallback, DESIGN.md §2).
+void launch_lse(const PointSet& rows, const PointSet& cols, const float* h, const Scale& scale, const ReductionPlan& plan,
+                float2* partials, const int* guard, cudaStream_t stream);
+
+/// What finalize does with the merged LSE of one side.
+enum class Finalize {
+  kLse2,         // out_i = LSE2_i (base-2 log-normaliser)
+  kSoftmin,      // out_i = s‖p_i‖² − ε·ln2·LSE2_i
+  kSymmetric,    // pot_i = ½(pot_i + λ·softmin_i)
+  kAlternating,  // pot_i = λ·softmin_i
+  kCommit,       // one-pass step: pot_i = ½(pot_i + tmp_i) unless *flag, then as kSymmetric
+};
+struct FinalizeSide {
+  const float2* partials = nullptr;
+  int splits = 1;
+  const float* norm2 = nullptr;
+  float* out = nullptr;        // pot (updates) or out (kLse2 / kSoftmin)
+  const float* tmp = nullptr;  // kCommit: the one-pass result
+  float lambda = 1;
+  int count = 0;
+};
+/// Finalizes up to two sides in one launch; side b may have count 0. Sets *nonfinite when a result is not finite.
+void launch_finalize(Finalize mode, const FinalizeSide& a, const FinalizeSide& b, double epsilon, float s,
+                     const int* flag, int* nonfinite, cudaStream_t stream);
+
+// ---- one-pass symmetric step (row and column sums of one tile of exponentials, DESIGN.md §2) ------------------
+ReductionPlan plan_symmetric(const PointSet& x, const PointSet& y, int d, int resident_blocks);
+/// rsum (n) += Σ_j E_ij and csum (m) += Σ_i a_i E_ij with E_ij = exp2(α⟨x_i,y_j⟩ + u_i + v_j),
+/// u_i = log2e·(f_i − s‖x_i‖²)/ε, v_j = log2e·((g_j − s‖y_j‖²)/ε + ln b_j). rsum/csum must start at zero.
+void launch_symmetric_sums(const PointSet& x, const PointSet& y, const float* f, const float* g, const Scale& scale,
+                           const ReductionPlan& plan, float* rsum, float* csum, cudaStream_t stream);
+/// tmp_f = λx(f − ε ln rsum), tmp_g = λy(g − ε ln(csum/b)); rsum/csum reset to zero; *flag = 1 when a sum is too
+/// small or not finite for the result to be trusted.
+void launch_symmetric_finish(const float* f, const float* g, float* rsum, float* csum, const float* b, int n, int m,
+                             double epsilon, float lambda_f, float lambda_g, float* tmp_f, float* tmp_g, int* flag,
+                             cudaStream_t stream);
+
+// ---- plan application --------------------------------------------------------------------------------------
+/// out (rows.count × k) += Σ_j exp2(score_ij − lse2_i) · V_j for the column range of each split; V is
+/// (cols.count × k). wsum (rows.count) += Σ_j exp2(score_ij − lse2_i). out and wsum must start at zero.
+ReductionPlan plan_apply(const PointSet& rows, const PointSet& cols, int resident_blocks);
+void launch_apply(const PointSet& rows, const PointSet& cols, const float* h, const Scale& scale, const float* lse2,
+                  const float* v, int k, const ReductionPlan& plan, float* out, float* wsum, cudaStream_t stream);
+/// out_i,: *= mass_i / wsum_i with mass_i = 1 (normalized) or the row's plan mass
+/// exp2(log2e·((f_i − s‖p_i‖²)/ε + ln w_i) + lse2_i).
+void launch_apply_scale(const PointSet& rows, const float* pot, const float* lse2, const float* wsum, int k,
+                        bool normalized, const Scale& scale, float* out, cudaStream_t stream);
+
+// ---- top-k entries per row -----------------------------------------------------------------------------------
+/// For each row i of x: the k largest P_ij, sorted by decreasing value.
+void launch_top_k(const PointSet& x, const PointSet& y, const float* f, const float* g, const Scale& scale, int k,
+                  std::int32_t* columns, float* values, cudaStream_t stream);
+
+}  // namespace flashot::detail::cuda

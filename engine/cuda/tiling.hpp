@@ -1,0 +1,42 @@
+#pragma once
+// Host-only tiling heuristics of the CUDA backend (no CUDA types: unit-tested without a GPU).
+//
+// A reduction over the columns of an (rows × cols) kernel matrix is cut into row blocks (one thread block each)
+// and, when the row blocks alone cannot fill the device (n = 10k gives ~10 blocks of 1024 rows for 132 SMs),
+// into column splits whose partial (max, sum) pairs are merged afterwards (split-K, as FlashDecoding does).
+
+#include <algorithm>
+#include <cstdint>
+
+namespace flashot::detail::cuda {
+
+struct ReductionPlan {
+  int row_blocks = 1;      ///< thread blocks along the rows
+  int splits = 1;          ///< column ranges reduced separately, merged afterwards
+  int cols_per_split = 0;  ///< a multiple of the column tile, so every split but the last is full
+};
+
+/// rows/cols > 0, rows_per_block/cols_per_tile > 0, resident_blocks = blocks the device runs at once (≥ 1).
+/// Aims at ~2 waves of blocks so that the tail of the last wave stays small.
+inline ReductionPlan plan_reduction(std::int64_t rows, std::int64_t cols, int rows_per_block, int cols_per_tile,
+                                    int resident_blocks) {
+  ReductionPlan plan;
+  const std::int64_t row_blocks = (rows + rows_per_block - 1) / rows_per_block;
+  const std::int64_t col_tiles = (cols + cols_per_tile - 1) / cols_per_tile;
+  const std::int64_t wanted = 2 * std::int64_t(std::max(resident_blocks, 1));
+  std::int64_t splits = std::clamp<std::int64_t>((wanted + row_blocks - 1) / row_blocks, 1, col_tiles);
+  const std::int64_t tiles_per_split = (col_tiles + splits - 1) / splits;
+  splits = (col_tiles + tiles_per_split - 1) / tiles_per_split;
+  plan.row_blocks = static_cast<int>(row_blocks);
+  plan.splits = static_cast<int>(splits);
+  plan.cols_per_split = static_cast<int>(tiles_per_split * cols_per_tile);
+  return plan;
+}
+
+/// Columns of V handled per pass of the plan-application kernel: k is cut into chunks of this many.
+inline constexpr int kApplyChunk = 64;
+
+/// Number of passes over the kernel matrix that P·V with k value columns costs.
+inline int apply_chunks(std::int64_t k) { return static_cast<int>((k + kApplyChunk - 1) / kApplyChunk); }
+
+}  // namespace flashot::detail::cuda

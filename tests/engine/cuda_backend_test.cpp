@@ -1,0 +1,153 @@
+// CUDA-specific checks: the tiling heuristics (host code, run everywhere), and on a GPU the accuracy promised for the
+// default precision, the one-pass symmetric step's fallback, column chunking, concurrent problems and errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../../engine/cuda/tiling.hpp"
+#include "backend_fixture.hpp"
+#include "problems.hpp"
+#include "reference.hpp"
+
+namespace flashot::test {
+namespace {
+
+using detail::cuda::plan_reduction;
+using detail::cuda::ReductionPlan;
+
+// Issue 3: potentials within 1e-4 relative at n = 2k for d ≤ 64 in the default precision.
+constexpr double kDefaultPrecisionRelTol = 1e-4;
+constexpr double kPlanRelTol = 1e-4;
+// Two runs of the same problem differ only by the order of float atomics in the column sums.
+constexpr double kRerunRelTol = 1e-5;
+
+// ---- tiling heuristics (no GPU needed) -------------------------------------------------------------------------
+TEST(CudaTiling, SplitsCoverEveryColumnExactlyOnce) {
+  for (std::int64_t rows : {1, 100, 10'000, 1'000'000})
+    for (std::int64_t cols : {1, 63, 64, 65, 10'000, 1'000'000}) {
+      const ReductionPlan plan = plan_reduction(rows, cols, 1024, 256, 528);
+      EXPECT_EQ(plan.cols_per_split % 256, 0);
+      EXPECT_GE(std::int64_t(plan.splits) * plan.cols_per_split, cols) << rows << "x" << cols;
+      EXPECT_LT(std::int64_t(plan.splits - 1) * plan.cols_per_split, cols) << rows << "x" << cols;
+      EXPECT_EQ(plan.row_blocks, (rows + 1023) / 1024);
+    }
+}
+
+TEST(CudaTiling, FewRowBlocksSplitTheColumnsToFillTheDevice) {
+  // n = 10k on 132 SMs: 10 row blocks of 1024 rows cannot fill the device alone.
+  const ReductionPlan plan = plan_reduction(10'000, 10'000, 1024, 256, 132 * 4);
+  EXPECT_GT(plan.splits, 1);
+  EXPECT_GE(std::int64_t(plan.row_blocks) * plan.splits, 132 * 4);
+}
+
+TEST(CudaTiling, ManyRowBlocksDoNotSplit) {
+  const ReductionPlan plan = plan_reduction(1'000'000, 1'000'000, 1024, 256, 132 * 4);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_EQ(plan.cols_per_split, 1'000'000 / 256 * 256 + 256);
+}
+
+// ---- on a GPU --------------------------------------------------------------------------------------------------
+double rel_max_diff(const std::vector<float>& got, const std::vector<double>& want) {
+  return max_abs_diff(got, want) / std::max(1e-30, max_abs(want));
+}
+
+class CudaPrecisionTest : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(CudaPrecisionTest, DefaultPrecisionPotentialsWithinOneInTenThousandAtTwoThousandPoints) {
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const std::size_t d = GetParam();
+  const TestProblem p = make_problem({.n = 2000, .m = 2000, .d = d, .seed = 21, .random_weights = true});
+  SolveOptions o;  // ε-scaling from the diameter: the first steps start far from the fixed point
+  o.blur = 0.1;
+  o.scaling = 0.5;
+  o.tolerance = 0;
+  o.max_iterations = 10;
+  Problem problem(p.xv(), p.yv(), p.a, p.b, backend_options("cuda"));
+  const SolveResult r = problem.solve(o);
+  const ReferenceResult ref = reference_solve(p.xv(), p.yv(), p.a, p.b, o);
+  ASSERT_NE(r.reason, StopReason::kNonFinite) << r.message;
+  EXPECT_EQ(r.iterations, ref.iterations);
+  EXPECT_LE(rel_max_diff(r.f, ref.f), kDefaultPrecisionRelTol);
+  EXPECT_LE(rel_max_diff(r.g, ref.g), kDefaultPrecisionRelTol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dimensions, CudaPrecisionTest, ::testing::Values(3, 16, 64),
+                         [](const auto& info) { return "d" + std::to_string(info.param); });
+
+TEST(CudaBackend, StartFarFromTheFixedPointStillMatchesTheReference) {
+  // Potentials of +40 at ε = 0.05 put every one-pass exponential above 2^1000: the step must be redone with the
+  // shifted two-pass reduction, not return infinities.
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const TestProblem p = make_problem({.n = 300, .m = 250, .d = 3, .seed = 22});
+  SolveOptions o;
+  o.epsilon = 0.05;
+  o.tolerance = 0;
+  o.max_iterations = 12;
+  o.initial_f.assign(p.n, 40.0f);
+  o.initial_g.assign(p.m, 40.0f);
+  Problem problem(p.xv(), p.yv(), p.a, p.b, backend_options("cuda"));
+  const SolveResult r = problem.solve(o);
+  const ReferenceResult ref = reference_solve(p.xv(), p.yv(), p.a, p.b, o);
+  ASSERT_NE(r.reason, StopReason::kNonFinite) << r.message;
+  const double scale = std::max(1.0, max_abs(ref.f));
+  EXPECT_LE(max_abs_diff(r.f, ref.f), 2e-4 * scale);
+  EXPECT_LE(max_abs_diff(r.g, ref.g), 2e-4 * scale);
+}
+
+TEST(CudaBackend, ApplyWithThousandsOfColumnsMatchesTheDensePlan) {
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const TestProblem p = make_problem({.n = 300, .m = 200, .d = 5, .seed = 23});
+  SolveOptions o;
+  o.epsilon = 0.05;
+  o.tolerance = 0;
+  o.max_iterations = 30;
+  Problem problem(p.xv(), p.yv(), p.a, p.b, backend_options("cuda"));
+  const SolveResult r = problem.solve(o);
+  const std::size_t k = 1500;
+  const std::vector<float> v = random_points(p.m, k, 24);
+  const ReferencePlan plan(p.xv(), p.yv(), p.a, p.b, r);
+  const std::vector<double> want = plan.apply(v, k);
+  EXPECT_LE(max_abs_diff(problem.apply_plan(r, v, k), want), kPlanRelTol * max_abs(want));
+}
+
+TEST(CudaBackend, ProblemsSolvedConcurrentlyMatchTheSameProblemsSolvedAlone) {
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const TestProblem p1 = make_problem({.n = 3000, .m = 2500, .d = 3, .seed = 25});
+  const TestProblem p2 = make_problem({.n = 2000, .m = 2200, .d = 40, .seed = 26});
+  SolveOptions o;
+  o.blur = 0.1;
+  o.tolerance = 0;
+  o.max_iterations = 20;
+  const auto solve = [&o](const TestProblem& p) {
+    Problem problem(p.xv(), p.yv(), p.a, p.b, backend_options("cuda"));
+    return problem.solve(o);
+  };
+  const SolveResult alone1 = solve(p1), alone2 = solve(p2);
+  SolveResult together1, together2;
+  std::thread t1([&] { together1 = solve(p1); });
+  std::thread t2([&] { together2 = solve(p2); });
+  t1.join();
+  t2.join();
+  EXPECT_LE(max_abs_diff(together1.f, alone1.f), kRerunRelTol * std::max(1.0, max_abs(alone1.f)));
+  EXPECT_LE(max_abs_diff(together2.g, alone2.g), kRerunRelTol * std::max(1.0, max_abs(alone2.g)));
+}
+
+TEST(CudaBackend, AMissingDeviceOrdinalIsAnErrorNamingIt) {
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const TestProblem p = make_problem({.n = 10, .m = 10, .d = 2, .seed = 27});
+  BackendOptions options = backend_options("cuda");
+  options.device = 1000;
+  try {
+    Problem problem(p.xv(), p.yv(), p.a, p.b, options);
+    FAIL() << "device 1000 was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("1000"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace flashot::test
