@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +19,10 @@
 #include "flashot/io/ply.hpp"
 
 namespace flashot::io {
+
+// Readable parameter names in test output ("binary_big_endian", not a byte dump).
+void PrintTo(PlyFormat format, std::ostream* os) { *os << to_string(format); }
+
 namespace {
 
 constexpr std::uint64_t kSeed = 20261129;
