@@ -192,6 +192,18 @@ TEST_P(PlyRoundTrip, WritePlyRenamesOverTheTargetAndLeavesNoTemporaryFile) {
   std::filesystem::remove_all(folder);
 }
 
+TEST(PlyFiles, MissingFilesAndFoldersAreIoErrorsNamingThePath) {
+  const std::filesystem::path missing = std::filesystem::temp_directory_path() / "flashot_no_such_folder" / "x.ply";
+  try {
+    read_ply(missing);
+    FAIL() << "read a file that does not exist";
+  } catch (const IoError& error) {
+    EXPECT_NE(std::string(error.what()).find(missing.string()), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(write_ply(missing, make_point_cloud(std::vector<float>{1, 2, 3}, 1)), IoError);
+  EXPECT_FALSE(std::filesystem::exists(missing.parent_path()));
+}
+
 INSTANTIATE_TEST_SUITE_P(AllFormats, PlyRoundTrip,
                          ::testing::Values(PlyFormat::kAscii, PlyFormat::kBinaryLittleEndian,
                                            PlyFormat::kBinaryBigEndian),
