@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "shard_backend.hpp"
+#include "shard_plan.hpp"
 
 namespace flashot {
 
@@ -37,9 +39,21 @@ std::unique_ptr<Backend> cuda_backend(const BackendOptions& options, const Probl
   }
 }
 
+/// Several shards of one problem (docs/multi-gpu.md): CUDA shards combine on the devices through NCCL unless the
+/// host combination is asked for; any other kind is sharded on the host over children made by make_backend.
+std::unique_ptr<Backend> sharded_backend(const BackendOptions& options, const ProblemData& data) {
+  if constexpr (kCudaCompiled) {
+    const bool cuda = options.backend == BackendKind::kCuda ||
+                      (options.backend == BackendKind::kAuto && usable_cuda_devices() > 0);
+    if (cuda && options.nccl) return make_nccl_backend(options, data);
+  }
+  return make_sharded_backend(options, data, make_backend);
+}
+
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options, const ProblemData& data) {
+  if (wants_sharding(options)) return sharded_backend(options, data);
   switch (options.backend) {
     case BackendKind::kCpu:
       return make_cpu_backend(options, data);

@@ -70,6 +70,23 @@ struct BackendOptions {
   int threads = 0;                           ///< CPU threads; 0 = all hardware threads
   int device = 0;                            ///< CUDA device ordinal
   Precision precision = Precision::kDefault;
+  // ---- Sharding one problem over several devices (docs/multi-gpu.md) ----------------------------------------
+  /// CUDA device ordinals to spread one problem over. Empty or one entry: one device (`device`, or that entry).
+  /// Several: the rows of x are cut into devices.size() contiguous balanced shards, one per device; each device
+  /// holds all of y. Results equal the one-device results within rounding. CUDA only (kCuda or kAuto with CUDA).
+  std::vector<int> devices;
+  /// Shards of x's rows for one process; 0 = one per entry of `devices` (or no sharding). On the CPU the shards
+  /// run one after another on the same threads (the host-side logic of the multi-GPU path, tested in CI).
+  /// With several `devices` it must be 0 or devices.size().
+  int shards = 0;
+  /// CUDA shards: combine the per-device partial column log-sum-exps on the devices with NCCL collectives (no
+  /// host round-trip per iteration). false: combine on the host (no NCCL involved; slower, same results).
+  bool nccl = true;
+  /// Multi-process runs (MPI ranks, one GPU each; see flashot/distributed.hpp): this process's rank and the
+  /// number of ranks. Every rank builds the same Problem from all of x and y; rank r computes only shard r of x's
+  /// rows, on `device`, and NCCL (bootstrapped through MPI) combines the ranks. ranks = 1: a single process.
+  int rank = 0;
+  int ranks = 1;
 };
 
 struct SolveOptions {

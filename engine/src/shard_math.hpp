@@ -1,0 +1,41 @@
+#pragma once
+// The exact combination of per-shard log-sum-exps (DESIGN.md §5), written once for the host and the device.
+//
+// With x's rows cut into shards S_1..S_G, a column's log-sum-exp over all rows is the log-sum-exp of the shards'
+// log-sum-exps: LSE_i∈∪S (t_i) = LSE_s (LSE_i∈S_s t_i). Stabilized by the max M = max_s L_s:
+//   L = M + log2 Σ_s 2^(L_s − M)            (base 2, as the kernels keep it)
+// which the NCCL path evaluates as two all-reduces over m-vectors: MAX of L_s, then SUM of 2^(L_s − M).
+// A shard with no mass in a column has L_s = −∞; a column with no mass anywhere stays at −∞ (its soft c-transform
+// is +∞, as on one device), never NaN. The same functions compile for CUDA device code (engine/cuda/nccl_*.cu) and
+// are unit-tested on the host, so the tested arithmetic is the arithmetic the devices run.
+
+#include <math.h>
+
+#if defined(__CUDACC__)
+#define FLASHOT_HOST_DEVICE __host__ __device__
+#else
+#define FLASHOT_HOST_DEVICE
+#endif
+
+namespace flashot::detail::shard {
+
+FLASHOT_HOST_DEVICE inline float exp2_of(float v) { return exp2f(v); }
+FLASHOT_HOST_DEVICE inline double exp2_of(double v) { return exp2(v); }
+FLASHOT_HOST_DEVICE inline float log2_of(float v) { return log2f(v); }
+FLASHOT_HOST_DEVICE inline double log2_of(double v) { return log2(v); }
+
+/// 2^(lse − max): this shard's share of the column's sum, relative to the max over shards. 0 for a shard with no
+/// mass (lse = −∞), including when no shard has any (max = −∞, where lse − max would be NaN).
+template <class T>
+FLASHOT_HOST_DEVICE inline T lse_share(T lse, T max) {
+  return lse == -INFINITY ? T(0) : exp2_of(lse - max);
+}
+
+/// max + log2(sum) of the reduced pair: −∞ when no shard has mass (sum = 0); a NaN anywhere stays NaN, so the
+/// non-finite check after an iteration still sees it.
+template <class T>
+FLASHOT_HOST_DEVICE inline T lse_total(T max, T sum) {
+  return sum == T(0) ? T(-INFINITY) : max + log2_of(sum);
+}
+
+}  // namespace flashot::detail::shard
