@@ -1,0 +1,122 @@
+"""Reading obsm['X_pca'] from a 1M-cell .h5ad: flashot side by side with h5py and anndata, in one run.
+
+Usage: io_h5ad_bench.py PATH/TO/flashot_h5ad_bench [--cells 1000000] [--genes 30000] [--nnz-per-cell 20]
+                        [--dims 50] [--repeats 5] [--folder DIR] [--keep]
+
+Writes, with Python anndata, a file shaped like a large atlas: sparse CSR X (cells × genes, float32, int32
+indices), obs with a string index and a categorical column, obsm X_pca (cells × dims, float32) and X_umap. Then,
+alternating the readers so load on the machine hits them alike, times opening the file and reading X_pca:
+  flashot   H5adReader(file).read_obsm("X_pca")  (in flashot_h5ad_bench, float32 result)
+  h5py      h5py.File(file)["obsm/X_pca"][()]
+  anndata   anndata.io.read_elem(h5py.File(file)["obsm/X_pca"])
+The page cache is warm for every reader. Also reports the bytes flashot read from the file (X is never read).
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import anndata as ad
+import h5py
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+SEED = 1
+
+
+def write_atlas(path, cells, genes, nnz_per_cell, dims):
+    rng = np.random.default_rng(SEED)
+    nnz = cells * nnz_per_cell
+    indptr = np.arange(0, nnz + 1, nnz_per_cell, dtype=np.int64)
+    indices = np.sort(rng.integers(0, genes, size=(cells, nnz_per_cell), dtype=np.int32), axis=1).ravel()
+    data = rng.random(nnz, dtype=np.float32) * 10
+    x = sp.csr_matrix((data, indices, indptr), shape=(cells, genes))
+    x.sum_duplicates()
+    obs = pd.DataFrame(index=pd.Index([f"cell{i:07d}" for i in range(cells)]))
+    obs["cluster"] = pd.Categorical(rng.integers(0, 40, cells).astype(str))
+    var = pd.DataFrame(index=pd.Index([f"gene{j:05d}" for j in range(genes)]))
+    adata = ad.AnnData(X=x, obs=obs, var=var)
+    adata.obsm["X_pca"] = rng.standard_normal((cells, dims), dtype=np.float32)
+    adata.obsm["X_umap"] = rng.standard_normal((cells, 2), dtype=np.float32)
+    adata.write_h5ad(path)
+
+
+def time_h5py(path):
+    start = time.perf_counter()
+    with h5py.File(path, "r") as f:
+        values = f["obsm/X_pca"][()]
+    return time.perf_counter() - start, values
+
+
+def time_anndata(path):
+    start = time.perf_counter()
+    with h5py.File(path, "r") as f:
+        values = ad.io.read_elem(f["obsm/X_pca"])
+    return time.perf_counter() - start, values
+
+
+def time_flashot(tool, path):
+    out = subprocess.run([tool, str(path), "X_pca", "1"], check=True, capture_output=True, text=True).stdout
+    result = json.loads(out)
+    return result["seconds"][0], result
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("tool")
+    parser.add_argument("--cells", type=int, default=1_000_000)
+    parser.add_argument("--genes", type=int, default=30_000)
+    parser.add_argument("--nnz-per-cell", type=int, default=20)
+    parser.add_argument("--dims", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--folder", default=None)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+
+    folder = Path(args.folder or tempfile.mkdtemp(prefix="flashot_h5ad_bench_"))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"atlas_{args.cells}x{args.genes}.h5ad"
+    if not path.exists():
+        start = time.perf_counter()
+        write_atlas(path, args.cells, args.genes, args.nnz_per_cell, args.dims)
+        print(f"wrote {path} ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - start:.1f} s")
+    with h5py.File(path, "r") as f:
+        x_bytes = sum(f["X"][k].id.get_storage_size() for k in ("data", "indices", "indptr"))
+        pca_bytes = f["obsm/X_pca"].id.get_storage_size()
+
+    # warm the page cache and check all readers agree
+    _, reference = time_h5py(path)
+    _, flashot_result = time_flashot(args.tool, path)
+    expected = float(reference.ravel()[0]) + float(reference.ravel()[-1])
+    assert abs(flashot_result["checksum"] - expected) < 1e-5, (flashot_result, expected)
+    assert (flashot_result["rows"], flashot_result["cols"]) == reference.shape
+    time_anndata(path)
+
+    times = {"flashot": [], "h5py": [], "anndata": []}
+    for _ in range(args.repeats):
+        times["flashot"].append(time_flashot(args.tool, path)[0])
+        times["h5py"].append(time_h5py(path)[0])
+        times["anndata"].append(time_anndata(path)[0])
+
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+          f"anndata {ad.__version__}, h5py {h5py.__version__}, HDF5 {h5py.version.hdf5_version}")
+    print(f"file: {args.cells} cells × {args.genes} genes, X CSR {x_bytes / 1e6:.0f} MB on disk, "
+          f"obsm X_pca {args.cells}×{args.dims} float32 {pca_bytes / 1e6:.0f} MB")
+    print(f"flashot read {flashot_result['bytes_read'] / 1e6:.0f} MB from files to open it and read X_pca")
+    print(f"{'reader':10s} {'best s':>8s} {'median s':>9s}   (open + read obsm['X_pca'], {args.repeats} repeats)")
+    for reader, values in times.items():
+        print(f"{reader:10s} {min(values):8.3f} {statistics.median(values):9.3f}")
+    if not args.keep and not args.folder:
+        path.unlink()
+        folder.rmdir()
+
+
+if __name__ == "__main__":
+    main()
