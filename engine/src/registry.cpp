@@ -39,13 +39,15 @@ std::unique_ptr<Backend> cuda_backend(const BackendOptions& options, const Probl
   }
 }
 
-/// Several shards of one problem (docs/multi-gpu.md): CUDA shards combine on the devices through NCCL unless the
-/// host combination is asked for; any other kind is sharded on the host over children made by make_backend.
+/// Several shards of one problem (docs/multi-gpu.md): CUDA shards on several devices or ranks combine on the devices
+/// through NCCL unless the host combination is asked for; anything else (CPU shards, several shards on one device)
+/// is sharded on the host over children made by make_backend.
 std::unique_ptr<Backend> sharded_backend(const BackendOptions& options, const ProblemData& data) {
   if constexpr (kCudaCompiled) {
     const bool cuda = options.backend == BackendKind::kCuda ||
                       (options.backend == BackendKind::kAuto && usable_cuda_devices() > 0);
-    if (cuda && options.nccl) return make_nccl_backend(options, data);
+    const bool spread = options.devices.size() > 1 || options.ranks > 1;
+    if (cuda && spread && options.nccl) return make_nccl_backend(options, data);
   }
   return make_sharded_backend(options, data, make_backend);
 }

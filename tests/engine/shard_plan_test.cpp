@@ -6,12 +6,16 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
 #include <random>
 #include <stdexcept>
 #include <vector>
 
 #include "../../engine/src/shard_math.hpp"
 #include "../../engine/src/shard_plan.hpp"
+#include "flashot/distributed.hpp"
 #include "flashot/flashot.hpp"
 #include "problems.hpp"
 
@@ -216,6 +220,90 @@ TEST(ShardCombine, DeviceTwoAllReduceFormMatchesTheTruthInFp32) {
   }
   // A column with no mass on any device stays −∞ (soft c-transform +∞), not NaN.
   EXPECT_EQ(detail::shard::lse_total(-INFINITY, detail::shard::lse_share(-INFINITY, -INFINITY)), -INFINITY);
+}
+
+/// Sets the launchers' variables for the scope of a test and puts back what the process had (the suite may itself
+/// run under mpirun).
+class LauncherEnvironment {
+ public:
+  LauncherEnvironment() {
+    for (const char* name : kNames) {
+      const char* v = std::getenv(name);
+      saved_.emplace_back(name, v == nullptr ? std::nullopt : std::optional<std::string>(v));
+      unsetenv(name);
+    }
+  }
+  ~LauncherEnvironment() {
+    for (const auto& [name, value] : saved_) {
+      if (value)
+        setenv(name, value->c_str(), 1);
+      else
+        unsetenv(name);
+    }
+  }
+  LauncherEnvironment(const LauncherEnvironment&) = delete;
+  LauncherEnvironment& operator=(const LauncherEnvironment&) = delete;
+
+ private:
+  static constexpr const char* kNames[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                           "PMI_RANK",          "PMI_SIZE",          "MPI_LOCALRANKID",
+                                           "SLURM_PROCID",      "SLURM_NTASKS",      "SLURM_LOCALID"};
+  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+};
+
+TEST(ProcessGroupTest, ReadsTheLaunchersEnvironment) {
+  LauncherEnvironment env;
+  ProcessGroup g = process_group_from_environment();
+  EXPECT_EQ(g.rank, 0);
+  EXPECT_EQ(g.ranks, 1);
+  EXPECT_EQ(g.local_rank, 0);
+  setenv("SLURM_PROCID", "5", 1);
+  setenv("SLURM_NTASKS", "8", 1);
+  setenv("SLURM_LOCALID", "1", 1);
+  g = process_group_from_environment();
+  EXPECT_EQ(g.rank, 5);
+  EXPECT_EQ(g.ranks, 8);
+  EXPECT_EQ(g.local_rank, 1);
+  // OpenMPI's variables win over Slurm's (mpirun inside a Slurm allocation sets both).
+  setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);
+  g = process_group_from_environment();
+  EXPECT_EQ(g.rank, 3);
+  EXPECT_EQ(g.ranks, 4);
+  EXPECT_EQ(g.local_rank, 3);
+  setenv("OMPI_COMM_WORLD_RANK", "4", 1);
+  EXPECT_THROW(process_group_from_environment(), std::invalid_argument);
+  setenv("OMPI_COMM_WORLD_RANK", "two", 1);
+  try {
+    process_group_from_environment();
+    FAIL() << "a rank that is not a number must be rejected";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("OMPI_COMM_WORLD_RANK"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("two"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ProcessGroupTest, RankOptionsDriveOneDevicePerRank) {
+  const auto broadcast = [](void*, std::size_t) {};
+  BackendOptions base;
+  base.devices = {0, 1};
+  base.shards = 2;
+  base.precision = Precision::kFp32;
+  const BackendOptions o = rank_options({2, 4, 1}, broadcast, base);
+  EXPECT_EQ(o.backend, BackendKind::kCuda);
+  EXPECT_EQ(o.rank, 2);
+  EXPECT_EQ(o.ranks, 4);
+  EXPECT_EQ(o.device, 1);
+  EXPECT_TRUE(o.devices.empty());
+  EXPECT_EQ(o.shards, 0);
+  EXPECT_EQ(o.precision, Precision::kFp32);
+  EXPECT_TRUE(static_cast<bool>(o.broadcast));
+  EXPECT_EQ(detail::local_shard_count(o), 1);
+  EXPECT_TRUE(detail::wants_sharding(o));
+  EXPECT_THROW(rank_options({0, 2, 0}, nullptr), std::invalid_argument);
+  EXPECT_THROW(rank_options({2, 2, 0}, broadcast), std::invalid_argument);
+  EXPECT_NO_THROW(rank_options({0, 1, 0}, nullptr));
 }
 
 }  // namespace

@@ -87,6 +87,9 @@ struct BackendOptions {
   /// rows, on `device`, and NCCL (bootstrapped through MPI) combines the ranks. ranks = 1: a single process.
   int rank = 0;
   int ranks = 1;
+  /// ranks > 1: hands `size` bytes from rank 0 to every rank, e.g. an MPI_Bcast from rank 0 over MPI_COMM_WORLD
+  /// (flashot/distributed.hpp). It carries only NCCL's bootstrap id (made on rank 0); the data moves through NCCL.
+  std::function<void(void* bytes, std::size_t size)> broadcast;
 };
 
 struct SolveOptions {

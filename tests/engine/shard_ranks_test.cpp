@@ -1,0 +1,95 @@
+// The engine as MPI ranks, one GPU each (docs/multi-gpu.md): under `mpirun -np N flashot_engine_tests
+// --gtest_filter='ShardRanks*'` every rank builds the same problem with flashot::rank_options, NCCL is bootstrapped
+// through MPI_Bcast, and every rank must get the one-GPU results. Launched as a single process, it skips.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backend_fixture.hpp"
+#include "flashot/distributed.hpp"
+#include "problems.hpp"
+
+#if __has_include(<mpi.h>)
+#include <mpi.h>
+#define FLASHOT_TEST_MPI 1
+#else
+#define FLASHOT_TEST_MPI 0
+#endif
+
+namespace flashot::test {
+namespace {
+
+// Sharded and one-GPU runs differ in rounding only (tests/engine/shard_backend_test.cpp says where).
+constexpr double kRankPotentialTol = 2e-5;  // × max(1, max|f|, max|g|)
+constexpr double kRankPlanRelTol = 2e-5;    // relative to the largest entry
+constexpr double kRankPointTol = 5e-5;      // × the data scale
+
+#if FLASHOT_TEST_MPI
+void finalize_mpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void init_mpi_once() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return;
+  MPI_Init(nullptr, nullptr);
+  std::atexit(finalize_mpi);
+}
+#endif
+
+TEST(ShardRanks, EveryRankGetsTheOneGpuResults) {
+  const ProcessGroup group = process_group_from_environment();
+  if (group.ranks < 2)
+    GTEST_SKIP() << "run as MPI ranks (mpirun -np N, N ≥ 2, one GPU each) to test the multi-process path";
+#if !FLASHOT_TEST_MPI
+  FAIL() << "launched as " << group.ranks << " ranks, but this test binary was built without MPI";
+#else
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  init_mpi_once();
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  ASSERT_EQ(world, group.ranks) << "MPI_COMM_WORLD and the launcher's environment disagree";
+
+  const TestProblem p = make_problem({.n = 3000, .m = 2500, .d = 3, .seed = 61, .random_weights = true});
+  SolveOptions o;
+  o.blur = 0.05;
+  o.tolerance = 0;
+  o.max_iterations = 30;
+  BackendOptions single;
+  single.backend = BackendKind::kCuda;
+  single.device = group.local_rank;
+  Problem one(p.xv(), p.yv(), p.a, p.b, single);
+  Problem ranks(p.xv(), p.yv(), p.a, p.b, rank_options(group, [](void* bytes, std::size_t size) {
+                  MPI_Bcast(bytes, static_cast<int>(size), MPI_BYTE, 0, MPI_COMM_WORLD);
+                }));
+  const SolveResult r1 = one.solve(o);
+  const SolveResult rr = ranks.solve(o);
+  ASSERT_EQ(rr.reason, r1.reason) << rr.message;
+  const double fscale = std::max({1.0, max_abs(r1.f), max_abs(r1.g)});
+  EXPECT_LE(max_abs_diff(rr.f, r1.f), kRankPotentialTol * fscale) << "rank " << group.rank;
+  EXPECT_LE(max_abs_diff(rr.g, r1.g), kRankPotentialTol * fscale) << "rank " << group.rank;
+
+  const std::size_t k = 4;
+  const std::vector<float> v = random_points(p.m, k, 62), u = random_points(p.n, k, 63);
+  const std::vector<float> pv = one.apply_plan(r1, v, k), ptu = one.apply_plan_transpose(r1, u, k);
+  EXPECT_LE(max_abs_diff(ranks.apply_plan(r1, v, k), pv), kRankPlanRelTol * max_abs(pv));
+  EXPECT_LE(max_abs_diff(ranks.apply_plan_transpose(r1, u, k), ptu), kRankPlanRelTol * max_abs(ptu));
+  const double scale = std::max(max_abs(p.x), max_abs(p.y));
+  const std::vector<float> q = random_points(50, p.d, 64, 0.5);
+  for (Side side : {Side::kSource, Side::kTarget}) {
+    EXPECT_LE(max_abs_diff(ranks.barycentric(r1, side), one.barycentric(r1, side)), kRankPointTol * scale);
+    EXPECT_LE(max_abs_diff(ranks.map_points(r1, {q, 50, p.d}, side), one.map_points(r1, {q, 50, p.d}, side)),
+              kRankPointTol * scale);
+  }
+  const TopKCoupling t1 = one.top_k(r1, 3), tr = ranks.top_k(r1, 3);
+  EXPECT_LE(max_abs_diff(tr.values, t1.values), kRankPlanRelTol * max_abs(t1.values));
+#endif
+}
+
+}  // namespace
+}  // namespace flashot::test
