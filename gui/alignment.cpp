@@ -6,6 +6,11 @@
 #include <stdexcept>
 
 namespace flashot::gui {
+namespace {
+
+constexpr double kMinLineAlpha = 25.0;  // the weakest line kept stays faintly visible
+
+}  // namespace
 
 AlignmentOutcome run_alignment(const AlignmentInput& input, const ProgressCallback& progress) {
   const Matrix& x = input.source;
@@ -95,9 +100,9 @@ CouplingLines coupling_lines(const TopKCoupling& coupling, std::span<const float
     }
     lines.endpoints.insert(lines.endpoints.end(), {from[3 * i], from[3 * i + 1], from[3 * i + 2], to[3 * j],
                                                    to[3 * j + 1], to[3 * j + 2]});
-    // Opacity by mass, with a floor so the weakest kept line stays visible.
-    const auto alpha = static_cast<std::uint8_t>(std::lround(40.0 + 215.0 * mass / heaviest));
-    lines.rgba.insert(lines.rgba.end(), {60, 60, 60, alpha});
+    // Opacity by mass.
+    const auto alpha = static_cast<std::uint8_t>(std::lround(kMinLineAlpha + (255.0 - kMinLineAlpha) * mass / heaviest));
+    lines.rgba.insert(lines.rgba.end(), {90, 90, 90, alpha});
   }
   return lines;
 }

@@ -35,6 +35,7 @@ struct Coloring {
 inline const QColor kMissingColor{190, 190, 190};
 inline const QColor kSourceColor{31, 119, 180};
 inline const QColor kTargetColor{255, 127, 14};
+inline const QColor kMappedColor{44, 160, 44};
 
 /// The k-th color of the categorical palette (20 distinct colors, then repeating, lighter).
 QColor palette_color(std::size_t k);

@@ -1,5 +1,6 @@
 #include "legend.hpp"
 
+#include <QCoreApplication>
 #include <QFontMetrics>
 #include <QLinearGradient>
 
@@ -44,16 +45,19 @@ void paint_legend(QPainter& painter, const QRect& view, const Coloring& coloring
     width = std::max(width, 18 + metrics.horizontalAdvance(QString::fromStdString(coloring.legend[static_cast<std::size_t>(i)].label)));
   }
   width = std::min(width + 16, view.width() / 3);
-  const int rows = 1 + shown + (more > 0 ? 1 : 0);
+  const bool titled = !title.isEmpty();
+  const int rows = (titled ? 1 : 0) + shown + (more > 0 ? 1 : 0);
   const QRect box(view.right() - width - 10, view.top() + 10, width, rows * line + 8);
   painter.setPen(QColor(0, 0, 0, 60));
   painter.setBrush(QColor(255, 255, 255, 220));
   painter.drawRoundedRect(box, 4, 4);
   painter.setPen(Qt::black);
   int y = box.top() + 4;
-  painter.drawText(QRect(box.left() + 8, y, box.width() - 16, line), Qt::AlignLeft | Qt::AlignVCenter,
-                   metrics.elidedText(title, Qt::ElideRight, box.width() - 16));
-  y += line;
+  if (titled) {
+    painter.drawText(QRect(box.left() + 8, y, box.width() - 16, line), Qt::AlignLeft | Qt::AlignVCenter,
+                     metrics.elidedText(title, Qt::ElideRight, box.width() - 16));
+    y += line;
+  }
   for (int i = 0; i < shown; ++i) {
     const LegendEntry& e = coloring.legend[static_cast<std::size_t>(i)];
     painter.fillRect(QRect(box.left() + 8, y + line / 2 - 5, 10, 10), e.color);
@@ -63,7 +67,7 @@ void paint_legend(QPainter& painter, const QRect& view, const Coloring& coloring
   }
   if (more > 0) {
     painter.drawText(QRect(box.left() + 8, y, box.width() - 16, line), Qt::AlignLeft | Qt::AlignVCenter,
-                     QObject::tr("+%1 more").arg(more));
+                     QCoreApplication::translate("legend", "+%1 more").arg(more));
   }
   painter.restore();
 }

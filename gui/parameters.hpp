@@ -20,7 +20,7 @@ struct AlignParameters {
   std::string scheme = "symmetric";
   std::string backend = "auto";
   std::size_t top_k = 3;       ///< couplings kept per source point (lines, saved coupling)
-  std::size_t max_lines = 5000;  ///< coupling lines drawn at most (the strongest)
+  std::size_t max_lines = 1500;  ///< coupling lines drawn at most (the strongest)
   std::string transfer_column;   ///< target obs column whose labels go to the source; empty = none
 };
 

@@ -81,11 +81,14 @@ int main(int argc, char** argv) {
     std::printf("%-44s mean %7.1f ms  worst %7.1f ms  (%.1f frames/s)\n", what, total / kFrames, worst,
                 1000.0 * kFrames / total);
   };
-  auto* renderer = scene.renderer();
-  (void)renderer;
   measure("full detail, camera still", [](int) {});
   scene.set_interactive(true);
-  measure("level of detail (camera moving)", [](int) {});
+  for (std::size_t budget : {300'000u, 100'000u, 30'000u}) {
+    scene.set_interactive_budget(budget);
+    char label[64];
+    std::snprintf(label, sizeof label, "level of detail, %zu points drawn", scene.points_drawn());
+    measure(label, [](int) {});
+  }
   scene.set_interactive(false);
   measure("morph slider step (re-upload mapped cloud)", [&](int i) { scene.set_morph_t(0.1 * i); });
   return 0;
