@@ -75,6 +75,14 @@ class Backend {
   /// The k largest entries P_ij of every row i: columns (n×k), values (n×k), sorted by decreasing value.
   virtual void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,
                      std::span<float> values) const = 0;
+
+  /// Bilinear-weighted plan application. rows = kSource: out (n×k), out_i = Σ_j P_ij ⟨u_i, w_j⟩ v_j with u (n×e),
+  /// w (m×e), v (m×k); rows = kTarget: out (m×k), out_j = Σ_i P_ij ⟨u_j, w_i⟩ v_i with u (m×e), w (n×e), v (n×k).
+  /// It is the second-moment term Σ_j P_ij y_j⟨y_j, v_i⟩ of the Hessian (engine/src/differentiation.cpp). The
+  /// default (engine/src/differentiation_bilinear.cpp) calls `apply` on chunks of the e·k derived columns
+  /// w_je·v_j, O((n+m)·k·chunk) memory; a backend can instead fuse it into one pass (a second dot product per tile).
+  virtual void apply_bilinear(const PlanParams& p, Side rows, std::span<const float> u, std::span<const float> w,
+                              std::size_t e, std::span<const float> v, std::size_t k, std::span<float> out) const;
 };
 
 /// The backend registry: the only place that knows whether CUDA was compiled in (engine/src/registry.cpp).
