@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <stdexcept>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -282,6 +284,75 @@ TEST_P(DifferentiationTest, ConjugateGradientReportsItsBudgetAndResidual) {
   EXPECT_GT(cut.cg.initial_residual, 0);
   // A cut-short solve gives a different (worse) product than the converged one.
   EXPECT_GT(max_abs_diff(cut.product, full.product), 1e-6 * max_abs(full.product));
+}
+
+TEST_P(DifferentiationTest, DivergenceGradientMatchesCentralDifferences) {
+  const auto& [backend, c] = GetParam();
+  FLASHOT_REQUIRE_BACKEND(backend);
+  const TestProblem p = make_problem(c.shape);
+  const DivergenceResult solves = sinkhorn_divergence(p.xv(), p.yv(), p.a, p.b, solve_options(c),
+                                                      backend_options(backend, kThreads));
+  const DivergenceGradient g = sinkhorn_divergence_gradient(p.xv(), p.yv(), p.a, p.b, solves,
+                                                            backend_options(backend, kThreads));
+  const double rho_x = c.reach_source * c.reach_source, rho_y = c.reach_target * c.reach_target;
+  // S = OT(x,y) − ½OT(x,x) − ½OT(y,y), each self-transport with its own side's ρ on both sides.
+  const auto divergence = [&](const std::vector<float>& x, const std::vector<float>& y, const std::vector<float>& a,
+                              const std::vector<float>& b) {
+    const PointsView xv{x, p.n, p.d}, yv{y, p.m, p.d};
+    return dense_at(dense_transport(xv, yv, a, b, c.epsilon, c.cost, rho_x, rho_y)).cost() -
+           0.5 * dense_at(dense_transport(xv, xv, a, a, c.epsilon, c.cost, rho_x, rho_x)).cost() -
+           0.5 * dense_at(dense_transport(yv, yv, b, b, c.epsilon, c.cost, rho_y, rho_y)).cost();
+  };
+  EXPECT_NEAR(g.divergence, divergence(p.x, p.y, p.a, p.b), kCostTol);
+  const std::vector<float> dir = random_points(p.n, p.d, 81);
+  const auto moved = [&](double step) {
+    std::vector<float> x = p.x;
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(x[i] + step * dir[i]);
+    return x;
+  };
+  // fp32 coordinates: the step must be large against their rounding (1e-7 relative).
+  constexpr double kStep = 1e-3;
+  const std::vector<float> xp = moved(kStep), xm = moved(-kStep);
+  double actual = 0;
+  for (std::size_t i = 0; i < dir.size(); ++i) actual += (static_cast<double>(xp[i]) - xm[i]) * g.x[i];
+  const double fd = divergence(xp, p.y, p.a, p.b) - divergence(xm, p.y, p.a, p.b);
+  EXPECT_NEAR(actual, fd, kDirectionalRelTol * std::abs(fd) + 1e-9);
+  // At x = y, a = b the divergence is 0 and stationary.
+  const DivergenceResult same = sinkhorn_divergence(p.xv(), p.xv(), p.a, p.a, solve_options(c),
+                                                    backend_options(backend, kThreads));
+  const DivergenceGradient g0 = sinkhorn_divergence_gradient(p.xv(), p.xv(), p.a, p.a, same,
+                                                             backend_options(backend, kThreads));
+  EXPECT_NEAR(g0.divergence, 0.0, kCostTol);
+  EXPECT_LE(max_abs(g0.x), kGradientRelTol * max_abs(g.x));
+}
+
+TEST_P(DifferentiationTest, RejectsBadInputsNamingThem) {
+  const auto& [backend, c] = GetParam();
+  FLASHOT_REQUIRE_BACKEND(backend);
+  const Solved s = solve(backend, c);
+  const auto message = [](auto&& call) {
+    try {
+      call();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  const std::vector<float> short_v(s.p.n * s.p.d - 1, 0.0f);
+  EXPECT_NE(message([&] { (void)s.derivatives.hessian_product(short_v); }).find("v must hold n·d"), std::string::npos);
+  CgOptions bad;
+  bad.tolerance = 0;
+  const std::vector<float> v(s.p.n * s.p.d, 1.0f);
+  EXPECT_NE(message([&] { (void)s.derivatives.hessian_product(v, bad); }).find("cg.tolerance must be in (0, 1) (got 0)"),
+            std::string::npos);
+  SolveResult wrong = s.r;
+  wrong.g.pop_back();
+  EXPECT_NE(message([&] { TransportDerivatives(s.p.xv(), s.p.yv(), s.p.a, s.p.b, wrong); }).find("solution must come"),
+            std::string::npos);
+  SolveResult broken = s.r;
+  broken.f[3] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_NE(message([&] { TransportDerivatives(s.p.xv(), s.p.yv(), s.p.a, s.p.b, broken); }).find("solution.f[3]"),
+            std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DifferentiationTest,
