@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <cmath>
 #include <set>
 #include <stdexcept>
@@ -302,12 +303,23 @@ void write_column(const Writer& at, const std::string& name, const Column& c) {
         write_string_array(at, name, c.strings);
         return;
       }
-      Id group = h5::create_group(at, name);
-      h5::set_encoding(group.get(), "nullable-string-array", "0.1.0");
-      const Writer inside = sub(at, group, name);
-      write_string_array(inside, "values", c.strings);
-      Id mask = h5::write_flags(inside, "mask", c.missing);
-      h5::set_encoding(mask.get(), "array", "0.2.0");
+      // Strings with missing entries become a categorical with code −1 where missing, as anndata's own
+      // strings_to_categoricals does: every anndata since 0.7 reads that, while `nullable-string-array` is
+      // unreadable before anndata 0.11 (Debian 12 ships 0.8).
+      std::set<std::string> distinct;
+      for (std::size_t i = 0; i < c.strings.size(); ++i) {
+        if (c.missing[i] == 0) distinct.insert(c.strings[i]);
+      }
+      Column as_categorical;
+      as_categorical.kind = Column::Kind::kCategorical;
+      as_categorical.categories.assign(distinct.begin(), distinct.end());
+      as_categorical.codes.reserve(c.strings.size());
+      for (std::size_t i = 0; i < c.strings.size(); ++i) {
+        const auto at_category = distinct.find(c.strings[i]);
+        as_categorical.codes.push_back(
+            c.missing[i] != 0 ? -1 : static_cast<std::int32_t>(std::distance(distinct.begin(), at_category)));
+      }
+      write_column(at, name, as_categorical);
       return;
     }
     case Column::Kind::kBoolean: {

@@ -33,9 +33,10 @@ struct PythonRun {
   std::string output;  ///< stdout and stderr together
 };
 
-/// Runs FLASHOT_PYTHON tests/io/python/<script> args…
-inline PythonRun run_python(const std::string& script, const std::vector<std::string>& args) {
-  std::string command = shell_quote(FLASHOT_PYTHON) + " " +
+/// Runs `python` (FLASHOT_PYTHON unless given) tests/io/python/<script> args…
+inline PythonRun run_python(const std::string& script, const std::vector<std::string>& args,
+                            const std::string& python = FLASHOT_PYTHON) {
+  std::string command = shell_quote(python) + " " +
                         shell_quote(std::string(FLASHOT_H5AD_PYTHON_DIR) + "/" + script);
   for (const auto& a : args) command += " " + shell_quote(a);
   command += " 2>&1";
