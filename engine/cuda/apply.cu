@@ -17,7 +17,7 @@ __global__ void __launch_bounds__(kTileThreads) apply_kernel(PointSet rows, Poin
                                                              Scale sc, const float* __restrict__ lse2,
                                                              const float* __restrict__ v, int k, int cols_per_split,
                                                              float* __restrict__ out, float* __restrict__ wsum) {
-  __shared__ TileStage st;
+  __shared__ TileStage<> st;
   __shared__ float w[kTileRows][kTileCols + 4];     // (BM, BN) plan weights of the tile
   __shared__ float vals[kTileCols][kApplyChunk + 4];  // (BN, KC) the tile's rows of V
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -87,6 +87,66 @@ __global__ void __launch_bounds__(kTileThreads) apply_kernel(PointSet rows, Poin
   }
 }
 
+/// k ≤ KC ≤ 16: each thread multiplies its 4×4 weights by the V rows of its 4 columns in registers (no shared
+/// staging of the weights); the 16 threads sharing rows merge their partial rows once at the end.
+template <int KC, int DK>
+__global__ void __launch_bounds__(kTileThreads) apply_narrow_kernel(PointSet rows, PointSet cols,
+                                                                    const float* __restrict__ h, Scale sc,
+                                                                    const float* __restrict__ lse2,
+                                                                    const float* __restrict__ v, int k,
+                                                                    int cols_per_split, float* __restrict__ out,
+                                                                    float* __restrict__ wsum) {
+  __shared__ TileStage<DK> st;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int i0 = blockIdx.x * kTileRows;
+  const int j_begin = blockIdx.y * cols_per_split;
+  const int j_end = min(cols.count, j_begin + cols_per_split);
+  float shift[4], total[4], result[4][KC];  // (TM, KC)
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int i = i0 + ty + 16 * r;
+    shift[r] = i < rows.count ? lse2[i] : INFINITY;
+    total[r] = 0.f;
+#pragma unroll
+    for (int c = 0; c < KC; ++c) result[r][c] = 0.f;
+  }
+  for (int j0 = j_begin; j0 < j_end; j0 += kTileCols) {
+    float acc[4][4];
+    tile_dots<DK>(rows.points, rows.count, i0, cols.points, j_end, j0, sc.d, st, acc);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int j = j0 + tx + 16 * c;
+      if (j >= j_end) continue;
+      const float bias = column_bias(cols, h, sc, j);
+      float vj[KC];
+#pragma unroll
+      for (int q = 0; q < KC; ++q) vj[q] = q < k ? v[std::size_t(j) * k + q] : 0.f;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float e = fast_exp2(fmaf(sc.alpha, acc[r][c], bias) - shift[r]);
+        total[r] += e;
+#pragma unroll
+        for (int q = 0; q < KC; ++q) result[r][q] = fmaf(e, vj[q], result[r][q]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int i = i0 + ty + 16 * r;
+#pragma unroll
+    for (int offset = 1; offset < 16; offset <<= 1) {
+      total[r] += __shfl_xor_sync(0xffffffffu, total[r], offset);
+#pragma unroll
+      for (int q = 0; q < KC; ++q) result[r][q] += __shfl_xor_sync(0xffffffffu, result[r][q], offset);
+    }
+    if (tx != 0 || i >= rows.count) continue;
+    atomicAdd(&wsum[i], total[r]);
+#pragma unroll
+    for (int q = 0; q < KC; ++q)
+      if (q < k) atomicAdd(&out[std::size_t(i) * k + q], result[r][q]);
+  }
+}
+
 __global__ void apply_scale_kernel(PointSet rows, const float* __restrict__ pot, const float* __restrict__ lse2,
                                    const float* __restrict__ wsum, int k, bool normalized, Scale sc,
                                    float* __restrict__ out) {
@@ -107,6 +167,22 @@ ReductionPlan plan_apply(const PointSet& rows, const PointSet& cols, int residen
 
 void launch_apply(const PointSet& rows, const PointSet& cols, const float* h, const Scale& scale, const float* lse2,
                   const float* v, int k, const ReductionPlan& plan, float* out, float* wsum, cudaStream_t stream) {
+  if (k <= 16) {
+    const dim3 grid(plan.row_blocks, plan.splits);
+    const int cps = plan.cols_per_split;
+    const bool shallow = scale.d <= 4;
+#define FLASHOT_NARROW(KC)                                                                                          \
+  (shallow ? apply_narrow_kernel<KC, 4><<<grid, kTileThreads, 0, stream>>>(rows, cols, h, scale, lse2, v, k, cps,   \
+                                                                          out, wsum)                               \
+           : apply_narrow_kernel<KC, kTileDepth><<<grid, kTileThreads, 0, stream>>>(rows, cols, h, scale, lse2, v, \
+                                                                                   k, cps, out, wsum))
+    if (k <= 4) FLASHOT_NARROW(4);
+    else if (k <= 8) FLASHOT_NARROW(8);
+    else FLASHOT_NARROW(16);
+#undef FLASHOT_NARROW
+    FLASHOT_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const dim3 grid(plan.row_blocks, plan.splits, apply_chunks(k));
   apply_kernel<<<grid, kTileThreads, 0, stream>>>(rows, cols, h, scale, lse2, v, k, plan.cols_per_split, out, wsum);
   FLASHOT_CUDA_CHECK_LAUNCH();

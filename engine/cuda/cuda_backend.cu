@@ -13,6 +13,10 @@
 #include "device_buffer.hpp"
 #include "error.hpp"
 #include "kernels.cuh"
+#include "mma.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 namespace flashot::detail {
 namespace cuda {
@@ -65,6 +69,35 @@ HostSide prepare_side(const PointsView& p, std::span<const float> w) {
   return side;
 }
 
+/// 16-bit tensor-core copies of one side's coordinates, scaled by `scale`, zero-padded to `padded_d`.
+struct HostOperands {
+  std::vector<std::uint16_t> hi, lo;
+};
+
+HostOperands convert_operands(const std::vector<float>& points, std::size_t count, int d, int padded_d, float scale,
+                              MmaMode mode) {
+  HostOperands out;
+  out.hi.assign(count * padded_d, 0);
+  if (mode == MmaMode::kSplitFp16) out.lo.assign(count * padded_d, 0);
+  for (std::size_t i = 0; i < count; ++i)
+    for (int k = 0; k < d; ++k) {
+      const float v = points[i * d + k] * scale;
+      const std::size_t o = i * padded_d + k;
+      if (mode == MmaMode::kBf16) {
+        const __nv_bfloat16 b = __float2bfloat16_rn(v);
+        std::memcpy(&out.hi[o], &b, sizeof b);
+      } else {
+        const __half hh = __float2half_rn(v);
+        std::memcpy(&out.hi[o], &hh, sizeof hh);
+        if (mode == MmaMode::kSplitFp16) {
+          const __half ll = __float2half_rn(v - __half2float(hh));
+          std::memcpy(&out.lo[o], &ll, sizeof ll);
+        }
+      }
+    }
+  return out;
+}
+
 struct GraphKey {
   double epsilon = 0, cost_scale = 0, damping_f = 0, damping_g = 0;
   Scheme scheme = Scheme::kSymmetric;
@@ -81,7 +114,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
-  std::string device() const override { return device_name_; }
+  std::string device() const override;
   void set_potentials(std::span<const float> f, std::span<const float> g) override;
   void get_potentials(std::span<float> f, std::span<float> g) const override;
   bool iterate(const IterationParams& p, int count) override;
@@ -98,6 +131,9 @@ class CudaBackend final : public Backend {
   DevSide x_side() const { return {x_.get(), xn_.get(), loga_.get(), a_.get(), n_}; }
   DevSide y_side() const { return {y_.get(), yn_.get(), logb_.get(), b_.get(), m_}; }
   void enqueue_iteration(const IterationParams& p, int index);
+  /// LSE partials of the rows of x (x_rows) or y against the other side, on the path chosen for this problem.
+  void side_lse(bool x_rows, const float* h, const Scale& sc, const ReductionPlan& plan, float2* partials,
+                const int* guard) const;
   /// rows.count values of LSE2 over `cols` with potential h into lse (device), using partial buffer `partials`.
   void row_lse2(const DevSide& rows, const DevSide& cols, const float* h, const Scale& sc,
                 DeviceBuffer<float2>& partials, float* lse) const;
@@ -109,7 +145,10 @@ class CudaBackend final : public Backend {
   std::string device_name_;
   Precision precision_ = Precision::kDefault;
   int n_ = 0, m_ = 0, d_ = 0;
-  bool one_pass_ = true;  // every weight > 0: the one-exponential symmetric step is usable
+  bool one_pass_ = true;  // every weight > 0 and fp32 scores: the one-exponential symmetric step is usable
+  bool use_mma_ = false;  // tensor-core scores for the soft c-transforms
+  DeviceBuffer<std::uint16_t> xhi_, xlo_, yhi_, ylo_;
+  MmaOperands xop_, yop_;
 
   DeviceBuffer<float> x_, y_, xn_, yn_, loga_, logb_, a_, b_, f_, g_;
   // Iteration scratch, sized once so that captured graphs stay valid.
@@ -145,6 +184,7 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
   cudaDeviceProp prop{};
   FLASHOT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   device_name_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+
   resident_blocks_ = prop.multiProcessorCount * 4;
   FLASHOT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
@@ -166,8 +206,33 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(f_.get(), 0, sizeof(float) * n_, stream_));
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(g_.get(), 0, sizeof(float) * m_, stream_));
 
-  plan_rows_ = plan_lse(x_side(), y_side(), d_, resident_blocks_);
-  plan_cols_ = plan_lse(y_side(), x_side(), d_, resident_blocks_);
+  use_mma_ = mma_supports(d_) && precision_ != Precision::kFp32;
+  if (use_mma_) {
+    const MmaMode mode = precision_ == Precision::kBf16   ? MmaMode::kBf16
+                         : precision_ == Precision::kTf32 ? MmaMode::kFp16
+                                                          : MmaMode::kSplitFp16;
+    // A power of two puts the largest coordinate in [128, 256): far from fp16's overflow (65504) and keeps the
+    // low halves of the split out of the subnormal range. It changes nothing but the exponent.
+    float largest = 0;
+    for (const auto* v : {&hx.points, &hy.points})
+      for (float c : *v) largest = std::max(largest, std::abs(c));
+    const float scale = largest > 0 ? std::ldexp(1.0f, 7 - std::ilogb(largest)) : 1.0f;
+    const int padded = (d_ + 15) / 16 * 16;
+    const HostOperands ox = convert_operands(hx.points, n_, d_, padded, scale, mode);
+    const HostOperands oy = convert_operands(hy.points, m_, d_, padded, scale, mode);
+    xhi_.upload(std::span<const std::uint16_t>(ox.hi), stream_);
+    yhi_.upload(std::span<const std::uint16_t>(oy.hi), stream_);
+    xlo_.upload(std::span<const std::uint16_t>(ox.lo), stream_);
+    ylo_.upload(std::span<const std::uint16_t>(oy.lo), stream_);
+    xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode};
+    yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode};
+    one_pass_ = false;
+    plan_rows_ = plan_lse_mma(x_side(), y_side(), resident_blocks_);
+    plan_cols_ = plan_lse_mma(y_side(), x_side(), resident_blocks_);
+  } else {
+    plan_rows_ = plan_lse(x_side(), y_side(), d_, resident_blocks_);
+    plan_cols_ = plan_lse(y_side(), x_side(), d_, resident_blocks_);
+  }
   plan_sums_ = plan_symmetric(x_side(), y_side(), d_, resident_blocks_);
   part_rows_.reserve(std::size_t(plan_rows_.splits) * n_);
   part_cols_.reserve(std::size_t(plan_cols_.splits) * m_);
@@ -178,6 +243,14 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(rsum_.get(), 0, sizeof(float) * n_, stream_));
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(csum_.get(), 0, sizeof(float) * m_, stream_));
   sync();
+}
+
+std::string CudaBackend::device() const {
+  const char* scores = !use_mma_                         ? "fp32 FMA scores"
+                       : xop_.mode == MmaMode::kSplitFp16 ? "split-fp16 tensor-core scores"
+                       : xop_.mode == MmaMode::kFp16      ? "fp16 tensor-core scores"
+                                                          : "bf16 tensor-core scores";
+  return device_name_ + ", " + scores;
 }
 
 CudaBackend::~CudaBackend() {
@@ -209,22 +282,32 @@ void CudaBackend::enqueue_iteration(const IterationParams& p, int index) {
   const FinalizeSide rows{part_rows_.get(), plan_rows_.splits, xn_.get(), f_.get(), tmp_f_.get(), lf, n_};
   const FinalizeSide cols{part_cols_.get(), plan_cols_.splits, yn_.get(), g_.get(), tmp_g_.get(), lg, m_};
   if (p.scheme == Scheme::kAlternating) {
-    launch_lse(x, y, g_.get(), sc, plan_rows_, part_rows_.get(), nullptr, stream_);
+    side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), nullptr);
     launch_finalize(Finalize::kAlternating, rows, {}, p.epsilon, sc.s, nullptr, nonfinite, stream_);
-    launch_lse(y, x, f_.get(), sc, plan_cols_, part_cols_.get(), nullptr, stream_);
+    side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), nullptr);
     launch_finalize(Finalize::kAlternating, cols, {}, p.epsilon, sc.s, nullptr, nonfinite, stream_);
   } else if (!one_pass_) {
-    launch_lse(x, y, g_.get(), sc, plan_rows_, part_rows_.get(), nullptr, stream_);
-    launch_lse(y, x, f_.get(), sc, plan_cols_, part_cols_.get(), nullptr, stream_);
+    side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), nullptr);
+    side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), nullptr);
     launch_finalize(Finalize::kSymmetric, rows, cols, p.epsilon, sc.s, nullptr, nonfinite, stream_);
   } else {
     int* redo = flags_.get() + 1 + index;
     launch_symmetric_sums(x, y, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), stream_);
     launch_symmetric_finish(f_.get(), g_.get(), rsum_.get(), csum_.get(), b_.get(), n_, m_, p.epsilon, lf, lg,
                             tmp_f_.get(), tmp_g_.get(), redo, stream_);
-    launch_lse(x, y, g_.get(), sc, plan_rows_, part_rows_.get(), redo, stream_);
-    launch_lse(y, x, f_.get(), sc, plan_cols_, part_cols_.get(), redo, stream_);
+    side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), redo);
+    side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), redo);
     launch_finalize(Finalize::kCommit, rows, cols, p.epsilon, sc.s, redo, nonfinite, stream_);
+  }
+}
+
+void CudaBackend::side_lse(bool x_rows, const float* h, const Scale& sc, const ReductionPlan& plan,
+                           float2* partials, const int* guard) const {
+  const DevSide r = x_rows ? x_side() : y_side(), c = x_rows ? y_side() : x_side();
+  if (use_mma_) {
+    launch_lse_mma(r, c, x_rows ? xop_ : yop_, x_rows ? yop_ : xop_, h, sc, plan, partials, guard, stream_);
+  } else {
+    launch_lse(r, c, h, sc, plan, partials, guard, stream_);
   }
 }
 
@@ -277,11 +360,12 @@ void CudaBackend::softmin(const PlanParams& p, Side rows, std::span<float> out) 
   const bool source = rows == Side::kSource;
   const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
   const float* h = source ? g_.get() : f_.get();
-  const ReductionPlan plan = plan_lse(r, c, d_, resident_blocks_);
+  // The same reduction as the iterations, so that a converged solve reports a small marginal error.
+  const ReductionPlan& plan = source ? plan_rows_ : plan_cols_;
   part_ops_.reserve(std::size_t(plan.splits) * r.count);
   softmin_out_.reserve(r.count);
   op_flag_.reserve(1);
-  launch_lse(r, c, h, sc, plan, part_ops_.get(), nullptr, stream_);
+  side_lse(source, h, sc, plan, part_ops_.get(), nullptr);
   const FinalizeSide side{part_ops_.get(), plan.splits, r.norm2, softmin_out_.get(), nullptr, 1.f, r.count};
   launch_finalize(Finalize::kSoftmin, side, {}, p.epsilon, sc.s, nullptr, op_flag_.get(), stream_);
   softmin_out_.download(out.first(r.count), stream_);

@@ -38,34 +38,36 @@ __device__ __forceinline__ float column_bias(const PointSet& cols, const float* 
 inline constexpr int kTileThreads = 256;
 inline constexpr int kTileRows = 64;
 inline constexpr int kTileCols = 64;
-inline constexpr int kTileDepth = 16;  // d is streamed in chunks of this many coordinates
+inline constexpr int kTileDepth = 16;  // d is streamed in chunks of this many coordinates (4 when d ≤ 4)
 
+template <int DK = kTileDepth>
 struct TileStage {
-  float xs[kTileDepth][kTileRows + 4];  // (DK, BM): x chunk, transposed
-  float ys[kTileDepth][kTileCols + 4];  // (DK, BN)
+  float xs[DK][kTileRows + 4];  // (DK, BM): x chunk, transposed
+  float ys[DK][kTileCols + 4];  // (DK, BN)
 };
 
 /// Thread (ty, tx) = (tid / 16, tid % 16) owns rows i0 + ty + 16·r and columns j0 + tx + 16·c, r, c ∈ [0, 4).
 /// Points beyond nx / ny read as zero. Starts with a barrier, so callers may reuse shared memory before it.
+template <int DK = kTileDepth>
 __device__ __forceinline__ void tile_dots(const float* __restrict__ x, int nx, int i0, const float* __restrict__ y,
-                                          int ny, int j0, int d, TileStage& st, float (&acc)[4][4]) {
+                                          int ny, int j0, int d, TileStage<DK>& st, float (&acc)[4][4]) {
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
 #pragma unroll
   for (int r = 0; r < 4; ++r)
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[r][c] = 0.f;
-  for (int k0 = 0; k0 < d; k0 += kTileDepth) {
+  for (int k0 = 0; k0 < d; k0 += DK) {
     __syncthreads();
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int e = tid + kTileThreads * q, row = e / kTileDepth, kk = e % kTileDepth, k = k0 + kk;
+    for (int q = 0; q < DK / 4; ++q) {
+      const int e = tid + kTileThreads * q, row = e / DK, kk = e % DK, k = k0 + kk;
       const int gi = i0 + row, gj = j0 + row;
       st.xs[kk][row] = (gi < nx && k < d) ? x[std::size_t(gi) * d + k] : 0.f;
       st.ys[kk][row] = (gj < ny && k < d) ? y[std::size_t(gj) * d + k] : 0.f;
     }
     __syncthreads();
 #pragma unroll
-    for (int kk = 0; kk < kTileDepth; ++kk) {
+    for (int kk = 0; kk < DK; ++kk) {
       float a[4], b[4];
 #pragma unroll
       for (int r = 0; r < 4; ++r) a[r] = st.xs[kk][ty + 16 * r];

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kTileThreads) sums_tiled_kernel(PointSet x, Po
                                                                   const float* __restrict__ g, Scale sc,
                                                                   int cols_per_split, float* __restrict__ rsum,
                                                                   float* __restrict__ csum) {
-  __shared__ TileStage st;
+  __shared__ TileStage<> st;
   __shared__ float colbuf[kTileThreads / 32][kTileCols];  // (warps, BN)
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int i0 = blockIdx.x * kTileRows;

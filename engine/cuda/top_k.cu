@@ -13,7 +13,7 @@ namespace {
 __global__ void __launch_bounds__(kTileThreads) top_k_kernel(PointSet x, PointSet y, const float* __restrict__ f,
                                                              const float* __restrict__ g, Scale sc, int k, std::int32_t* __restrict__ columns,
                                                              float* __restrict__ values) {
-  __shared__ TileStage st;
+  __shared__ TileStage<> st;
   __shared__ float scores[kTileRows][kTileCols + 1];  // (BM, BN)
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int i0 = blockIdx.x * kTileRows;

@@ -40,12 +40,16 @@ TEST(CudaTiling, SplitsCoverEveryColumnExactlyOnce) {
 TEST(CudaTiling, FewRowBlocksSplitTheColumnsToFillTheDevice) {
   // n = 10k on 132 SMs: 10 row blocks of 1024 rows cannot fill the device alone.
   const ReductionPlan plan = plan_reduction(10'000, 10'000, 1024, 256, 132 * 4);
-  EXPECT_GT(plan.splits, 1);
-  EXPECT_GE(std::int64_t(plan.row_blocks) * plan.splits, 132 * 4);
+  EXPECT_EQ(plan.row_blocks, 10);
+  // As many splits as there are column tiles (40), the most that keeps every split a whole tile.
+  EXPECT_EQ(plan.splits, 40);
+  const ReductionPlan wide = plan_reduction(10'000, 1'000'000, 1024, 256, 132 * 4);
+  EXPECT_GE(std::int64_t(wide.row_blocks) * wide.splits, 2 * 132 * 4);
 }
 
 TEST(CudaTiling, ManyRowBlocksDoNotSplit) {
-  const ReductionPlan plan = plan_reduction(1'000'000, 1'000'000, 1024, 256, 132 * 4);
+  // 4M rows make 3907 blocks of 1024, more than two waves of 528: no partial sums to merge.
+  const ReductionPlan plan = plan_reduction(4'000'000, 1'000'000, 1024, 256, 132 * 4);
   EXPECT_EQ(plan.splits, 1);
   EXPECT_EQ(plan.cols_per_split, 1'000'000 / 256 * 256 + 256);
 }

@@ -1,0 +1,71 @@
+#!/bin/bash
+# The whole GPU check of flashot, in one command, on a machine with an NVIDIA GPU:
+#   1. build build-gpu (engine tests + the `flashot` CLI, no io/GUI) unless it is already there and starts;
+#   2. the engine test suites on the CUDA backend with FLASHOT_REQUIRE_CUDA=1 (a skip is a failure);
+#   3. compute-sanitizer memcheck and racecheck on small cases;
+#   4. the backend's own timings (tests/bench/cuda_iterate_bench.cpp) and `flashot bench` at the issue's sizes;
+#   5. ../shared/gpu/peers.sh (FlashSinkhorn, GeomLoss/KeOps) against `flashot bench`, when peer wheels are given.
+# Logs go to $OUT (default: gpu-check-out/). Steps can be skipped: TESTS=0 SANITIZE=0 BENCH=0 PEERS=0.
+# usage: [OUT=dir] [BUILD=build-gpu] [PEERS_DIR=.peers] [SIZES=100000,10000] [DIMS=3,64] scripts/gpu-check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-check-out}
+BUILD=${BUILD:-build-gpu}
+PEERS_DIR=${PEERS_DIR:-.peers}
+SIZES=${SIZES:-100000,10000}
+DIMS=${DIMS:-3,64}
+mkdir -p "$OUT"
+status=0
+step() { echo; echo "==== $*"; }
+
+step "device"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+
+export LD_LIBRARY_PATH=$PWD/$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+tests=$BUILD/tests/engine/flashot_engine_tests
+cli=$BUILD/apps/flashot
+if ! "$tests" --gtest_list_tests > /dev/null 2>&1 || ! "$cli" --help > /dev/null 2>&1; then
+  step "build ($BUILD)"
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DFLASHOT_IO=OFF -DFLASHOT_GUI=OFF -DFLASHOT_CUDA=ON \
+    -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 \
+    > "$OUT/build.log" 2>&1 && ninja -C "$BUILD" flashot_engine_tests flashot >> "$OUT/build.log" 2>&1 \
+    || { echo "build failed: see $OUT/build.log"; tail -30 "$OUT/build.log"; exit 1; }
+fi
+
+if [[ ${TESTS:-1} == 1 ]]; then
+  step "engine tests on CUDA (FLASHOT_REQUIRE_CUDA=1)"
+  FLASHOT_REQUIRE_CUDA=1 "$tests" --gtest_filter="${TEST_FILTER:-*cuda*:Cuda*}" 2>&1 | tee "$OUT/tests.log" | \
+    grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure|error" | head -60
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+
+if [[ ${SANITIZE:-1} == 1 ]]; then
+  small='Backends/ReferenceTest.*/cuda_balanced_symmetric_scaling_d3:Backends/ReferenceTest.*/cuda_embedding_d50:CudaBackend.StartFar*:CudaBackend.Apply*'
+  for tool in memcheck racecheck; do
+    step "compute-sanitizer $tool"
+    FLASHOT_REQUIRE_CUDA=1 compute-sanitizer --tool "$tool" --error-exitcode 3 "$tests" --gtest_filter="$small" \
+      > "$OUT/sanitizer-$tool.log" 2>&1
+    rc=$?
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED) " "$OUT/sanitizer-$tool.log" | head -8
+    [[ $rc == 0 ]] || { echo "compute-sanitizer $tool: exit $rc"; status=1; }
+  done
+fi
+
+if [[ ${BENCH:-1} == 1 ]]; then
+  step "backend timings (iterate as one graph, softmin, apply)"
+  if [[ -x $BUILD/cuda_iterate_bench ]]; then
+    "$BUILD/cuda_iterate_bench" ${SIZES//,/ } -- ${DIMS//,/ } 2>&1 | tee "$OUT/iterate-bench.log"
+  fi
+  step "flashot bench"
+  for d in ${DIMS//,/ }; do for n in ${SIZES//,/ }; do for scheme in symmetric alternating; do
+    "$cli" bench --n "$n" --m "$n" --d "$d" --eps 0.1 --iters 10 --backend cuda --scheme "$scheme" --csv \
+      2>&1 | tee -a "$OUT/flashot-bench.log"
+  done; done; done
+fi
+
+if [[ ${PEERS:-1} == 1 && -d $PEERS_DIR/wheels ]]; then
+  step "peers.sh"
+  WHEELS=$PEERS_DIR/wheels SIZES=$SIZES DIMS=$DIMS OUTDIR="$OUT/peers" \
+    FLASHOT_BENCH="$BUILD/apps/flashot bench --backend cuda" bash "$PEERS_DIR/peers.sh" 2>&1 | tee "$OUT/peers.log"
+fi
+exit $status
