@@ -58,12 +58,12 @@ inline std::filesystem::path pbmc68k_path() {
   return std::filesystem::path(FLASHOT_H5AD_DATA_DIR) / "10x_pbmc68k_reduced.h5ad";
 }
 
-/// The fixture files written by make_h5ad_fixtures.py, generated once per build tree (ctest runs test
-/// processes in parallel: a file lock lets one of them generate while the others wait). Regenerated when the
-/// scripts change. Returns an empty path and sets `error` when generation failed.
-inline std::filesystem::path fixture_dir(std::string& error) {
+/// The fixture files written by make_h5ad_fixtures.py into `dir` by `python` with `args` after the folder,
+/// generated once per build tree (ctest runs test processes in parallel: a file lock lets one of them generate while
+/// the others wait). Regenerated when the scripts change. Returns an empty path and sets `error` on failure.
+inline std::filesystem::path fixture_dir(const std::string& python, const std::filesystem::path& dir,
+                                         const std::vector<std::string>& args, std::string& error) {
   namespace fs = std::filesystem;
-  const fs::path dir = FLASHOT_H5AD_FIXTURE_DIR;
   fs::create_directories(dir.parent_path());
   const int lock = ::open((dir.string() + ".lock").c_str(), O_CREAT | O_RDWR, 0644);
   if (lock < 0 || ::flock(lock, LOCK_EX) != 0) {
@@ -76,7 +76,8 @@ inline std::filesystem::path fixture_dir(std::string& error) {
     const auto time = fs::last_write_time(fs::path(FLASHOT_H5AD_PYTHON_DIR) / script);
     version << script << ' ' << time.time_since_epoch().count() << '\n';
   }
-  version << pbmc68k_path().string() << '\n';
+  version << python << '\n';
+  for (const auto& a : args) version << a << '\n';
   const fs::path stamp = dir / "stamp.txt";
   std::string current;
   if (std::ifstream in(stamp); in) current.assign(std::istreambuf_iterator<char>(in), {});
@@ -84,23 +85,29 @@ inline std::filesystem::path fixture_dir(std::string& error) {
   if (current != version.str()) {
     std::error_code ec;
     fs::remove_all(dir, ec);
-    if (!fs::exists(pbmc68k_path())) {
-      error = "the pbmc68k_reduced data file is missing: " + pbmc68k_path().string() +
-              " (scripts/python-env.sh extracts it from the scanpy wheel)";
+    std::vector<std::string> all = {dir.string()};
+    all.insert(all.end(), args.begin(), args.end());
+    const PythonRun run = run_python("make_h5ad_fixtures.py", all, python);
+    if (run.status != 0) {
+      error = python + " make_h5ad_fixtures.py failed (status " + std::to_string(run.status) + "):\n" + run.output;
       result.clear();
     } else {
-      const PythonRun run = run_python("make_h5ad_fixtures.py", {dir.string(), pbmc68k_path().string()});
-      if (run.status != 0) {
-        error = "make_h5ad_fixtures.py failed (status " + std::to_string(run.status) + "):\n" + run.output;
-        result.clear();
-      } else {
-        std::ofstream(stamp) << version.str();
-      }
+      std::ofstream(stamp) << version.str();
     }
   }
   ::flock(lock, LOCK_UN);
   ::close(lock);
   return result;
+}
+
+/// The fixtures of the current PyPI anndata, with the pbmc68k_reduced expectations.
+inline std::filesystem::path fixture_dir(std::string& error) {
+  if (!std::filesystem::exists(pbmc68k_path())) {
+    error = "the pbmc68k_reduced data file is missing: " + pbmc68k_path().string() +
+            " (scripts/python-env.sh extracts it from the scanpy wheel)";
+    return {};
+  }
+  return fixture_dir(FLASHOT_PYTHON, FLASHOT_H5AD_FIXTURE_DIR, {pbmc68k_path().string()}, error);
 }
 
 }  // namespace flashot::io::test

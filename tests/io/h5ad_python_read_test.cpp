@@ -50,6 +50,25 @@ INSTANTIATE_TEST_SUITE_P(Malformed, H5adFromPython,
                                            "not_anndata"),
                          [](const auto& info) { return std::string(info.param); });
 
+#ifdef FLASHOT_PYTHON_OLD_ANNDATA
+// The same encodings written by an older anndata (Debian's python3-anndata 0.8 with pandas 1.5).
+class H5adFromOldAnndata : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(H5adFromOldAnndata, ReadsWhatAnndataWrote) {
+  static std::string error;
+  static const std::filesystem::path dir = fixture_dir(
+      FLASHOT_PYTHON_OLD_ANNDATA, std::string(FLASHOT_H5AD_FIXTURE_DIR) + "_old_anndata", {"--anndata-only"}, error);
+  ASSERT_FALSE(dir.empty()) << error;
+  check_file(dir / (std::string(GetParam()) + ".h5ad"), dir / (std::string(GetParam()) + ".expect"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Encodings, H5adFromOldAnndata,
+                         ::testing::Values("dense_f32", "dense_f64", "dense_i32", "dense_u16", "csr_f32",
+                                           "csr_f64_i64", "csr_i64", "csc_f32", "csc_i16", "csr_unsigned_indices",
+                                           "no_x", "raw"),
+                         [](const auto& info) { return std::string(info.param); });
+#endif
+
 TEST(H5adPbmc68k, ReadsTheScanpyDatasetLikeAnndata) {
   const auto dir = fixtures();
   ASSERT_FALSE(dir.empty());
