@@ -241,6 +241,26 @@ TEST(PlyRead, CrlfLinesTrailingSpacesAndBlankLines) {
   EXPECT_EQ(vertex->find("red")->values, (std::vector<double>{3, 4}));
 }
 
+TEST(PlyRead, AsciiNanInfinityUnderflowAndSignsSurviveARoundTrip) {
+  const PlyFile ply = parse_text(
+      "ply\nformat ascii 1.0\nelement v 4\nproperty float x\nproperty double y\nend_header\n"
+      "nan -nan\n-inf inf\n1e-46 1e-400\n+2 -0\n");
+  const std::vector<double>& x = ply.elements[0].properties[0].values;
+  const std::vector<double>& y = ply.elements[0].properties[1].values;
+  EXPECT_TRUE(std::isnan(x[0]));
+  EXPECT_TRUE(std::isnan(y[0]) && std::signbit(y[0]));
+  EXPECT_EQ(x[1], -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(y[1], std::numeric_limits<double>::infinity());
+  EXPECT_EQ(x[2], 0.0) << "below float's smallest subnormal rounds to zero, as strtof does";
+  EXPECT_EQ(y[2], 0.0);
+  EXPECT_EQ(x[3], 2.0);
+  EXPECT_TRUE(y[3] == 0.0 && std::signbit(y[3]));
+  const PlyFile back = parse_ply(serialize_ply(ply), "back.ply");
+  const std::vector<double>& y_back = back.elements[0].properties[1].values;
+  EXPECT_TRUE(std::isnan(y_back[0]) && std::signbit(y_back[0]));
+  EXPECT_TRUE(y_back[3] == 0.0 && std::signbit(y_back[3]));
+}
+
 TEST(PlyRead, BinaryPayloadAfterCrlfEndHeaderStartsAfterTheLf) {
   std::string text = "ply\r\nformat binary_little_endian 1.0\r\nelement vertex 1\r\nproperty ushort v\r\nend_header\r\n";
   text += std::string("\x0a\x0d", 2);  // 0x0d0a = 3338: bytes that look like a line ending
