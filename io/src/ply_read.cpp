@@ -6,6 +6,7 @@
 #include <atomic>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -40,9 +41,9 @@ constexpr std::size_t kShownChars = 40;
 constexpr std::size_t kHugePageAdviceBytes = std::size_t{16} << 20;
 constexpr std::uintptr_t kHugePage = std::uintptr_t{2} << 20;
 
-/// Reading a large binary cloud is dominated by the page faults of the freshly reserved double columns (one per
-/// 4 KiB page, each zeroed by the kernel): asking for 2 MiB pages on the untouched reservation cuts them 512-fold.
-/// Advisory only; where THP is off or unsupported nothing changes.
+/// Reading a large binary cloud is dominated by the kernel handing out fresh zeroed pages for the double columns
+/// (docs/io-ply.md). Asking for 2 MiB pages on the still untouched reservation cuts the page faults 512-fold; the
+/// zeroing itself remains. Advisory only; where THP is off or unsupported nothing changes.
 void advise_huge_pages(const std::vector<double>& column) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   const std::size_t bytes = column.capacity() * sizeof(double);
