@@ -18,6 +18,7 @@ struct Options {
   QCommandLineOption blur{"blur", "Blur in data units (0 = 1% of the data diameter).", "B"};
   QCommandLineOption align{"align", "Align as soon as the files are open."};
   QCommandLineOption screenshot{"screenshot", "Headless: write the view to FILE.png and exit.", "FILE"};
+  QCommandLineOption window{"window", "The screenshot shows the whole window (controls, plot), not only the view."};
   QCommandLineOption size{"size", "Window size in headless mode, WxH (default 1280x800).", "WxH"};
   QCommandLineOption help{QStringList{"h", "help"}, "Show this help."};
 };
@@ -27,7 +28,7 @@ void add_options(QCommandLineParser& parser, const Options& o) {
                                    "transport and look at the result.");
   parser.addPositionalArgument("SOURCE", "Source (query) data set, .h5ad or .ply.", "[SOURCE");
   parser.addPositionalArgument("TARGET", "Target (reference) data set.", "[TARGET]]");
-  parser.addOptions({o.key, o.show, o.color_by, o.transfer, o.backend, o.blur, o.align, o.screenshot, o.size,
+  parser.addOptions({o.key, o.show, o.color_by, o.transfer, o.backend, o.blur, o.align, o.screenshot, o.window, o.size,
                      o.help});
 }
 
@@ -53,6 +54,7 @@ CommandLine parse_command_line(const QStringList& arguments) {
   c.backend = parser.value(o.backend);
   c.align = parser.isSet(o.align);
   c.screenshot = parser.value(o.screenshot);
+  c.whole_window = parser.isSet(o.window);
   if (parser.isSet(o.blur)) {
     bool ok = false;
     const double blur = parser.value(o.blur).toDouble(&ok);

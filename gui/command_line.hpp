@@ -21,6 +21,7 @@ struct CommandLine {
   std::optional<double> blur;
   bool align = false;
   QString screenshot;  ///< PNG path: headless mode
+  bool whole_window = false;  ///< the screenshot shows the whole window, not only the 3-D view
   int width = 1280;    ///< window size in headless mode
   int height = 800;
   bool help = false;

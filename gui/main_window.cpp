@@ -321,6 +321,7 @@ bool MainWindow::open_dataset(const QString& path, bool as_source) {
   plot_->clear();
   summary_->clear();
   (as_source ? source_label_ : target_label_)->setText(q((as_source ? source_ : target_)->summary()));
+  statusBar()->showMessage(source_ && target_ ? tr("Ready: press Align.") : tr("Open the other data set too."));
   refresh_choices();
   refresh_display();
   scene_->reset_camera();
@@ -803,7 +804,8 @@ void MainWindow::finish_headless() {
   }
   try {
     view_->render_now();
-    save_image(view_->composed_image(), headless_->screenshot.toStdString());
+    save_image(headless_->whole_window ? grab().toImage() : view_->composed_image(),
+               headless_->screenshot.toStdString());
   } catch (const std::exception& e) {
     quit_headless(1, q(e.what()));
     return;
