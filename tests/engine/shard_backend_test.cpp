@@ -51,9 +51,14 @@ int gpus_promised() {
   return v == nullptr ? 1 : std::atoi(v);
 }
 
+/// One CPU thread: the suite's run time then does not depend on how busy the machine is (results do not depend on
+/// the thread count).
+constexpr int kThreads = 1;
+
 BackendOptions sharded_options(const Layout& layout, int shards) {
   BackendOptions o;
   o.backend = parse_backend(layout.backend);
+  o.threads = kThreads;
   o.nccl = layout.nccl;
   if (layout.one_device_per_shard) {
     o.devices.resize(static_cast<std::size_t>(shards));
@@ -127,7 +132,7 @@ TEST_P(ShardedProblemTest, SolveAndEveryOperationMatchOneShard) {
     GTEST_SKIP() << shards << " shards on " << shards << " devices need FLASHOT_TEST_GPUS ≥ " << shards
                  << " (got " << gpus_promised() << ")";
   const TestProblem p = problem_for(c);
-  Problem one(p.xv(), p.yv(), p.a, p.b, backend_options(layout.backend));
+  Problem one(p.xv(), p.yv(), p.a, p.b, backend_options(layout.backend, kThreads));
   Problem many(p.xv(), p.yv(), p.a, p.b, sharded_options(layout, shards));
   EXPECT_EQ(many.backend_name(), one.backend_name());
   EXPECT_NE(many.device_name().find(std::to_string(shards) + " row shards"), std::string::npos) << many.device_name();
@@ -223,8 +228,9 @@ TEST_P(ShardedBackendTest, EveryBackendOperationMatchesTheUnshardedBackend) {
   const detail::ProblemData data{p.xv(), p.yv(), p.a, p.b};
   BackendOptions o;
   o.backend = BackendKind::kCpu;
+  o.threads = kThreads;
   o.shards = shards;
-  const std::unique_ptr<detail::Backend> one = detail::make_cpu_backend(backend_options("cpu"), data);
+  const std::unique_ptr<detail::Backend> one = detail::make_cpu_backend(backend_options("cpu", kThreads), data);
   const std::unique_ptr<detail::Backend> many = detail::make_sharded_backend(o, data, detail::make_cpu_backend);
 
   for (Scheme scheme : {Scheme::kSymmetric, Scheme::kAlternating}) {
