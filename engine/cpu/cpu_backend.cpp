@@ -32,6 +32,14 @@ constexpr double kLn2 = std::numbers::ln2;
 constexpr std::size_t kTaskRows = 64;
 /// Keys are streamed in chunks that stay in a core's L2 cache while every row of a task reads them.
 constexpr std::size_t kKeyChunkBytes = 512 * 1024;
+/// Column-sum buffers of the fused symmetric update: at most this many bytes (fewer row groups for a huge m).
+constexpr std::size_t kColumnBudget = std::size_t{256} << 20;
+/// Range of the fused update's row and column sums (≈ 1 near the fixed point) outside which it is not trusted.
+constexpr double kFusedLow = 0x1p-40;
+constexpr double kFusedHigh = 0x1p40;
+/// The fused update is tried when the potentials are within this many ε of their soft c-transforms: its sums are
+/// then within e^{±20} ≈ 2^{±29}, inside the range above.
+constexpr double kFusedGap = 20;
 
 std::size_t padded(std::size_t n) { return (n + kKeyPad - 1) / kKeyPad * kKeyPad; }
 
@@ -41,7 +49,7 @@ struct Cloud {
   std::size_t d = 0;
   std::size_t ld = 0;
   std::vector<float> x;       // (n × d) row-major, as given (already centred by the engine)
-  std::vector<float> t;       // (d × ld) transposed, zero padding
+  std::vector<float> t;       // (ld × d) in panels of kKeyPad keys (cpu::KeySet::t), zero padding
   std::vector<double> norm;   // (n) ‖x_i‖²
   std::vector<double> log2w;  // (n) log2 of the weights, −∞ for a zero weight
   std::vector<float> w;       // (n) weights
@@ -53,7 +61,7 @@ struct Cloud {
       double s = 0;
       for (std::size_t c = 0; c < d; ++c) {
         const float v = x[i * d + c];
-        t[c * ld + i] = v;
+        t[(i / kKeyPad) * d * kKeyPad + c * kKeyPad + i % kKeyPad] = v;
         s += static_cast<double>(v) * v;
       }
       norm[i] = s;
@@ -80,6 +88,7 @@ class CpuBackend final : public Backend {
   void set_potentials(std::span<const float> f, std::span<const float> g) override {
     std::copy(f.begin(), f.end(), f_.begin());
     std::copy(g.begin(), g.end(), g_.begin());
+    gap_ = std::numeric_limits<double>::infinity();
   }
   void get_potentials(std::span<float> f, std::span<float> g) const override {
     std::transform(f_.begin(), f_.end(), f.begin(), [](double v) { return static_cast<float>(v); });
@@ -88,18 +97,38 @@ class CpuBackend final : public Backend {
 
   bool iterate(const IterationParams& p, int count) override {
     const PlanParams pp{p.epsilon, p.cost_scale};
+    if (p.epsilon != gap_epsilon_) {
+      gap_ = std::numeric_limits<double>::infinity();  // the bound below holds for one ε only
+      gap_epsilon_ = p.epsilon;
+    }
     std::vector<double> fn(x_.n), gn(y_.n);
     for (int it = 0; it < count; ++it) {
-      if (p.scheme == Scheme::kSymmetric) {
-        softmin_into(pp, x_, y_, g_, fn);
-        softmin_into(pp, y_, x_, f_, gn);
-        for (std::size_t i = 0; i < x_.n; ++i) f_[i] = 0.5 * (f_[i] + p.damping_f * fn[i]);
-        for (std::size_t j = 0; j < y_.n; ++j) g_[j] = 0.5 * (g_[j] + p.damping_g * gn[j]);
-      } else {
+      if (p.scheme == Scheme::kAlternating) {
         softmin_into(pp, x_, y_, g_, fn);
         for (std::size_t i = 0; i < x_.n; ++i) f_[i] = p.damping_f * fn[i];
         softmin_into(pp, y_, x_, f_, gn);
         for (std::size_t j = 0; j < y_.n; ++j) g_[j] = p.damping_g * gn[j];
+      } else {
+        if (!(gap_ <= kFusedGap * p.epsilon && symmetric_fused(p, fn, gn))) {
+          softmin_into(pp, x_, y_, g_, fn);
+          softmin_into(pp, y_, x_, f_, gn);
+        }
+        // Bound for the next update: softmin is 1-Lipschitz in the sup norm, so
+        // |f' − softmin_rows(g')| ≤ |f' − softmin_rows(g)| + |g' − g|, and likewise for g.
+        double df = 0, dg = 0, step_f = 0, step_g = 0;
+        for (std::size_t i = 0; i < x_.n; ++i) {
+          const double f = 0.5 * (f_[i] + p.damping_f * fn[i]);
+          step_f = std::max(step_f, std::abs(f - f_[i]));
+          df = std::max(df, std::abs(f - fn[i]));
+          f_[i] = f;
+        }
+        for (std::size_t j = 0; j < y_.n; ++j) {
+          const double g = 0.5 * (g_[j] + p.damping_g * gn[j]);
+          step_g = std::max(step_g, std::abs(g - g_[j]));
+          dg = std::max(dg, std::abs(g - gn[j]));
+          g_[j] = g;
+        }
+        gap_ = std::max(df + step_g, dg + step_f);
       }
       if (!all_finite(f_) || !all_finite(g_)) return false;
     }
@@ -196,6 +225,55 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  /// The symmetric update from one exponential per plan entry (DESIGN.md §2): with E_ij = exp((f_i + g_j − C_ij)/ε),
+  /// softmin_rows(g)_i = f_i − ε·ln Σ_j b_j E_ij and softmin_cols(f)_j = g_j − ε·ln Σ_i a_i E_ij, exactly. Rows are
+  /// split into a fixed number of groups (set by n and m only, never by the thread count), each with its own
+  /// column-sum buffer, added in a fixed order: the result is bitwise independent of the thread count.
+  /// Tried only when the potentials are provably near their fixed point (gap_ below), so the sums stay near 1;
+  /// returns false when a sum still falls outside [2^−40, 2^40], and the caller takes the two-pass way.
+  /// fn, gn receive softmin_rows(g) and softmin_cols(f).
+  bool symmetric_fused(const IterationParams& p, std::vector<double>& fn, std::vector<double>& gn) {
+    const PlanParams pp{p.epsilon, p.cost_scale};
+    const std::size_t n = x_.n, m = y_.n, ld = y_.ld;
+    const std::vector<float> beta = make_bias(pp, y_, g_, false);
+    std::vector<float> alpha(n);
+    for (std::size_t i = 0; i < n; ++i)
+      alpha[i] = static_cast<float>((f_[i] - p.cost_scale * x_.norm[i]) / p.epsilon * kLog2e);
+    std::vector<float> wk(ld, 0.0f);
+    std::copy(y_.w.begin(), y_.w.end(), wk.begin());
+    const cpu::ScoreSpec spec{x_.queries(), y_.keys(), beta.data(), score_scale(pp)};
+
+    const std::size_t groups = std::min(std::max<std::size_t>(1, (n + 511) / 512),
+                                        std::max<std::size_t>(1, std::min<std::size_t>(64, kColumnBudget / (8 * ld))));
+    column_parts_.assign(groups * ld, 0.0);
+    row_sums_.assign(n, 0.0);
+    const std::size_t chunk = key_chunk(x_.d);
+    const std::int64_t group_count = static_cast<std::int64_t>(groups);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_)
+    for (std::int64_t grp = 0; grp < group_count; ++grp) {
+      const std::size_t gb = n * static_cast<std::size_t>(grp) / groups;
+      const std::size_t ge = n * static_cast<std::size_t>(grp + 1) / groups;
+      double* cols = column_parts_.data() + static_cast<std::size_t>(grp) * ld;
+      for (std::size_t rb = gb; rb < ge; rb += kTaskRows) {
+        const std::size_t re = std::min(ge, rb + kTaskRows);
+        for (std::size_t kb = 0; kb < ld; kb += chunk)
+          kernels_->fused(spec, rb, re, kb, std::min(ld, kb + chunk), alpha.data(), x_.w.data(), wk.data(),
+                          row_sums_.data(), cols);
+      }
+    }
+    std::vector<double> col_sums(m, 0.0);
+    for (std::size_t grp = 0; grp < groups; ++grp)
+      for (std::size_t j = 0; j < m; ++j) col_sums[j] += column_parts_[grp * ld + j];
+
+    const auto in_range = [](double v) { return v >= kFusedLow && v <= kFusedHigh; };
+    if (!std::all_of(row_sums_.begin(), row_sums_.end(), in_range) ||
+        !std::all_of(col_sums.begin(), col_sums.end(), in_range))
+      return false;
+    for (std::size_t i = 0; i < n; ++i) fn[i] = f_[i] - p.epsilon * std::log(row_sums_[i]);
+    for (std::size_t j = 0; j < m; ++j) gn[j] = g_[j] - p.epsilon * std::log(col_sums[j]);
+    return true;
+  }
+
   static bool all_finite(const std::vector<double>& v) {
     return std::all_of(v.begin(), v.end(), [](double e) { return std::isfinite(e); });
   }
@@ -205,11 +283,14 @@ class CpuBackend final : public Backend {
     return static_cast<float>(2.0 * p.cost_scale / p.epsilon * kLog2e);
   }
 
-  /// bias_j = log2 w_j + (h_j − s‖k_j‖²)/ε · log2(e), −∞ for zero weights and the padding.
-  static std::vector<float> make_bias(const PlanParams& p, const Cloud& keys, const std::vector<double>& h) {
+  /// bias_j = log2 w_j + (h_j − s‖k_j‖²)/ε · log2(e), −∞ for zero weights and the padding; without the log2 w_j
+  /// term when `with_weights` is false.
+  static std::vector<float> make_bias(const PlanParams& p, const Cloud& keys, const std::vector<double>& h,
+                                      bool with_weights = true) {
     std::vector<float> bias(keys.ld, -std::numeric_limits<float>::infinity());
     for (std::size_t j = 0; j < keys.n; ++j)
-      bias[j] = static_cast<float>(keys.log2w[j] + (h[j] - p.cost_scale * keys.norm[j]) / p.epsilon * kLog2e);
+      bias[j] = static_cast<float>((with_weights ? keys.log2w[j] : 0.0) +
+                                   (h[j] - p.cost_scale * keys.norm[j]) / p.epsilon * kLog2e);
     return bias;
   }
 
@@ -283,6 +364,11 @@ class CpuBackend final : public Backend {
   Cloud y_;
   std::vector<double> f_;
   std::vector<double> g_;
+  std::vector<double> column_parts_;  // (groups × y.ld) column sums of the fused update, one buffer per row group
+  std::vector<double> row_sums_;      // (n)
+  // Bound on max(|f − softmin_rows(g)|, |g − softmin_cols(f)|) for the resident potentials at ε = gap_epsilon_.
+  double gap_ = std::numeric_limits<double>::infinity();
+  double gap_epsilon_ = 0;
   const cpu::IsaKernels* kernels_;
   int threads_;
 };

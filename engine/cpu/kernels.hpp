@@ -10,14 +10,17 @@ namespace flashot::cpu {
 
 /// Keys are stored transposed and padded so that a tile of columns loads as whole vectors of any width we use.
 inline constexpr std::size_t kKeyPad = 16;
-/// Query rows per micro tile and key columns per score tile: (kTileRows, kTileCols) fp32 = 8 KiB, stays in L1.
-inline constexpr std::size_t kTileRows = 8;
+/// Query rows and key columns per score tile: (kTileRows, kTileCols) fp32 = 16 KiB, stays in L1.
+inline constexpr std::size_t kTileRows = 16;
 inline constexpr std::size_t kTileCols = 256;
 /// Value columns handled per pass of the weighted kernel; P·V with more columns is chunked (no n×k×… scratch).
 inline constexpr std::size_t kValueChunk = 32;
 
 struct KeySet {
-  const float* t = nullptr;  ///< (d × ld) transposed coordinates; padding columns are zero
+  /// Coordinates in panels of kKeyPad keys, each panel (d, kKeyPad) row-major: key j, dimension c is at
+  /// t[(j / kKeyPad)·d·kKeyPad + c·kKeyPad + j % kKeyPad], so a vector of keys streams contiguously over c.
+  /// Padding keys are zero.
+  const float* t = nullptr;
   std::size_t count = 0;     ///< real keys
   std::size_t ld = 0;        ///< padded count, a multiple of kKeyPad
   std::size_t d = 0;
@@ -48,6 +51,11 @@ struct IsaKernels {
   void (*weighted)(const ScoreSpec& s, std::size_t begin, std::size_t end, std::size_t key_begin,
                    std::size_t key_end, const double* shift, const float* vt, std::size_t k, double* out,
                    std::size_t ldo);
+  /// One exponential per entry for the symmetric update, rows [begin, end) × keys [key_begin, key_end):
+  /// E_ij = 2^{clamp(t_ij + alpha_i, ±100)}, row_sum[i] += Σ_j wk_j·E_ij, col_sum[j] += Σ_i wq_i·E_ij.
+  /// wk has keys.ld entries (zero in the padding); the caller checks the sums' range (no max shift here).
+  void (*fused)(const ScoreSpec& s, std::size_t begin, std::size_t end, std::size_t key_begin, std::size_t key_end,
+                const float* alpha, const float* wq, const float* wk, double* row_sum, double* col_sum);
   /// Score tile of rows [begin, begin + rows) (rows ≤ kTileRows) against key columns [j0, j0 + cols)
   /// (cols ≤ kTileCols, j0 + cols ≤ ld): tile[r·kTileCols + j].
   void (*scores)(const ScoreSpec& s, std::size_t begin, std::size_t rows, std::size_t j0, std::size_t cols,

@@ -17,6 +17,7 @@ extern "C" __m256 Sleef_exp2f8_u10avx2(__m256);
 namespace flashot::cpu::avx2 {
 
 inline constexpr std::size_t kWidth = 8;
+inline constexpr std::size_t kMicroRows = 8;  // accumulators that fit the vector registers
 typedef float VecF __attribute__((vector_size(kWidth * sizeof(float))));
 inline VecF vexp2(VecF x) { return reinterpret_cast<VecF>(Sleef_exp2f8_u10avx2(reinterpret_cast<__m256>(x))); }
 
@@ -29,7 +30,7 @@ inline VecF vexp2(VecF x) { return reinterpret_cast<VecF>(Sleef_exp2f8_u10avx2(r
 namespace flashot::cpu {
 
 const IsaKernels& avx2_kernels() {
-  static const IsaKernels kernels{"avx2", &avx2::lse, &avx2::weighted, &avx2::scores};
+  static const IsaKernels kernels{"avx2", &avx2::lse, &avx2::weighted, &avx2::fused, &avx2::scores};
   return kernels;
 }
 

@@ -17,6 +17,7 @@ extern "C" __m512 Sleef_exp2f16_u10avx512f(__m512);
 namespace flashot::cpu::avx512 {
 
 inline constexpr std::size_t kWidth = 16;
+inline constexpr std::size_t kMicroRows = 16;  // accumulators that fit the vector registers
 typedef float VecF __attribute__((vector_size(kWidth * sizeof(float))));
 inline VecF vexp2(VecF x) { return reinterpret_cast<VecF>(Sleef_exp2f16_u10avx512f(reinterpret_cast<__m512>(x))); }
 
@@ -29,7 +30,7 @@ inline VecF vexp2(VecF x) { return reinterpret_cast<VecF>(Sleef_exp2f16_u10avx51
 namespace flashot::cpu {
 
 const IsaKernels& avx512_kernels() {
-  static const IsaKernels kernels{"avx512", &avx512::lse, &avx512::weighted, &avx512::scores};
+  static const IsaKernels kernels{"avx512", &avx512::lse, &avx512::weighted, &avx512::fused, &avx512::scores};
   return kernels;
 }
 

@@ -13,6 +13,7 @@ extern "C" __m128 Sleef_exp2f4_u10sse2(__m128);
 namespace flashot::cpu::generic {
 
 inline constexpr std::size_t kWidth = 4;
+inline constexpr std::size_t kMicroRows = 4;  // accumulators that fit the vector registers
 typedef float VecF __attribute__((vector_size(kWidth * sizeof(float))));
 inline VecF vexp2(VecF x) { return reinterpret_cast<VecF>(Sleef_exp2f4_u10sse2(reinterpret_cast<__m128>(x))); }
 
@@ -23,7 +24,7 @@ inline VecF vexp2(VecF x) { return reinterpret_cast<VecF>(Sleef_exp2f4_u10sse2(r
 namespace flashot::cpu {
 
 const IsaKernels& generic_kernels() {
-  static const IsaKernels kernels{"generic", &generic::lse, &generic::weighted, &generic::scores};
+  static const IsaKernels kernels{"generic", &generic::lse, &generic::weighted, &generic::fused, &generic::scores};
   return kernels;
 }
 

@@ -153,7 +153,9 @@ SolveResult run_sinkhorn(Backend& backend, const SolveInputs& in, const SolveOpt
     stopped = true;
   };
 
+  int reached = 0;  // the stage whose ε the potentials belong to
   for (int k = 0; k < stage_count && !stopped; ++k) {
+    reached = k;
     const bool final_stage = k == stage_count - 1;
     const IterationParams ip{eps[k], s, o.scheme, damping(eps[k], rho_x), damping(eps[k], rho_y)};
     StageReport stage{eps[k], 0};
@@ -227,9 +229,12 @@ SolveResult run_sinkhorn(Backend& backend, const SolveInputs& in, const SolveOpt
       r.reason = StopReason::kIterationBudget;
     }
   }
+  // A solve cancelled (or stopped) at an intermediate stage reports the ε its potentials belong to, so that plan
+  // operations on the result use the matching plan.
+  r.epsilon = eps[reached];
   if (!error_current && r.reason != StopReason::kNonFinite) {
     r.marginal_error = marginal_error(backend, in, p, r.epsilon, s, rho_x, rho_y, mass_a);
-    if (!std::isfinite(r.marginal_error)) non_finite(stage_count - 1);
+    if (!std::isfinite(r.marginal_error)) non_finite(reached);
   }
   if (r.reason == StopReason::kIterationBudget)
     r.message = "not converged: marginal error " + show(r.marginal_error) + " > tolerance " + show(o.tolerance) +
