@@ -135,18 +135,31 @@ RegistrationResult register_clouds(PointsView source, PointsView target, const R
   double blur = std::max(options.start_blur > 0 ? options.start_blur : 0.5 * result.diameter, final_blur);
 
   std::vector<float> moved(source.data.begin(), source.data.end());
+  std::vector<float> f, g;
   for (int round = 0; round < options.max_rounds; ++round) {
     Problem problem(PointsView{moved, source.n, 3}, target, {}, {}, options.backend);
     SolveOptions solve;
-    solve.blur = blur;
     solve.reach = options.reach;
     solve.reach_source = options.reach_source;
     solve.reach_target = options.reach_target;
     solve.scheme = options.scheme;
+    solve.max_iterations = options.round_iterations;
+    if (round == 0) {
+      solve.blur = blur;  // ε-scaling from the diameter down to the first blur
+    } else {
+      // Later rounds: fixed ε warm-started from the previous round's potentials; the points moved a little
+      // and ε shrank by anneal², so the old pair is close to the new fixed point.
+      solve.epsilon = blur * blur;  // the engine's rule: ε = blur² in cost units
+      solve.initial_f = f;
+      solve.initial_g = g;
+    }
+    solve.cost = options.cost;
     const SolveResult s = problem.solve(solve);
     if (s.reason == StopReason::kNonFinite) {
       throw std::runtime_error("round " + std::to_string(round + 1) + ": " + s.message);
     }
+    f = s.f;
+    g = s.g;
     const std::vector<float> matched = problem.barycentric(s, Side::kSource);
     std::vector<float> weights = problem.row_marginal(s);
     for (float& w : weights) w = std::isfinite(w) ? w : 0.0f;

@@ -44,9 +44,13 @@ struct RegistrationOptions {
   double anneal = 0.7;      ///< blur factor between rounds, in (0, 1)
   int max_rounds = 60;
   /// Stop once at the final blur and the transform moves points by less than this × diameter in a round.
-  double tolerance = 1e-5;
+  double tolerance = 1e-4;
+  /// Sinkhorn iteration budget of each round: a round needs correspondences, not a converged plan, because the
+  /// next round moves the points anyway.
+  int round_iterations = 200;
+  Cost cost = Cost::kSquaredEuclidean;
   double reach = 0, reach_source = 0, reach_target = 0;  ///< data units, as SolveOptions (ρ = reach²)
-  Scheme scheme = Scheme::kSymmetric;
+  Scheme scheme = Scheme::kAlternating;
   BackendOptions backend;
 };
 

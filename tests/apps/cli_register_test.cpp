@@ -1,0 +1,92 @@
+// `flashot register` on the committed shape and its rotated, noisy, partial scan (samples/README.md): the
+// rotation it finds must undo the known one.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "flashot/app/registration.hpp"
+#include "flashot/io/ply.hpp"
+#include "run_command.hpp"
+
+namespace flashot::test {
+namespace {
+
+const std::filesystem::path kSamples = FLASHOT_SAMPLES;
+constexpr double kScanRotationDegrees = 30.0;  // samples/make_samples.cpp
+constexpr double kMaxAngleErrorDegrees = 2.0;
+constexpr double kMaxTranslationError = 0.03;  // the shape is about 2 units long
+
+/// Rodrigues' rotation about (1,2,3) by 30°, as the generator builds the scan.
+app::Transform scan_motion() {
+  const double n = std::sqrt(14.0), ux = 1 / n, uy = 2 / n, uz = 3 / n;
+  const double a = kScanRotationDegrees * M_PI / 180, c = std::cos(a), s = std::sin(a);
+  app::Transform t;
+  t.linear = {c + ux * ux * (1 - c),      ux * uy * (1 - c) - uz * s, ux * uz * (1 - c) + uy * s,
+              uy * ux * (1 - c) + uz * s, c + uy * uy * (1 - c),      uy * uz * (1 - c) - ux * s,
+              uz * ux * (1 - c) - uy * s, uz * uy * (1 - c) + ux * s, c + uz * uz * (1 - c)};
+  t.translation = {0.3, -0.2, 0.1};
+  return t;
+}
+
+TEST(RegisterSamples, RecoversTheKnownRotationOfThePartialScan) {
+  const auto folder = fresh_folder();
+  const CommandResult r = run_flashot({"register", (kSamples / "shape_scan.ply").string(),
+                                       (kSamples / "shape.ply").string(), "-o", (folder / "registered.ply").string(),
+                                       "--model", "rigid", "--reach-target", "0.1", "--report",
+                                       (folder / "report.json").string(), "--backend", "cpu"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rotation"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rms"), std::string::npos) << r.out;
+  const nlohmann::json report = nlohmann::json::parse(read_file(folder / "report.json"));
+  for (const char* key : {"epsilon", "cost", "converged", "iterations", "marginal_error", "backend", "transform",
+                          "rotation_degrees", "rms", "rounds"}) {
+    EXPECT_TRUE(report.contains(key)) << key;
+  }
+  // found ∘ motion should be the identity: compose the 3×3 parts and measure the residual rotation angle.
+  const app::Transform motion = scan_motion();
+  app::Transform composed;
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      double v = 0;
+      for (int k = 0; k < 3; ++k) v += report["transform"][i][k].get<double>() * motion.linear[std::size_t(3 * k + j)];
+      composed.linear[std::size_t(3 * i + j)] = v;
+    }
+  }
+  const double angle_error = composed.rotation_degrees();
+  std::printf("registration: found %.3f degrees, residual %.3f degrees, rms %.4f, %zu rounds\n",
+              report["rotation_degrees"].get<double>(), angle_error, report["rms"].get<double>(),
+              report["rounds"].size());
+  EXPECT_LT(angle_error, kMaxAngleErrorDegrees);
+  // Every scan point must land near where it came from: found(motion(p)) ≈ p, so found(t_motion) ≈ −A·0 ... check
+  // the composed translation A·t_motion + t_found ≈ 0.
+  for (int i = 0; i < 3; ++i) {
+    double v = report["transform"][i][3].get<double>();
+    for (int k = 0; k < 3; ++k) v += report["transform"][i][k].get<double>() * motion.translation[std::size_t(k)];
+    EXPECT_LT(std::abs(v), kMaxTranslationError) << "axis " << i;
+  }
+  const io::PlyFile out = io::read_ply(folder / "registered.ply");
+  const io::PlyFile in = io::read_ply(kSamples / "shape_scan.ply");
+  EXPECT_EQ(out.find("vertex")->find("x_original")->values, in.find("vertex")->find("x")->values);
+}
+
+TEST(Registration, WeightedProcrustesRecoversAnExactMotion) {
+  const app::Transform motion = scan_motion();
+  std::vector<float> from, weights;
+  for (int i = 0; i < 50; ++i) {
+    from.insert(from.end(), {float(std::sin(i * 1.3)), float(std::cos(i * 0.7)), float(i % 7) / 7.0f});
+    weights.push_back(1.0f + float(i % 3));
+  }
+  const std::vector<float> to = motion.apply(from);
+  for (auto model : {app::TransformModel::kRigid, app::TransformModel::kSimilarity, app::TransformModel::kAffine}) {
+    const app::Transform found = app::fit_transform(from, to, weights, model);
+    for (std::size_t k = 0; k < 9; ++k) EXPECT_NEAR(found.linear[k], motion.linear[k], 1e-4) << app::to_string(model);
+    for (std::size_t k = 0; k < 3; ++k) EXPECT_NEAR(found.translation[k], motion.translation[k], 1e-4);
+  }
+}
+
+}  // namespace
+}  // namespace flashot::test
