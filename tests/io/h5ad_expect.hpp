@@ -241,6 +241,20 @@ inline void check_file(const std::filesystem::path& path, const std::filesystem:
       else if (kind == "varm") expect_matrix(r.read_varm(key), c, at);
       else if (kind == "layers") expect_matrix(r.read_layer(key), c, at);
       else ADD_FAILURE() << at << ": unknown matrix kind";
+    } else if (tag == "pattern") {
+      c.next();  // obsm
+      const std::string key = c.text();
+      const std::size_t rows = c.size(), cols = c.size();
+      const DenseMatrix m = r.read_obsm(key);
+      ASSERT_EQ(m.rows, rows) << where << " " << key;
+      ASSERT_EQ(m.cols, cols) << where << " " << key;
+      std::size_t mismatches = 0;
+      for (std::size_t i = 0; i < rows * cols; ++i) {
+        if (m.values[i] != static_cast<float>(static_cast<double>(i % 1000) / 8.0) && mismatches++ < 5) {
+          ADD_FAILURE() << where << " " << key << " element " << i << ": " << m.values[i];
+        }
+      }
+      EXPECT_EQ(mismatches, 0u) << where << " " << key;
     } else if (tag == "columns") {
       const std::string which = c.next();
       EXPECT_EQ(which == "obs" ? r.obs_columns() : r.var_columns(), c.texts()) << where << " " << which;

@@ -37,7 +37,8 @@ TEST_P(H5adFromPython, ReadsWhatAnndataWrote) {
 INSTANTIATE_TEST_SUITE_P(Encodings, H5adFromPython,
                          ::testing::Values("dense_f32", "dense_f64", "dense_i32", "dense_u16", "csr_f32",
                                            "csr_f64_i64", "csr_i64", "csc_f32", "csc_i16", "csr_unsigned_indices",
-                                           "no_x", "raw", "nullable", "pandas3_strings", "fixed_strings"),
+                                           "no_x", "raw", "nullable", "pandas3_strings", "fixed_strings",
+                                           "large_contiguous"),
                          [](const auto& info) { return std::string(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(Legacy, H5adFromPython, ::testing::Values("legacy_06", "legacy_07", "legacy_07_lzf"),

@@ -398,11 +398,11 @@ std::string Node::dtype_name() const {
 
 namespace {
 
-// Sizes `v` to n elements. A large buffer is first advised onto transparent huge pages, as numpy does for its
+// Reserves room for n elements. A large buffer is advised onto transparent huge pages, as numpy does for its
 // arrays: where the kernel grants them only on request (THP "madvise" mode, Debian's default) a 200 MB read
 // otherwise spends as long in 4 KiB page faults as in HDF5.
 template <typename T>
-void size_for_read(std::vector<T>& v, std::size_t n) {
+void reserve_for_read(std::vector<T>& v, std::size_t n) {
   constexpr std::size_t kHugePage = std::size_t{2} << 20;
   v.reserve(n);
   const std::size_t bytes = n * sizeof(T);
@@ -412,8 +412,19 @@ void size_for_read(std::vector<T>& v, std::size_t n) {
     const std::uintptr_t last = (begin + bytes) / kHugePage * kHugePage;
     if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
   }
-  v.resize(n);
 }
+
+// Contiguous datasets larger than this are read in blocks of rows: std::vector zero-fills what it grows by, and
+// growing block by block right before HDF5 writes the block keeps that memory in cache instead of a second pass
+// over the whole buffer. Chunked datasets are read whole (a block edge inside a chunk would decompress it twice).
+constexpr std::size_t kReadBlockBytes = std::size_t{8} << 20;
+
+bool contiguous(hid_t dataset) {
+  Id dcpl(H5Dget_create_plist(dataset));
+  return dcpl.valid() && H5Pget_layout(dcpl.get()) == H5D_CONTIGUOUS;
+}
+
+void read_block(const Node& node, hid_t mem_type, hsize_t first, hsize_t count, void* out);
 
 // Checks a whole-dataset read is plausible for the file, then reads it with `mem_type`.
 template <typename T>
@@ -430,7 +441,18 @@ std::vector<T> read_all(const Node& node, hid_t mem_type) {
     node.fail("claims " + std::to_string(n) + " elements but stores only " + std::to_string(stored) + " bytes");
   }
   std::vector<T> out;
-  size_for_read(out, n);
+  reserve_for_read(out, n);
+  if (bytes > 2 * kReadBlockBytes && (dims.size() == 1 || dims.size() == 2) && contiguous(node.id())) {
+    const hsize_t row = dims.size() == 2 ? dims[1] : 1;
+    const hsize_t rows_per_block = std::max<hsize_t>(1, kReadBlockBytes / (row * sizeof(T)));
+    for (hsize_t first = 0; first < dims[0]; first += rows_per_block) {
+      const hsize_t count = std::min(rows_per_block, dims[0] - first);
+      out.resize((first + count) * row);
+      read_block(node, mem_type, first, count, out.data() + first * row);
+    }
+    return out;
+  }
+  out.resize(n);
   if (n > 0 && H5Dread(node.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) {
     node.fail(read_failure(node.id()));
   }

@@ -7,6 +7,7 @@ text survives; numbers are Python reprs ("nan" for missing). Records (one per li
   names obs|var N str*N
   x none | x ENCODING DTYPE ROWS COLS
   dense X|raw_x|obsm|varm|layers KEY ROWS COLS value*(ROWS*COLS)        (KEY "_" for X / raw_x)
+  pattern obsm KEY ROWS COLS          (value[i, j] = ((i * COLS + j) % 1000) / 8, for arrays too big to list)
   columns obs|var N str*N                                             (the column order)
   column obs|var NAME categorical ORDERED K str*K N code*N
   column obs|var NAME numeric N value*N

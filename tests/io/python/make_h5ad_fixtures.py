@@ -197,6 +197,26 @@ def modern_files(out, rng):
     save(b, out, "raw")
 
 
+def large_contiguous_file(out):
+    """obsm arrays big enough (> 16 MB, anndata's default contiguous layout) for flashot's block-wise read path;
+    values follow a pattern the C++ test recomputes: value[i, j] = ((i * cols + j) % 1000) / 8."""
+    n, d = 90_000, 50
+    obs = pd.DataFrame(index=[f"c{i}" for i in range(n)])
+    a = ad.AnnData(obs=obs)
+    pattern = (np.arange(n * d, dtype=np.int64) % 1000 / 8.0).reshape(n, d)
+    a.obsm["X_f32"] = pattern.astype(np.float32)
+    a.obsm["X_f64"] = pattern
+    path = out / "large_contiguous.h5ad"
+    a.write_h5ad(path)
+    with h5py.File(path, "r") as f:
+        assert f["obsm/X_f32"].chunks is None and f["obsm/X_f64"].chunks is None, "expected contiguous layout"
+    w = ex.Writer()
+    w.add("n_obs", n)
+    w.add("pattern", "obsm", ex.enc("X_f32"), n, d)
+    w.add("pattern", "obsm", ex.enc("X_f64"), n, d)
+    w.save(out / "large_contiguous.expect")
+
+
 def nullable_files(out, rng):
     n = 10
     obs = pd.DataFrame(index=[f"c{i}" for i in range(n)])
@@ -466,6 +486,7 @@ def main():
         (out / "versions.txt").write_text(f"anndata {ad.__version__} pandas {pd.__version__}\n")
         return
     nullable_files(out, rng)
+    large_contiguous_file(out)
     fixed_string_file(out)
     legacy_06_file(out, rng)
     legacy_07_file(out, rng, "legacy_07", None)
