@@ -11,7 +11,7 @@ packages=(
   libboost-program-options-dev
   qt6-base-dev libqt6opengl6-dev libgl1-mesa-dev libgl1-mesa-dri libvtk9-dev
   xvfb xauth
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev libomp-dev libopenmpi-dev
   python3 python3-venv python3-pip
   assimp-testmodels
 )

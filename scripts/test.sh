@@ -40,8 +40,9 @@ fi
 if [[ ${FLASHOT_SKIP_FUZZ:-0} != 1 ]]; then
   step "fuzz targets (brief, clang + libFuzzer + ASan)"
   CC=clang CXX=clang++ cmake -S . -B "$build-fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLASHOT_FUZZ=ON \
-    -DFLASHOT_CUDA=OFF -DFLASHOT_GUI=OFF -DFLASHOT_BENCHMARKS=OFF -DFLASHOT_TESTS=ON
-  cmake --build "$build-fuzz" -j "$jobs" --target flashot_fuzz_targets
-  ctest --test-dir "$build-fuzz" --output-on-failure -L fuzz --timeout 600
+    -DFLASHOT_CUDA=OFF -DFLASHOT_GUI=OFF -DFLASHOT_BENCHMARKS=OFF -DFLASHOT_TESTS=ON \
+    -DFLASHOT_FUZZ_RUNS="${FLASHOT_FUZZ_RUNS:-5000}"
+  cmake --build "$build-fuzz" -j "$jobs" --target fuzz_ply fuzz_h5ad
+  ctest --test-dir "$build-fuzz" --output-on-failure -R '^fuzz_' --timeout 600
 fi
 step "all tests passed"
