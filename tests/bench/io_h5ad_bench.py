@@ -6,7 +6,8 @@ Usage: io_h5ad_bench.py PATH/TO/flashot_h5ad_bench [--cells 1000000] [--genes 30
 Writes, with Python anndata, a file shaped like a large atlas: sparse CSR X (cells × genes, float32, int32
 indices), obs with a string index and a categorical column, obsm X_pca (cells × dims, float32) and X_umap. Then,
 alternating the readers so load on the machine hits them alike, times opening the file and reading X_pca:
-  flashot   H5adReader(file).read_obsm("X_pca")  (in flashot_h5ad_bench, float32 result)
+  flashot   H5adReader(file).read_obsm("X_pca")  (in flashot_h5ad_bench, float32 result; the second read of a
+            fresh process, and separately the first, "flashot-cold", which includes HDF5's library start-up)
   h5py      h5py.File(file)["obsm/X_pca"][()]
   anndata   anndata.io.read_elem(h5py.File(file)["obsm/X_pca"])
 The page cache is warm for every reader. Also reports the bytes flashot read from the file (X is never read).
@@ -63,9 +64,11 @@ def time_anndata(path):
 
 
 def time_flashot(tool, path):
-    out = subprocess.run([tool, str(path), "X_pca", "1"], check=True, capture_output=True, text=True).stdout
+    """Two reads in one fresh process: the first pays HDF5's library start-up (as a CLI run does), the second
+    compares with h5py and anndata, whose process has HDF5 started already."""
+    out = subprocess.run([tool, str(path), "X_pca", "2"], check=True, capture_output=True, text=True).stdout
     result = json.loads(out)
-    return result["seconds"][0], result
+    return result["seconds"], result
 
 
 def main():
@@ -99,9 +102,11 @@ def main():
     assert (flashot_result["rows"], flashot_result["cols"]) == reference.shape
     time_anndata(path)
 
-    times = {"flashot": [], "h5py": [], "anndata": []}
+    times = {"flashot": [], "flashot-cold": [], "h5py": [], "anndata": []}
     for _ in range(args.repeats):
-        times["flashot"].append(time_flashot(args.tool, path)[0])
+        cold, warm = time_flashot(args.tool, path)[0]
+        times["flashot-cold"].append(cold)
+        times["flashot"].append(warm)
         times["h5py"].append(time_h5py(path)[0])
         times["anndata"].append(time_anndata(path)[0])
 
@@ -110,9 +115,10 @@ def main():
     print(f"file: {args.cells} cells × {args.genes} genes, X CSR {x_bytes / 1e6:.0f} MB on disk, "
           f"obsm X_pca {args.cells}×{args.dims} float32 {pca_bytes / 1e6:.0f} MB")
     print(f"flashot read {flashot_result['bytes_read'] / 1e6:.0f} MB from files to open it and read X_pca")
-    print(f"{'reader':10s} {'best s':>8s} {'median s':>9s}   (open + read obsm['X_pca'], {args.repeats} repeats)")
+    print(f"{'reader':13s} {'best s':>8s} {'median s':>9s}   (open + read obsm['X_pca'], {args.repeats} repeats)")
     for reader, values in times.items():
-        print(f"{reader:10s} {min(values):8.3f} {statistics.median(values):9.3f}")
+        print(f"{reader:13s} {min(values):8.3f} {statistics.median(values):9.3f}")
+    print("flashot-cold: the first read in a fresh process, HDF5's start-up included")
     if not args.keep and not args.folder:
         path.unlink()
         folder.rmdir()
