@@ -149,6 +149,9 @@ class NcclBackend final : public Backend {
   void gather_rows(const std::vector<ShardRange>& parts, std::size_t width, Local local, Gathered gathered,
                    std::span<T> out) const;
   void sync_all() const;
+  /// Streams, uploads and scratch of every local shard (the constructor's second half).
+  void allocate(const ProblemData& data, const std::vector<int>& devices);
+  void release_streams() noexcept;
 
   std::size_t n_ = 0, m_ = 0, d_ = 0;
   int rank_ = 0, ranks_ = 1;  // processes
@@ -176,7 +179,7 @@ NcclBackend::NcclBackend(const BackendOptions& options, const ProblemData& data)
                                 " shards on one device; set nccl = false to combine those on the host)");
   }
   for (int dev : devices)
-    if (dev >= usable)
+    if (dev < 0 || dev >= usable)
       throw std::runtime_error("CUDA device " + std::to_string(dev) + " asked for, but " + std::to_string(usable) +
                                " CUDA device(s) are usable on this machine");
   const int global = ranks_ > 1 ? ranks_ : static_cast<int>(devices.size());
@@ -186,6 +189,17 @@ NcclBackend::NcclBackend(const BackendOptions& options, const ProblemData& data)
                       : nccl::Communicators::single_process(devices);
 
   shards_.resize(devices.size());
+  try {
+    allocate(data, devices);
+  } catch (...) {
+    release_streams();
+    throw;
+  }
+  device_ = std::to_string(global) + " row shards on " + device_ + " (NCCL, " +
+            (ranks_ > 1 ? std::to_string(ranks_) + " MPI ranks" : std::to_string(devices.size()) + " devices") + ")";
+}
+
+void NcclBackend::allocate(const ProblemData& data, const std::vector<int>& devices) {
   for (std::size_t l = 0; l < devices.size(); ++l) {
     Shard& s = shards_[l];
     s.device = devices[l];
@@ -215,18 +229,23 @@ NcclBackend::NcclBackend(const BackendOptions& options, const ProblemData& data)
     s.flags.reserve(2);
     FLASHOT_CUDA_CHECK(cudaMemsetAsync(s.flags.get(), 0, 2 * sizeof(int), s.stream));
   }
-  device_ = std::to_string(global) + " row shards on " + device_ + " (NCCL, " +
-            (ranks_ > 1 ? std::to_string(ranks_) + " MPI ranks" : std::to_string(devices.size()) + " devices") + ")";
   sync_all();
 }
 
-NcclBackend::~NcclBackend() {
+NcclBackend::~NcclBackend() { release_streams(); }
+
+void NcclBackend::release_streams() noexcept {
+  // Nothing may throw here (destructor, or cleaning up after a failed constructor).
+  int previous = 0;
+  cudaGetDevice(&previous);
   for (Shard& s : shards_) {
     if (s.stream == nullptr) continue;
     cudaSetDevice(s.device);
     cudaStreamSynchronize(s.stream);
     cudaStreamDestroy(s.stream);
+    s.stream = nullptr;
   }
+  cudaSetDevice(previous);
 }
 
 void NcclBackend::sync_all() const {
