@@ -164,6 +164,7 @@ QWidget* MainWindow::build_controls() {
   key_box_ = new QComboBox;
   show_box_ = new QComboBox;
   color_box_ = new QComboBox;
+  color_box_->setObjectName("color_by");
   key_box_->setToolTip(tr("The space the transport is computed in (obsm entry, X on shared genes, PLY xyz)"));
   show_box_->setToolTip(tr("The space the clouds are drawn in"));
   data_form->addRow(tr("Align in"), key_box_);
@@ -190,6 +191,7 @@ QWidget* MainWindow::build_controls() {
   reach_box_->setSpecialValueText(tr("balanced"));
   reach_box_->setToolTip(tr("Unbalanced transport: mass may be created or destroyed at cost reach²; 0 = balanced"));
   tolerance_box_ = double_box(0, 1, 1e-3, 6, 1e-4);
+  tolerance_box_->setObjectName("tolerance");
   iterations_box_ = new QSpinBox;
   iterations_box_->setRange(1, 1'000'000);
   iterations_box_->setValue(1000);
@@ -206,6 +208,7 @@ QWidget* MainWindow::build_controls() {
   lines_box_->setValue(static_cast<int>(kDefaultLines));
   lines_box_->setSingleStep(1000);
   transfer_box_ = new QComboBox;
+  transfer_box_->setObjectName("transfer");
   form->addRow(tr("Blur"), blur_box_);
   form->addRow(tr("Scaling"), scaling_box_);
   form->addRow(tr("Reach"), reach_box_);
@@ -221,7 +224,9 @@ QWidget* MainWindow::build_controls() {
 
   auto* run = new QHBoxLayout;
   align_button_ = new QPushButton(tr("Align"));
+  align_button_->setObjectName("align");
   cancel_button_ = new QPushButton(tr("Cancel"));
+  cancel_button_->setObjectName("cancel");
   align_button_->setDefault(true);
   connect(align_button_, &QPushButton::clicked, this, &MainWindow::align);
   connect(cancel_button_, &QPushButton::clicked, this, [this] {
@@ -235,6 +240,7 @@ QWidget* MainWindow::build_controls() {
   progress_bar_->setRange(0, 1);
   progress_bar_->setValue(0);
   progress_label_ = new QLabel;
+  progress_label_->setObjectName("progress_text");
   progress_label_->setWordWrap(true);
   layout->addWidget(progress_bar_);
   layout->addWidget(progress_label_);
@@ -263,6 +269,7 @@ QWidget* MainWindow::build_controls() {
     });
   }
   t_slider_ = new QSlider(Qt::Horizontal);
+  t_slider_->setObjectName("t");
   t_slider_->setRange(0, kSliderSteps);
   t_slider_->setValue(kSliderSteps);
   t_slider_->setToolTip(tr("Moves every source point from where it is (0) to where it maps (1)"));
@@ -291,6 +298,7 @@ QWidget* MainWindow::build_controls() {
   auto* result_layout = new QVBoxLayout(result);
   plot_ = new ConvergencePlot;
   summary_ = new QPlainTextEdit;
+  summary_->setObjectName("summary");
   summary_->setReadOnly(true);
   summary_->setMinimumHeight(120);
   result_layout->addWidget(plot_);
@@ -720,7 +728,11 @@ void MainWindow::show_error(const QString& title, const QString& message) {
     quit_headless(1, title + ": " + message);
     return;
   }
-  QMessageBox::critical(this, title, message);
+  // Window-modal but not blocking: the event loop (and a running solve's progress) keeps going behind it.
+  auto* box = new QMessageBox(QMessageBox::Critical, title, message, QMessageBox::Ok, this);
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->setObjectName("error");
+  box->open();
 }
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* event) {

@@ -47,6 +47,11 @@ class MainWindow : public QMainWindow {
   bool open_target(const QString& path);
   /// Starts a solve with the current choices; a problem found before starting shows a dialog.
   void align();
+  /// What the view draws (for tests and for saving views).
+  const PointCloudScene& scene() const { return *scene_; }
+  bool has_source() const { return source_.has_value(); }
+  bool has_target() const { return target_.has_value(); }
+  bool has_alignment() const { return outcome_ != nullptr; }
 
  protected:
   void dragEnterEvent(QDragEnterEvent* event) override;
