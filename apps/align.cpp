@@ -161,13 +161,13 @@ int align_main(const std::vector<std::string>& args) {
   solve.diameter = diameter;
   solve.blur = vm.count("blur") ? require_positive_double(vm, "blur") : relative_blur * diameter;
   const std::string blur_origin = vm.count("blur") ? "--blur" : "--rel-blur " + format_double(relative_blur) +
-                                                                    " x diameter " + format_double(diameter);
+                                                                    " x diameter " + format_short(diameter);
 
   // ---- Solve --------------------------------------------------------------------------------------------------
   if (!quiet) {
     std::cerr << "flashot align: " << source.n() << " SOURCE rows (" << source.path.string() << ") -> " << target.n()
               << " TARGET rows (" << target.path.string() << "), " << source.representation << "; blur "
-              << format_double(solve.blur) << " (" << blur_origin << ")" << std::endl;
+              << format_short(solve.blur) << " (" << blur_origin << ")" << std::endl;
   }
   Problem problem(source.view(), target.view(), {}, {}, backend);
   app::ProgressDisplay display("align", progress_kind, solve.tolerance);

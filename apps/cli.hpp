@@ -35,6 +35,8 @@ double require_positive_double(const po::variables_map& vm, const std::string& o
 
 /// Shortest decimal text that reads back as the same double ("0.1", "1e-05", "123.4").
 std::string format_double(double value);
+/// Four significant digits, for people ("2.347", "46.94").
+std::string format_short(double value);
 
 /// The subcommands. Each returns the process exit code (0) or throws (UsageError → 2, anything else → 1).
 int bench_main(const std::vector<std::string>& args);

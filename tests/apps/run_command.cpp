@@ -55,6 +55,22 @@ std::vector<std::string> lines(const std::string& text) {
   return result;
 }
 
+namespace {
+
+// Folders made by fresh_folder, removed when the test program ends.
+struct Cleanup {
+  std::vector<std::filesystem::path> folders;
+  ~Cleanup() {
+    for (const auto& f : folders) {
+      std::error_code ignored;
+      std::filesystem::remove_all(f, ignored);
+    }
+  }
+};
+Cleanup cleanup;
+
+}  // namespace
+
 std::filesystem::path fresh_folder() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "suite";
@@ -63,6 +79,7 @@ std::filesystem::path fresh_folder() {
                       ("flashot-cli-" + std::to_string(::getpid()) + "-" + name);
   std::filesystem::remove_all(folder);
   std::filesystem::create_directories(folder);
+  cleanup.folders.push_back(folder);
   return folder;
 }
 
