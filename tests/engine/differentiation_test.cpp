@@ -30,7 +30,8 @@ constexpr double kDenseFdRelTol = 1e-5;      // dense fp64 H·v vs central diffe
 constexpr double kEngineFdRelTol = 2e-2;     // engine H·v vs central differences of engine (fp32) gradients
 constexpr double kFdStep = 1e-4;             // displacement for fp64 central differences (points of scale 0.5)
 constexpr double kEngineFdStep = 5e-3;       // fp32 gradients need a larger step to stay above their rounding
-constexpr double kCgTolerance = 1e-7;
+// fp32 plan applications bound the attainable true residual of the implicit system near 1e-7 relative.
+constexpr double kCgTolerance = 1e-6;
 // The problems are tens of points: one CPU thread, since thread start-up and barriers would dominate.
 constexpr int kThreads = 1;
 
@@ -270,12 +271,12 @@ TEST_P(DifferentiationTest, ConjugateGradientReportsItsBudgetAndResidual) {
   const Solved s = solve(backend, c);
   const std::vector<float> v = random_points(s.p.n, s.p.d, 61);
   CgOptions tight;
-  tight.tolerance = 1e-9;
+  tight.tolerance = kCgTolerance;
   const HessianProduct full = s.derivatives.hessian_product(v, tight);
   ASSERT_TRUE(full.cg.converged);
   ASSERT_GT(full.cg.iterations, 2);
   CgOptions short_budget;
-  short_budget.tolerance = 1e-9;
+  short_budget.tolerance = kCgTolerance;
   short_budget.max_iterations = 2;
   const HessianProduct cut = s.derivatives.hessian_product(v, short_budget);
   EXPECT_FALSE(cut.cg.converged);
@@ -295,13 +296,13 @@ TEST_P(DifferentiationTest, DivergenceGradientMatchesCentralDifferences) {
   const DivergenceGradient g = sinkhorn_divergence_gradient(p.xv(), p.yv(), p.a, p.b, solves,
                                                             backend_options(backend, kThreads));
   const double rho_x = c.reach_source * c.reach_source, rho_y = c.reach_target * c.reach_target;
-  // S = OT(x,y) − ½OT(x,x) − ½OT(y,y), each self-transport with its own side's ρ on both sides.
+  // S = OT(x,y) − ½OT(x,x) − ½OT(y,y), every transport with the same per-side ρ (as flashot::sinkhorn_divergence).
   const auto divergence = [&](const std::vector<float>& x, const std::vector<float>& y, const std::vector<float>& a,
                               const std::vector<float>& b) {
     const PointsView xv{x, p.n, p.d}, yv{y, p.m, p.d};
     return dense_at(dense_transport(xv, yv, a, b, c.epsilon, c.cost, rho_x, rho_y)).cost() -
-           0.5 * dense_at(dense_transport(xv, xv, a, a, c.epsilon, c.cost, rho_x, rho_x)).cost() -
-           0.5 * dense_at(dense_transport(yv, yv, b, b, c.epsilon, c.cost, rho_y, rho_y)).cost();
+           0.5 * dense_at(dense_transport(xv, xv, a, a, c.epsilon, c.cost, rho_x, rho_y)).cost() -
+           0.5 * dense_at(dense_transport(yv, yv, b, b, c.epsilon, c.cost, rho_x, rho_y)).cost();
   };
   EXPECT_NEAR(g.divergence, divergence(p.x, p.y, p.a, p.b), kCostTol);
   const std::vector<float> dir = random_points(p.n, p.d, 81);

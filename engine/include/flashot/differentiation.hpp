@@ -23,7 +23,7 @@
 namespace flashot {
 
 /// Preconditioned conjugate gradient on the implicit system (Schur complement on the target potential, Jacobi
-/// preconditioner).
+/// preconditioner). Convergence is decided on the true residual (one extra product with S to confirm).
 struct CgOptions {
   /// Stop when ‖residual‖₂ ≤ tolerance·‖right-hand side‖₂. In (0, 1).
   double tolerance = 1e-6;
@@ -34,7 +34,8 @@ struct CgOptions {
 struct CgReport {
   bool converged = false;
   int iterations = 0;
-  double residual = 0;          ///< final ‖residual‖₂ / ‖right-hand side‖₂ (0 when the right-hand side is 0)
+  /// Final true residual ‖rhs − S·x‖₂ / ‖rhs‖₂ (recomputed, not the recursively updated one; 0 when rhs = 0).
+  double residual = 0;
   double initial_residual = 0;  ///< ‖right-hand side‖₂, absolute
 };
 
