@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend.hpp"
@@ -21,6 +22,33 @@ void Backend::apply_bilinear(const PlanParams& p, Side rows, std::span<const flo
   // Enough columns per application to amortise its pass over the plan, few enough to keep the derived value matrix
   // and the output at O((n + m)·kMaxColumns).
   constexpr std::size_t kMaxColumns = 256;
+  if (w.data() == v.data() && e == k) {
+    // w = v (the Hessian's Σ_j P_ij y_j⟨y_j, u_i⟩): the moment Σ_j P_ij v_jc v_jc' is symmetric in (c, c'), so only
+    // the e(e+1)/2 pairs c ≤ c' are applied.
+    std::vector<std::pair<std::size_t, std::size_t>> pairs;
+    for (std::size_t c = 0; c < e; ++c)
+      for (std::size_t q = c; q < e; ++q) pairs.emplace_back(c, q);
+    std::vector<double> acc(rows_count * k, 0.0);
+    for (std::size_t p0 = 0; p0 < pairs.size(); p0 += kMaxColumns) {
+      const std::size_t cols = std::min(kMaxColumns, pairs.size() - p0);
+      // (keys, cols): column t holds v_{j,c}·v_{j,c'} for pair p0 + t
+      std::vector<float> derived(keys * cols);
+      for (std::size_t j = 0; j < keys; ++j)
+        for (std::size_t t = 0; t < cols; ++t)
+          derived[j * cols + t] = v[j * k + pairs[p0 + t].first] * v[j * k + pairs[p0 + t].second];
+      std::vector<float> moment(rows_count * cols);
+      apply(p, rows, derived, cols, false, moment);
+      for (std::size_t i = 0; i < rows_count; ++i)
+        for (std::size_t t = 0; t < cols; ++t) {
+          const auto [c, q] = pairs[p0 + t];
+          const double mct = moment[i * cols + t];
+          acc[i * k + c] += mct * u[i * e + q];
+          if (q != c) acc[i * k + q] += mct * u[i * e + c];
+        }
+    }
+    std::transform(acc.begin(), acc.end(), out.begin(), [](double x) { return static_cast<float>(x); });
+    return;
+  }
   const std::size_t per_chunk = std::max<std::size_t>(1, kMaxColumns / k);
   std::vector<double> acc(rows_count * k, 0.0);
   for (std::size_t c0 = 0; c0 < e; c0 += per_chunk) {
