@@ -22,21 +22,29 @@ constexpr int kWarps = kSumThreads / 32;
 constexpr float kMinSum = 8.470329472543003e-22f;  // 2^-70
 constexpr float kMaxSum = 1.2676506002282294e30f;  // 2^100
 
+/// One halving step of warp_transpose_sum: lanes with bit W set keep the upper half of v[0, 2W), the others the
+/// lower half, and each adds its partner's copy. W is a template parameter so that every index is a constant
+/// (a run-time trip count left the loop rolled and turned v into predicated moves).
+template <int W>
+__device__ __forceinline__ void transpose_step(float (&v)[32], bool upper) {
+#pragma unroll
+  for (int k = 0; k < W; ++k) {
+    const float lo = v[k], hi = v[k + W];
+    const float send = upper ? lo : hi;
+    const float keep = upper ? hi : lo;
+    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, W);
+  }
+}
+
 /// Sums 32 per-lane values per column across the warp: lane l ends with the total of column l. A halving
 /// exchange (16 + 8 + 4 + 2 + 1 shuffles) instead of 32 full butterfly reductions.
 __device__ __forceinline__ float warp_transpose_sum(float (&v)[32]) {
   const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int width = 16; width >= 1; width >>= 1) {
-    const bool upper = lane & width;
-#pragma unroll
-    for (int k = 0; k < width; ++k) {
-      const float lo = v[k], hi = v[k + width];
-      const float send = upper ? lo : hi;
-      const float keep = upper ? hi : lo;
-      v[k] = keep + __shfl_xor_sync(0xffffffffu, send, width);
-    }
-  }
+  transpose_step<16>(v, lane & 16);
+  transpose_step<8>(v, lane & 8);
+  transpose_step<4>(v, lane & 4);
+  transpose_step<2>(v, lane & 2);
+  transpose_step<1>(v, lane & 1);
   return v[0];
 }
 
