@@ -15,7 +15,7 @@ struct Options {
                                           "'transferred labels'.", "COL"};
   QCommandLineOption transfer{"transfer-labels", "Transfer this target column's labels to the source.", "COL"};
   QCommandLineOption backend{"backend", "auto, cpu or cuda.", "NAME"};
-  QCommandLineOption blur{"blur", "Blur in data units (0 = 1% of the data diameter).", "B"};
+  QCommandLineOption blur{"blur", "Blur in data units (0 = 5% of the data diameter).", "B"};
   QCommandLineOption align{"align", "Align as soon as the files are open."};
   QCommandLineOption screenshot{"screenshot", "Headless: write the view to FILE.png and exit.", "FILE"};
   QCommandLineOption window{"window", "The screenshot shows the whole window (controls, plot), not only the view."};

@@ -184,8 +184,8 @@ QWidget* MainWindow::build_controls() {
   auto* params = new QGroupBox(tr("Parameters"));
   auto* form = new QFormLayout(params);
   blur_box_ = double_box(0, 1e9, 0, 4, 0.01);
-  blur_box_->setSpecialValueText(tr("auto (1% of diameter)"));
-  blur_box_->setToolTip(tr("ε = blur², in the data's units; 0 = 1% of the diameter of both clouds"));
+  blur_box_->setSpecialValueText(tr("auto (5% of diameter)"));
+  blur_box_->setToolTip(tr("ε = blur², in the data's units; 0 = 5% of the diameter of both clouds"));
   scaling_box_ = double_box(0.05, 0.99, 0.5, 2, 0.05);
   reach_box_ = double_box(0, 1e9, 0, 4, 0.1);
   reach_box_->setSpecialValueText(tr("balanced"));
@@ -196,7 +196,7 @@ QWidget* MainWindow::build_controls() {
   iterations_box_->setRange(1, 1'000'000);
   iterations_box_->setValue(1000);
   scheme_box_ = new QComboBox;
-  scheme_box_->addItems({"symmetric", "alternating"});
+  scheme_box_->addItems({"alternating", "symmetric"});
   backend_box_ = new QComboBox;
   backend_box_->addItem("auto");
   for (const std::string& b : available_backends()) backend_box_->addItem(q(b));
@@ -627,6 +627,7 @@ void MainWindow::on_finished(std::shared_ptr<const AlignmentOutcome> outcome) {
     }
   }
   summary_->setPlainText(summary);
+  statusBar()->showMessage(tr("Aligned. File ▸ Save writes the aligned data, the coupling, the report."));
   refresh_choices();
   if (outcome_->transfer && (headless_ ? headless_->color_by.isEmpty() : true)) {
     color_box_->setCurrentText(kColorByTransferred);

@@ -11,20 +11,21 @@ namespace flashot::gui {
 
 struct AlignParameters {
   /// Target blur in the data's units (ε = blur², squared-Euclidean cost). 0 = automatic: kAutoBlurFraction of the
-  /// diameter of both clouds, so unit-free data (PCA scores, millimetres) get a sensible ε.
+  /// diameter of both clouds (the CLI's --rel-blur default), so unit-free data (PCA scores, millimetres) get a
+  /// sensible ε.
   double blur = 0;
   double scaling = 0.5;        ///< ε-scaling factor, in (0, 1)
   double reach = 0;            ///< unbalanced KL reach in data units (ρ = reach²); 0 = balanced
   double tolerance = 1e-3;     ///< marginal error to stop at
   int max_iterations = 1000;   ///< budget of the final ε stage
-  std::string scheme = "symmetric";
+  std::string scheme = "alternating";  ///< the CLI's default: fewer iterations at the final blur
   std::string backend = "auto";
   std::size_t top_k = 3;       ///< couplings kept per source point (lines, saved coupling)
   std::size_t max_lines = 1500;  ///< coupling lines drawn at most (the strongest)
   std::string transfer_column;   ///< target obs column whose labels go to the source; empty = none
 };
 
-inline constexpr double kAutoBlurFraction = 0.01;
+inline constexpr double kAutoBlurFraction = 0.05;
 inline constexpr std::size_t kMaxTopK = 64;
 inline constexpr std::size_t kMaxLines = 200'000;
 
