@@ -83,7 +83,10 @@ struct Shard {
   DeviceBuffer<float2> part_rows, part_cols, part_ops;
   // Column combination (sized for max(m, queries)): this shard's L_s, the reduced max and sum, the shares.
   DeviceBuffer<float> lse, top, share, sum;
-  DeviceBuffer<int> flags;  // [0] non-finite in an update; [1] ignored (−∞ log-sum-exps are legitimate there)
+  DeviceBuffer<int> flags;  // [0] non-finite in an update; [1] ignored (−∞ log-sum-exps are legitimate there);
+                            // [2] the one-pass step must be redone the two-pass way (on any shard)
+  ReductionPlan plan_sums;
+  DeviceBuffer<float> rsum, csum, tmp_f, tmp_g;  // one-pass symmetric step: (n_s), (m), (n_s), (m)
   DeviceBuffer<float> row_lse, wsum, vin, out, queries, query_norm2, gathered;
   DeviceBuffer<std::int32_t> columns, gathered_columns;
 
@@ -91,6 +94,7 @@ struct Shard {
   PointSet y_side() const { return {y.get(), yn.get(), logb.get(), b.get(), m}; }
   int* nonfinite() const { return flags.get(); }
   int* ignored() const { return flags.get() + 1; }
+  int* redo() const { return flags.get() + 2; }
 };
 
 /// Copies one side to the device with ‖p‖² and ln w (−∞ for a zero weight).
@@ -149,12 +153,16 @@ class NcclBackend final : public Backend {
   void gather_rows(const std::vector<ShardRange>& parts, std::size_t width, Local local, Gathered gathered,
                    std::span<T> out) const;
   void sync_all() const;
+  /// Queues one iteration on every shard: two LSE passes (either scheme), or the one-exponential symmetric step.
+  void enqueue_two_pass(const IterationParams& p, Finalize update) const;
+  void enqueue_one_pass(const IterationParams& p) const;
   /// Streams, uploads and scratch of every local shard (the constructor's second half).
   void allocate(const ProblemData& data, const std::vector<int>& devices);
   void release_streams() noexcept;
 
   std::size_t n_ = 0, m_ = 0, d_ = 0;
   int rank_ = 0, ranks_ = 1;  // processes
+  bool one_pass_ = false;
   std::vector<ShardRange> plan_;  // every global shard's rows
   mutable std::vector<Shard> shards_;  // the shards this process drives
   nccl::Communicators comms_;
@@ -183,6 +191,9 @@ NcclBackend::NcclBackend(const BackendOptions& options, const ProblemData& data)
       throw std::runtime_error("CUDA device " + std::to_string(dev) + " asked for, but " + std::to_string(usable) +
                                " CUDA device(s) are usable on this machine");
   const int global = ranks_ > 1 ? ranks_ : static_cast<int>(devices.size());
+  // The one-exponential symmetric step (DESIGN.md §2) needs every weight positive, on every shard.
+  one_pass_ = std::all_of(data.a.begin(), data.a.end(), [](float v) { return v > 0; }) &&
+              std::all_of(data.b.begin(), data.b.end(), [](float v) { return v > 0; });
   plan_ = plan_shards(n_, global);
   comms_ = ranks_ > 1 ? nccl::Communicators::one_rank(nccl::unique_id_from_rank0(rank_, options.broadcast), rank_, ranks_,
                                                       devices.front())
@@ -226,8 +237,17 @@ void NcclBackend::allocate(const ProblemData& data, const std::vector<int>& devi
     s.part_rows.reserve(std::size_t(s.plan_rows.splits) * s.n);
     s.part_cols.reserve(std::size_t(s.plan_cols.splits) * s.m);
     for (DeviceBuffer<float>* b : {&s.lse, &s.top, &s.share, &s.sum}) b->reserve(s.m);
-    s.flags.reserve(2);
-    FLASHOT_CUDA_CHECK(cudaMemsetAsync(s.flags.get(), 0, 2 * sizeof(int), s.stream));
+    s.flags.reserve(3);
+    FLASHOT_CUDA_CHECK(cudaMemsetAsync(s.flags.get(), 0, 3 * sizeof(int), s.stream));
+    if (one_pass_) {
+      s.plan_sums = plan_symmetric(s.x_side(), s.y_side(), s.d, s.resident_blocks);
+      s.rsum.reserve(s.n);
+      s.csum.reserve(s.m);
+      s.tmp_f.reserve(s.n);
+      s.tmp_g.reserve(s.m);
+      FLASHOT_CUDA_CHECK(cudaMemsetAsync(s.rsum.get(), 0, sizeof(float) * s.n, s.stream));
+      FLASHOT_CUDA_CHECK(cudaMemsetAsync(s.csum.get(), 0, sizeof(float) * s.m, s.stream));
+    }
   }
   sync_all();
 }
@@ -342,32 +362,90 @@ void NcclBackend::gather_rows(const std::vector<ShardRange>& parts, std::size_t 
   FLASHOT_CUDA_CHECK(cudaStreamSynchronize(s.stream));
 }
 
+void NcclBackend::enqueue_two_pass(const IterationParams& p, Finalize update) const {
+  const auto lf = static_cast<float>(p.damping_f), lg = static_cast<float>(p.damping_g);
+  for (Shard& s : shards_) {
+    DeviceScope scope(s.device);
+    const Scale sc = Scale::make(p.epsilon, p.cost_scale, s.d);
+    const PointSet x = s.x_side(), y = s.y_side();
+    const FinalizeSide rows{s.part_rows.get(), s.plan_rows.splits, s.xn.get(), s.f.get(), nullptr, lf, s.n};
+    const FinalizeSide cols{s.part_cols.get(), s.plan_cols.splits, s.yn.get(), s.lse.get(), nullptr, 1.f, s.m};
+    launch_lse(x, y, s.g.get(), sc, s.plan_rows, s.part_rows.get(), nullptr, s.stream);
+    // Symmetric: g' from the old f, so the column pass is queued before f changes; alternating: from the new f.
+    if (update == Finalize::kSymmetric)
+      launch_lse(y, x, s.f.get(), sc, s.plan_cols, s.part_cols.get(), nullptr, s.stream);
+    launch_finalize(update, rows, {}, p.epsilon, sc.s, nullptr, s.nonfinite(), s.stream);
+    if (update == Finalize::kAlternating)
+      launch_lse(y, x, s.f.get(), sc, s.plan_cols, s.part_cols.get(), nullptr, s.stream);
+    launch_finalize(Finalize::kLse2, cols, {}, p.epsilon, sc.s, nullptr, s.ignored(), s.stream);
+  }
+  reduce_lse(static_cast<int>(m_));
+  for (Shard& s : shards_) {
+    DeviceScope scope(s.device);
+    launch_combined_update(update, s.top.get(), s.sum.get(), s.yn.get(), p.epsilon, static_cast<float>(p.cost_scale),
+                           lg, s.g.get(), s.m, s.nonfinite(), s.stream);
+  }
+}
+
+void NcclBackend::enqueue_one_pass(const IterationParams& p) const {
+  // One tile of exponentials gives row sums (local) and column sums (partial: SUM over the shards), as the one-GPU
+  // backend does (DESIGN.md §2); where a sum cannot be trusted on any shard, every shard redoes the step the
+  // two-pass way (the guarded passes, then the commits choose).
+  const auto lf = static_cast<float>(p.damping_f), lg = static_cast<float>(p.damping_g);
+  for (Shard& s : shards_) {
+    DeviceScope scope(s.device);
+    FLASHOT_CUDA_CHECK(cudaMemsetAsync(s.redo(), 0, sizeof(int), s.stream));
+    launch_symmetric_sums(s.x_side(), s.y_side(), s.f.get(), s.g.get(), Scale::make(p.epsilon, p.cost_scale, s.d),
+                          s.plan_sums, s.rsum.get(), s.csum.get(), s.stream);
+  }
+  {
+    NcclGroup group;
+    for (std::size_t l = 0; l < shards_.size(); ++l) {
+      Shard& s = shards_[l];
+      FLASHOT_NCCL_CHECK(ncclAllReduce(s.csum.get(), s.csum.get(), m_, ncclFloat32, ncclSum, comms_[l], s.stream));
+    }
+  }
+  for (Shard& s : shards_) {
+    DeviceScope scope(s.device);
+    launch_symmetric_finish(s.f.get(), s.g.get(), s.rsum.get(), s.csum.get(), s.b.get(), s.n, s.m, p.epsilon, lf, lg,
+                            s.tmp_f.get(), s.tmp_g.get(), s.redo(), s.stream);
+  }
+  {
+    NcclGroup group;
+    for (std::size_t l = 0; l < shards_.size(); ++l) {
+      Shard& s = shards_[l];
+      FLASHOT_NCCL_CHECK(ncclAllReduce(s.redo(), s.redo(), 1, ncclInt32, ncclMax, comms_[l], s.stream));
+    }
+  }
+  for (Shard& s : shards_) {
+    DeviceScope scope(s.device);
+    const Scale sc = Scale::make(p.epsilon, p.cost_scale, s.d);
+    const PointSet x = s.x_side(), y = s.y_side();
+    const FinalizeSide rows{s.part_rows.get(), s.plan_rows.splits, s.xn.get(), s.f.get(), s.tmp_f.get(), lf, s.n};
+    const FinalizeSide cols{s.part_cols.get(), s.plan_cols.splits, s.yn.get(), s.lse.get(), nullptr, 1.f, s.m};
+    launch_lse(x, y, s.g.get(), sc, s.plan_rows, s.part_rows.get(), s.redo(), s.stream);
+    launch_lse(y, x, s.f.get(), sc, s.plan_cols, s.part_cols.get(), s.redo(), s.stream);
+    launch_finalize(Finalize::kCommit, rows, {}, p.epsilon, sc.s, s.redo(), s.nonfinite(), s.stream);
+    // Without a redo the column partials are stale and this LSE2 is unused (the commit below takes tmp_g).
+    launch_finalize(Finalize::kLse2, cols, {}, p.epsilon, sc.s, nullptr, s.ignored(), s.stream);
+  }
+  reduce_lse(static_cast<int>(m_));
+  for (Shard& s : shards_) {
+    DeviceScope scope(s.device);
+    launch_combined_update(Finalize::kCommit, s.top.get(), s.sum.get(), s.yn.get(), p.epsilon,
+                           static_cast<float>(p.cost_scale), lg, s.g.get(), s.m, s.nonfinite(), s.stream, s.redo(),
+                           s.tmp_g.get());
+  }
+}
+
 bool NcclBackend::iterate(const IterationParams& p, int count) {
   if (count <= 0) return true;
-  const auto lf = static_cast<float>(p.damping_f), lg = static_cast<float>(p.damping_g);
   const Finalize update = p.scheme == Scheme::kSymmetric ? Finalize::kSymmetric : Finalize::kAlternating;
   for (int it = 0; it < count; ++it) {
-    for (Shard& s : shards_) {
-      DeviceScope scope(s.device);
-      const Scale sc = Scale::make(p.epsilon, p.cost_scale, s.d);
-      const PointSet x = s.x_side(), y = s.y_side();
-      const FinalizeSide rows{s.part_rows.get(), s.plan_rows.splits, s.xn.get(), s.f.get(), nullptr, lf, s.n};
-      const FinalizeSide cols{s.part_cols.get(), s.plan_cols.splits, s.yn.get(), s.lse.get(), nullptr, 1.f, s.m};
-      launch_lse(x, y, s.g.get(), sc, s.plan_rows, s.part_rows.get(), nullptr, s.stream);
-      // Symmetric: g' from the old f, so the column pass is queued before f changes; alternating: from the new f.
-      if (update == Finalize::kSymmetric)
-        launch_lse(y, x, s.f.get(), sc, s.plan_cols, s.part_cols.get(), nullptr, s.stream);
-      launch_finalize(update, rows, {}, p.epsilon, sc.s, nullptr, s.nonfinite(), s.stream);
-      if (update == Finalize::kAlternating)
-        launch_lse(y, x, s.f.get(), sc, s.plan_cols, s.part_cols.get(), nullptr, s.stream);
-      launch_finalize(Finalize::kLse2, cols, {}, p.epsilon, sc.s, nullptr, s.ignored(), s.stream);
-    }
-    reduce_lse(static_cast<int>(m_));
-    for (Shard& s : shards_) {
-      DeviceScope scope(s.device);
-      launch_combined_update(update, s.top.get(), s.sum.get(), s.yn.get(), p.epsilon, static_cast<float>(p.cost_scale),
-                             lg, s.g.get(), s.m, s.nonfinite(), s.stream);
-    }
+    if (update == Finalize::kSymmetric && one_pass_)
+      enqueue_one_pass(p);
+    else
+      enqueue_two_pass(p, update);
   }
   // Every rank must stop together: the non-finite flags are reduced over the shards before anyone reads them.
   {

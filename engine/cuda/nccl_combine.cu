@@ -21,14 +21,22 @@ __global__ void lse_share_kernel(const float* __restrict__ lse, const float* __r
 
 __global__ void combined_update_kernel(Finalize mode, const float* __restrict__ max, const float* __restrict__ sum,
                                        const float* __restrict__ norm2, float epsilon_ln2, float s, float lambda,
-                                       float* __restrict__ out, int count, int* nonfinite) {
+                                       float* __restrict__ out, int count, int* nonfinite, const int* redo,
+                                       const float* __restrict__ tmp) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= count) return;
+  if (mode == Finalize::kCommit && *redo == 0) {
+    const float result = 0.5f * (out[j] + tmp[j]);
+    out[j] = result;
+    if (!isfinite(result)) *nonfinite = 1;
+    return;
+  }
   const float softmin = s * norm2[j] - epsilon_ln2 * shard::lse_total(max[j], sum[j]);
   float result;
   switch (mode) {
     case Finalize::kAlternating: result = lambda * softmin; break;
-    case Finalize::kSymmetric: result = 0.5f * (out[j] + lambda * softmin); break;
+    case Finalize::kSymmetric:
+    case Finalize::kCommit: result = 0.5f * (out[j] + lambda * softmin); break;
     default: result = softmin; break;
   }
   out[j] = result;
@@ -53,10 +61,12 @@ void launch_lse_share(const float* lse, const float* max, float* share, int coun
 }
 
 void launch_combined_update(Finalize mode, const float* max, const float* sum, const float* norm2, double epsilon,
-                            float s, float lambda, float* out, int count, int* nonfinite, cudaStream_t stream) {
+                            float s, float lambda, float* out, int count, int* nonfinite, cudaStream_t stream,
+                            const int* redo, const float* tmp) {
   if (count == 0) return;
   combined_update_kernel<<<div_up(count, kThreads), kThreads, 0, stream>>>(
-      mode, max, sum, norm2, static_cast<float>(epsilon * 0.6931471805599453), s, lambda, out, count, nonfinite);
+      mode, max, sum, norm2, static_cast<float>(epsilon * 0.6931471805599453), s, lambda, out, count, nonfinite,
+      redo, tmp);
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 

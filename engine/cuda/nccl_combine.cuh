@@ -14,10 +14,12 @@ namespace flashot::detail::cuda {
 void launch_lse_share(const float* lse, const float* max, float* share, int count, cudaStream_t stream);
 
 /// From the reduced pair (max, sum) of every column: softmin_j = s‖y_j‖² − ε·ln2·(max_j + log2 sum_j), then, by
-/// mode, out = softmin (kSoftmin), out = λ·softmin (kAlternating) or out = ½(out + λ·softmin) (kSymmetric).
+/// mode, out = softmin (kSoftmin), out = λ·softmin (kAlternating), out = ½(out + λ·softmin) (kSymmetric), or
+/// (kCommit, the one-pass symmetric step) out = ½(out + tmp) unless *redo, else as kSymmetric.
 /// Sets *nonfinite when a result is not finite.
 void launch_combined_update(Finalize mode, const float* max, const float* sum, const float* norm2, double epsilon,
-                            float s, float lambda, float* out, int count, int* nonfinite, cudaStream_t stream);
+                            float s, float lambda, float* out, int count, int* nonfinite, cudaStream_t stream,
+                            const int* redo = nullptr, const float* tmp = nullptr);
 
 /// values (count × k) *= 2^(lse − max) / sum row by row: a shard's normalized result weighted by its share of the
 /// row's mass, ready to be summed over shards. Rows where the shard has no mass become 0 (never NaN).
