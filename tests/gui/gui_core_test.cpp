@@ -496,6 +496,35 @@ class GuiCoreTest : public QObject {
     // Nothing is left behind but the four outputs and the two inputs.
     QCOMPARE(QDir(dir.path()).entryList(QDir::Files | QDir::Hidden).size(), 5);
   }
+
+  void saves_an_aligned_ply_with_the_original_coordinates_kept() {
+    QTemporaryDir dir;
+    const std::filesystem::path a = dir.filePath("a.ply").toStdString();
+    const std::filesystem::path b = dir.filePath("b.ply").toStdString();
+    write_colored_ply(a, 40);
+    write_colored_ply(b, 30);
+    const Dataset da = Dataset::open(a);
+    const Dataset db = Dataset::open(b);
+    AlignmentInput input;
+    std::tie(input.source, input.target) = read_alignment_pair(da, db, kSpacePly);
+    input.parameters.backend = "cpu";
+    const AlignmentOutcome out = run_alignment(input, {});
+    const std::filesystem::path aligned = dir.filePath("aligned.ply").toStdString();
+    save_aligned(da, kSpacePly, out, aligned);
+    const io::PlyFile ply = io::read_ply(aligned);
+    const io::PlyElement* vertex = ply.find("vertex");
+    QVERIFY(vertex != nullptr && vertex->count == 40);
+    QVERIFY(vertex->find("x_original") != nullptr);
+    QCOMPARE(vertex->find("x_original")->values[7], 7.0);          // the source's own coordinate
+    QCOMPARE(vertex->find("x")->values[7], double(out.mapped[7 * 3]));  // replaced by the mapped one
+    QVERIFY(vertex->find("red") != nullptr);                        // the source's other properties stay
+    const std::filesystem::path png = dir.filePath("view.png").toStdString();
+    QImage image(16, 8, QImage::Format_RGB888);
+    image.fill(Qt::red);
+    save_image(image, png);
+    QCOMPARE(QImage(QString::fromStdString(png.string())).pixelColor(3, 3), QColor(Qt::red));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, save_image(image, dir.filePath("no/such/folder/x.png").toStdString()));
+  }
 };
 
 QTEST_GUILESS_MAIN(GuiCoreTest)
