@@ -196,13 +196,6 @@ void check_key(const std::string& what, const std::string& key) {
   }
 }
 
-void check_names(const std::string& what, const std::vector<std::string>& names) {
-  std::set<std::string_view> seen;
-  for (const auto& n : names) {
-    if (!seen.insert(n).second) throw std::invalid_argument(what + ": name '" + n + "' appears twice");
-  }
-}
-
 void check_additions(const H5adContent& c, std::size_t n_obs, std::size_t n_vars) {
   for (const auto& [key, m] : c.obsm) {
     check_key("obsm", key);
@@ -403,8 +396,7 @@ void write_new(const std::filesystem::path& path, const NewFile& f) {
   h5::silence_errors();
   const std::size_t n_obs = f.obs_names.size();
   const std::size_t n_vars = f.var_names.size();
-  check_names("obs_names", f.obs_names);
-  check_names("var_names", f.var_names);
+  // Duplicate names are allowed: anndata only warns, and concatenated batches often repeat barcodes.
   if (f.x_dense && f.x_sparse) throw std::invalid_argument("X: give x_dense or x_sparse, not both");
   if (f.x_dense) check_dense("X", *f.x_dense, n_obs, n_vars);
   if (f.x_sparse) check_sparse("X", *f.x_sparse, n_obs, n_vars);
