@@ -213,6 +213,7 @@ struct TransportDerivatives::Impl {
       double rel = 1;
       bool confirmed = false;
       double last_true = std::numeric_limits<double>::infinity();
+      bool stagnated = false;  // rel then already holds the true residual
       while (report.iterations < o.max_iterations) {
         const std::vector<double> q = schur(p);
         const double pq = dot(p, q);
@@ -237,7 +238,10 @@ struct TransportDerivatives::Impl {
             break;
           }
           // fp32 plan applications put a floor under the true residual: stop once restarts no longer halve it.
-          if (rel >= 0.5 * last_true) break;
+          if (rel >= 0.5 * last_true) {
+            stagnated = true;
+            break;
+          }
           last_true = rel;
           restart = true;
         }
@@ -247,7 +251,7 @@ struct TransportDerivatives::Impl {
         rz = rz_next;
         for (std::size_t j = 0; j < m; ++j) p[j] = z[j] + beta * p[j];
       }
-      if (!confirmed) {
+      if (!confirmed && !stagnated) {
         const std::vector<double> t = true_residual();
         rel = std::sqrt(dot(t, t)) / rhs_norm;
       }
