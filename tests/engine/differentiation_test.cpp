@@ -185,15 +185,21 @@ TEST_P(DifferentiationTest, HessianProductMatchesTheDenseHessian) {
   const std::vector<double> h = ref.hessian_x();
   CgOptions cg;
   cg.tolerance = kCgTolerance;
+  std::vector<std::vector<float>> vs, products;
   for (std::uint64_t seed : {41u, 42u}) {
     const std::vector<float> v = random_points(s.p.n, s.p.d, seed);
     const HessianProduct hv = s.derivatives.hessian_product(v, cg);
+    vs.push_back(v);
+    products.push_back(hv.product);
     EXPECT_TRUE(hv.cg.converged) << "residual " << hv.cg.residual << " after " << hv.cg.iterations;
     EXPECT_GT(hv.cg.iterations, 0);
     EXPECT_LE(hv.cg.residual, kCgTolerance);
     const std::vector<double> expected = dense_times(h, nd, nd, v);
     EXPECT_LE(max_abs_diff(hv.product, expected), kHessianRelTol * max_abs(expected)) << "seed " << seed;
   }
+  // A Hessian is symmetric: ⟨u, H v⟩ = ⟨v, H u⟩ (Newton's CG relies on it).
+  const double uhv = dot(vs[0], products[1]), vhu = dot(vs[1], products[0]);
+  EXPECT_NEAR(uhv, vhu, kHessianRelTol * std::max(std::abs(uhv), std::abs(vhu)));
 }
 
 TEST_P(DifferentiationTest, HessianProductMatchesCentralDifferencesOfEngineGradients) {
