@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
     const flashot::io::Column truth = query.read_obs("cell_type"), labels = reference.read_obs("cell_type");
     flashot::Problem problem({x.values, x.rows, x.cols}, {y.values, y.rows, y.cols});
     flashot::SolveOptions options;
-    options.blur = 1.0;  // in X_pca units; `flashot align` picks 0.05 x the data's diameter by default
+    options.blur = 2.0;  // in X_pca units; `flashot align` picks 0.05 x the data's diameter by default
+    options.scheme = flashot::Scheme::kAlternating;  // fewer iterations than the averaged scheme at small blur
     const flashot::SolveResult result = problem.solve(options);
     const flashot::LabelTransfer transfer =
         problem.transfer_labels(result, flashot::Side::kTarget, labels.codes, labels.categories.size());
