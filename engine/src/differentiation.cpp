@@ -183,13 +183,15 @@ struct TransportDerivatives::Impl {
     return out;
   }
 
-  /// K (μf, μg) = (bf, bg) by PCG on the Schur complement; returns (μf, μg) and the report.
-  std::pair<std::vector<double>, std::vector<double>> solve_k(const std::vector<double>& bf,
-                                                              const std::vector<double>& bg, const CgOptions& o,
-                                                              CgReport& report) const {
-    std::vector<double> scaled(n);
-    for (std::size_t i = 0; i < n; ++i) scaled[i] = bf[i] * inv_df[i];
-    const std::vector<double> back = apply_vector(Side::kTarget, scaled);
+  /// μg of K (μf, μg) = (bf, bg), by PCG on the Schur complement S μg = bg − Pᵀ D_f⁻¹ bf. `back` is Pᵀ D_f⁻¹ bf when
+  /// the caller has it from a pass of its own (else empty: one pass computes it). μf = D_f⁻¹ (bf − P μg).
+  std::vector<double> solve_g(const std::vector<double>& bf, const std::vector<double>& bg,
+                              std::vector<double> back, const CgOptions& o, CgReport& report) const {
+    if (back.empty()) {
+      std::vector<double> scaled(n);
+      for (std::size_t i = 0; i < n; ++i) scaled[i] = bf[i] * inv_df[i];
+      back = apply_vector(Side::kTarget, scaled);
+    }
     std::vector<double> rhs(m);
     for (std::size_t j = 0; j < m; ++j) rhs[j] = inv_dg[j] > 0 ? bg[j] - back[j] : 0.0;
     project(rhs);
@@ -260,40 +262,53 @@ struct TransportDerivatives::Impl {
     } else {
       report.converged = true;
     }
-    std::vector<double> pg = apply_vector(Side::kSource, mg);
-    std::vector<double> mf(n);
-    for (std::size_t i = 0; i < n; ++i) mf[i] = inv_df[i] * (bf[i] - pg[i]);
-    return {std::move(mf), std::move(mg)};
+    return mg;
   }
 
-  /// R v: (n) and (m).
-  std::pair<std::vector<double>, std::vector<double>> r_times(std::span<const float> v) const {
-    std::vector<double> rf(n);
-    std::vector<float> vz(n * (d + 1));
+  /// μf = D_f⁻¹ (bf − P μg): one pass.
+  std::vector<double> back_solve(const std::vector<double>& bf, const std::vector<double>& mg) const {
+    const std::vector<double> pg = apply_vector(Side::kSource, mg);
+    std::vector<double> mf(n);
+    for (std::size_t i = 0; i < n; ++i) mf[i] = inv_df[i] * (bf[i] - pg[i]);
+    return mf;
+  }
+
+  /// R v (n) and (m), and Pᵀ D_f⁻¹ (R v)_f (m) for the Schur right-hand side, from one pass.
+  struct RTimes {
+    std::vector<double> rf, rg, back;
+  };
+  RTimes r_times(std::span<const float> v) const {
+    RTimes out;
+    out.rf.resize(n);
+    const std::size_t w = d + 2;
+    std::vector<float> vz(n * w);
     for (std::size_t i = 0; i < n; ++i) {
       double gv = 0, xv = 0;
       for (std::size_t k = 0; k < d; ++k) {
         const double vi = v[i * d + k];
         gv += (r[i] * x[i * d + k] - py[i * d + k]) * vi;
         xv += static_cast<double>(x[i * d + k]) * vi;
-        vz[i * (d + 1) + k] = v[i * d + k];
+        vz[i * w + k] = v[i * d + k];
       }
-      rf[i] = 2 * s * gv;
-      vz[i * (d + 1) + d] = static_cast<float>(xv);
+      out.rf[i] = 2 * s * gv;
+      vz[i * w + d] = static_cast<float>(xv);
+      vz[i * w + d + 1] = static_cast<float>(out.rf[i] * inv_df[i]);
     }
-    // (m, d+1): [Pᵀ V | Pᵀ z], z_i = ⟨x_i, v_i⟩
-    const std::vector<float> t = apply(Side::kTarget, vz, d + 1);
-    std::vector<double> rg(m);
+    // (m, d+2): [Pᵀ V | Pᵀ z | Pᵀ D_f⁻¹ rf], z_i = ⟨x_i, v_i⟩
+    const std::vector<float> t = apply(Side::kTarget, vz, w);
+    out.rg.resize(m);
+    out.back.resize(m);
     for (std::size_t j = 0; j < m; ++j) {
       double yv = 0;
-      for (std::size_t k = 0; k < d; ++k) yv += static_cast<double>(y[j * d + k]) * t[j * (d + 1) + k];
-      rg[j] = 2 * s * (t[j * (d + 1) + d] - yv);
+      for (std::size_t k = 0; k < d; ++k) yv += static_cast<double>(y[j * d + k]) * t[j * w + k];
+      out.rg[j] = 2 * s * (t[j * w + d] - yv);
+      out.back[j] = t[j * w + d + 1];
     }
-    return {std::move(rf), std::move(rg)};
+    return out;
   }
 
-  /// Rᵀ μ: (n×d), in double.
-  std::vector<double> r_transpose_times(const std::vector<double>& mf, const std::vector<double>& mg) const {
+  /// Rᵀ (μf, μg) with μf = D_f⁻¹ (bf − P μg) (n×d, double): the pass P·[μg ⊙ Y | μg] also gives P μg.
+  std::vector<double> r_transpose_times(const std::vector<double>& bf, const std::vector<double>& mg) const {
     // (m, d+1): [μg ⊙ Y | μg]
     std::vector<float> v(m * (d + 1));
     for (std::size_t j = 0; j < m; ++j) {
@@ -302,11 +317,12 @@ struct TransportDerivatives::Impl {
     }
     const std::vector<float> t = apply(Side::kSource, v, d + 1);
     std::vector<double> out(n * d);
-    for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t i = 0; i < n; ++i) {
+      const double pg = t[i * (d + 1) + d];
+      const double mf = inv_df[i] * (bf[i] - pg);
       for (std::size_t k = 0; k < d; ++k)
-        out[i * d + k] = 2 * s *
-                         (mf[i] * (r[i] * x[i * d + k] - py[i * d + k]) + t[i * (d + 1) + d] * x[i * d + k] -
-                          t[i * (d + 1) + k]);
+        out[i * d + k] = 2 * s * (mf * (r[i] * x[i * d + k] - py[i * d + k]) + pg * x[i * d + k] - t[i * (d + 1) + k]);
+    }
     return out;
   }
 
@@ -334,10 +350,10 @@ struct TransportDerivatives::Impl {
   PotentialTangent tangent(std::span<const float> v, const CgOptions& o) const {
     validate_vector(v, n * d, "v", "n·d");
     validate_cg(o);
-    const auto [rf, rg] = r_times(v);
+    const RTimes rv = r_times(v);
     PotentialTangent t;
-    const auto [df, dg] = solve_k(rf, rg, o, t.cg);
-    t.f = to_float(df);
+    const std::vector<double> dg = solve_g(rv.rf, rv.rg, rv.back, o, t.cg);
+    t.f = to_float(back_solve(rv.rf, dg));
     t.g = to_float(dg);
     return t;
   }
@@ -458,12 +474,13 @@ TransportGradient TransportDerivatives::gradient() const {
 
 HessianProduct TransportDerivatives::hessian_product(std::span<const float> v, const CgOptions& cg) const {
   const Impl& p = *impl_;
-  const PotentialTangent t = p.tangent(v, cg);
-  const std::vector<double> implicit =
-      p.r_transpose_times({t.f.begin(), t.f.end()}, {t.g.begin(), t.g.end()});
-  const std::vector<double> explicit_part = p.e_times(v);
+  validate_vector(v, p.n * p.d, "v", "n·d");
+  validate_cg(cg);
   HessianProduct h;
-  h.cg = t.cg;
+  const Impl::RTimes rv = p.r_times(v);
+  const std::vector<double> dg = p.solve_g(rv.rf, rv.rg, rv.back, cg, h.cg);
+  const std::vector<double> implicit = p.r_transpose_times(rv.rf, dg);
+  const std::vector<double> explicit_part = p.e_times(v);
   h.product.resize(p.n * p.d);
   for (std::size_t i = 0; i < h.product.size(); ++i)
     h.product[i] = static_cast<float>(explicit_part[i] + implicit[i] / p.eps);
@@ -481,8 +498,9 @@ ImplicitGradient TransportDerivatives::implicit_gradient(std::span<const float> 
   validate_vector(dg, p.m, "dg", "m");
   validate_cg(cg);
   ImplicitGradient out;
-  const auto [mf, mg] = p.solve_k({df.begin(), df.end()}, {dg.begin(), dg.end()}, cg, out.cg);
-  out.x = to_float(p.r_transpose_times(mf, mg));
+  const std::vector<double> bf(df.begin(), df.end());
+  const std::vector<double> mg = p.solve_g(bf, {dg.begin(), dg.end()}, {}, cg, out.cg);
+  out.x = to_float(p.r_transpose_times(bf, mg));
   return out;
 }
 
