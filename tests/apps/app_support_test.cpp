@@ -1,0 +1,137 @@
+// flashot_app_support pieces the end-to-end tests cannot pin down precisely: the ETA estimate, all-or-nothing
+// outputs, the solution file round trip and its rejection of damaged files.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "flashot/app/dataset.hpp"
+#include "flashot/app/output_set.hpp"
+#include "flashot/app/progress.hpp"
+#include "flashot/app/solution.hpp"
+#include "run_command.hpp"
+
+namespace flashot::test {
+namespace {
+
+constexpr double kSecondsTolerance = 1e-9;
+
+TEST(ProgressEta, ExtrapolatesTheErrorDecayInTheFinalStage) {
+  Progress previous, current;
+  previous.stage = current.stage = 4;
+  previous.stage_count = current.stage_count = 5;
+  previous.max_iterations = current.max_iterations = 1000;
+  previous.iteration = 100;
+  previous.marginal_error = 1e-1;
+  current.iteration = 110;
+  current.marginal_error = 1e-2;  // one decade per 10 iterations: 1e-3 needs 10 more
+  bool upper_bound = true;
+  const double left = app::ProgressDisplay::estimate_seconds_left(previous, current, 11.0, 1e-3, upper_bound);
+  EXPECT_FALSE(upper_bound);
+  EXPECT_NEAR(left, 10 * (11.0 / 110), kSecondsTolerance);
+}
+
+TEST(ProgressEta, FallsBackToTheBudgetWhenTheErrorDoesNotFall) {
+  Progress previous, current;
+  previous.stage = current.stage = 0;
+  previous.stage_count = current.stage_count = 1;
+  previous.max_iterations = current.max_iterations = 100;
+  previous.iteration = 10;
+  current.iteration = 20;
+  previous.marginal_error = current.marginal_error = 0.5;
+  bool upper_bound = false;
+  const double left = app::ProgressDisplay::estimate_seconds_left(previous, current, 2.0, 1e-3, upper_bound);
+  EXPECT_TRUE(upper_bound);
+  EXPECT_NEAR(left, 80 * 0.1, kSecondsTolerance);
+}
+
+TEST(OutputSet, NothingAppearsUnlessCommitted) {
+  const auto folder = fresh_folder();
+  {
+    app::OutputSet outputs;
+    std::ofstream(outputs.stage(folder / "a.txt")) << "a";
+    std::ofstream(outputs.stage(folder / "b.json")) << "b";
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(folder));
+  app::OutputSet outputs;
+  const auto temporary = outputs.stage(folder / "a.txt");
+  EXPECT_EQ(temporary.parent_path(), folder);
+  EXPECT_EQ(temporary.extension(), ".txt");
+  std::ofstream(temporary) << "a";
+  outputs.commit();
+  EXPECT_EQ(read_file(folder / "a.txt"), "a");
+  EXPECT_FALSE(std::filesystem::exists(temporary));
+  EXPECT_THROW(outputs.stage(folder / "no" / "c.txt"), std::invalid_argument);
+}
+
+TEST(OutputSet, CommitRefusesAnUnwrittenOutput) {
+  const auto folder = fresh_folder();
+  app::OutputSet outputs;
+  std::ofstream(outputs.stage(folder / "a.txt")) << "a";
+  outputs.stage(folder / "never.txt");
+  EXPECT_THROW(outputs.commit(), std::runtime_error);
+}
+
+app::Solution small_solution() {
+  app::Solution s;
+  s.key = "X_pca";
+  s.representation = "obsm['X_pca'] (2-d)";
+  s.cost = Cost::kHalfSquaredEuclidean;
+  s.epsilon = 0.25;
+  s.reach_target = 4;
+  s.n = 3;
+  s.m = 2;
+  s.d = 2;
+  s.x = {0, 1, 2, 3, 4, 5};
+  s.a = {0.2f, 0.3f, 0.5f};
+  s.f = {-1, 0, 1};
+  s.y = {7, 8, 9, 10};
+  s.b = {0.5f, 0.5f};
+  s.g = {0.5f, -0.5f};
+  return s;
+}
+
+TEST(SolutionFile, RoundTripsEveryField) {
+  const auto folder = fresh_folder();
+  const app::Solution s = small_solution();
+  app::save_solution(folder / "s.sol", s);
+  const app::Solution r = app::load_solution(folder / "s.sol");
+  EXPECT_EQ(r.key, s.key);
+  EXPECT_EQ(r.representation, s.representation);
+  EXPECT_EQ(r.cost, s.cost);
+  EXPECT_EQ(r.epsilon, s.epsilon);
+  EXPECT_EQ(r.reach_target, s.reach_target);
+  EXPECT_EQ(r.x, s.x);
+  EXPECT_EQ(r.a, s.a);
+  EXPECT_EQ(r.f, s.f);
+  EXPECT_EQ(r.y, s.y);
+  EXPECT_EQ(r.b, s.b);
+  EXPECT_EQ(r.g, s.g);
+}
+
+TEST(SolutionFile, RejectsTruncatedAndForeignFiles) {
+  const auto folder = fresh_folder();
+  app::save_solution(folder / "s.sol", small_solution());
+  const std::string bytes = read_file(folder / "s.sol");
+  std::ofstream(folder / "short.sol", std::ios::binary) << bytes.substr(0, bytes.size() - 4);
+  std::ofstream(folder / "other.sol", std::ios::binary) << "PLY\nnot a solution";
+  EXPECT_THROW(app::load_solution(folder / "short.sol"), std::runtime_error);
+  EXPECT_THROW(app::load_solution(folder / "other.sol"), std::runtime_error);
+  EXPECT_THROW(app::load_solution(folder / "missing.sol"), std::runtime_error);
+  app::Solution bad = small_solution();
+  bad.g.pop_back();
+  EXPECT_THROW(app::save_solution(folder / "bad.sol", bad), std::invalid_argument);
+}
+
+TEST(RowFilter, ParsesColumnEqualsValue) {
+  const app::RowFilter f = app::parse_row_filter("time=day 3=late", "--where");
+  EXPECT_EQ(f.column, "time");
+  EXPECT_EQ(f.value, "day 3=late");
+  EXPECT_THROW(app::parse_row_filter("time", "--where"), std::invalid_argument);
+  EXPECT_THROW(app::parse_row_filter("=3", "--where"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace flashot::test
