@@ -25,6 +25,13 @@ VtkImageView::VtkImageView(PointCloudScene& scene, QWidget* parent) : QWidget(pa
   setMouseTracking(false);
   setAttribute(Qt::WA_OpaquePaintEvent);
   setMinimumSize(200, 150);
+  settle_ = new QTimer(this);
+  settle_->setSingleShot(true);
+  settle_->setInterval(kSettleMs);
+  connect(settle_, &QTimer::timeout, this, [this] {
+    scene_.set_interactive(false);
+    request_render();
+  });
   vtkRenderWindowInteractor* interactor = scene_.interactor();
   observer_tags_[0] = interactor->AddObserver(vtkCommand::RenderEvent, this, &VtkImageView::on_interactor_render);
   vtkInteractorObserver* style = interactor->GetInteractorStyle();
@@ -176,10 +183,13 @@ void VtkImageView::adapt_budget(std::size_t drawn) {
 
 void VtkImageView::on_interactor_render() { request_render(); }
 
-void VtkImageView::on_interaction_start() { scene_.set_interactive(true); }
+void VtkImageView::on_interaction_start() {
+  settle_->stop();
+  scene_.set_interactive(true);
+}
 
 void VtkImageView::on_interaction_end() {
-  scene_.set_interactive(false);
+  settle_->start();
   request_render();
 }
 

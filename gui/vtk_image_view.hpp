@@ -11,6 +11,7 @@
 #include <functional>
 
 class QPainter;
+class QTimer;
 
 namespace flashot::gui {
 
@@ -24,6 +25,9 @@ class VtkImageView : public QWidget {
   static constexpr double kInteractiveFrameMs = 50.0;
   static constexpr std::size_t kMinInteractivePoints = 30'000;
   static constexpr std::size_t kMaxInteractivePoints = 4'000'000;
+  /// Full detail returns this long after the last camera motion, so a run of wheel steps or drags is drawn with
+  /// level of detail throughout instead of paying a full frame after each one.
+  static constexpr int kSettleMs = 300;
 
   /// `scene` must outlive the view.
   explicit VtkImageView(PointCloudScene& scene, QWidget* parent = nullptr);
@@ -66,6 +70,7 @@ class VtkImageView : public QWidget {
   double last_frame_ms_ = 0;
   bool render_pending_ = false;
   std::function<void(QPainter&, const QRect&)> overlay_;
+  QTimer* settle_ = nullptr;
   unsigned long observer_tags_[3] = {0, 0, 0};
 };
 
