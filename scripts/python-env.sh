@@ -25,6 +25,7 @@ if [[ ! -s "$dir/data/10x_pbmc68k_reduced.h5ad" ]]; then
   "$dir/bin/python" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
     --dest "$wheels" 'scanpy>=1.12,<=1.12.3'
   wheel=$(ls "$wheels"/scanpy-*.whl)
+  echo "python-env: 10x_pbmc68k_reduced.h5ad from $(basename "$wheel")"
   "$dir/bin/python" - "$wheel" "$dir/data" <<'PY'
 import pathlib, sys, zipfile
 wheel, dest = sys.argv[1], pathlib.Path(sys.argv[2])
