@@ -14,6 +14,7 @@ packages=(
   clang libclang-rt-14-dev libomp-dev libopenmpi-dev
   python3 python3-venv python3-pip
   assimp-testmodels
+  python3-anndata
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -15,7 +15,7 @@ step "dependencies"
 bash scripts/install-deps.sh
 step "python environment"
 bash scripts/python-env.sh "$root/$build-python"
-python_args=(-DFLASHOT_PYTHON="$root/$build-python/bin/python")
+python_args=(-DFLASHOT_PYTHON="$root/$build-python/bin/python" -DFLASHOT_PYTHON_OLD_ANNDATA=/usr/bin/python3)
 
 step "configure + build ($build)"
 cuda_args=()
