@@ -403,7 +403,6 @@ void MainWindow::refresh_display() {
     return;
   }
   shown_key_ = show;
-  const std::vector<std::uint8_t> none;
   refresh_colors();
   if (source_show_.empty()) scene_->clear(Layer::kSource);
   if (target_show_.empty()) scene_->clear(Layer::kTarget);
