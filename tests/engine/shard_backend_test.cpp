@@ -24,14 +24,21 @@ namespace {
 // shard's log-sum-exp is taken about its own max, so its fp32 exponentials are evaluated at other arguments. The
 // backends' own fp32 error (≈1e-5 on normalized maps at ε = 0.01, tests/engine/reference_test.cpp) bounds what
 // "equal within rounding" can mean for the maps and the gradient (a difference of nearby points).
-constexpr double kShardPotentialTol = 2e-5;  // × max(1, max|f|, max|g|), cost units
-constexpr double kShardCostRelTol = 1e-5;    // dual and primal costs, relative
-constexpr double kShardPlanRelTol = 2e-5;    // plan applications and marginals, relative to the largest entry
-constexpr double kShardPointTol = 5e-5;      // barycentric and mapped points, × the data scale
-constexpr double kShardProbabilityTol = 2e-5;
-constexpr double kShardEntryRelTol = 2e-5;   // top-k plan entries, relative to the row's largest
-constexpr double kShardGradientRelTol = 5e-5; // relative to the largest gradient entry
-constexpr double kShardErrorTol = 1e-4;      // marginal error, absolute (it is a relative L1 error)
+struct Tolerances {
+  double potential;    // × max(1, max|f|, max|g|), cost units
+  double cost;         // dual and primal costs, relative
+  double plan;         // plan applications and marginals, relative to the largest entry
+  double point;        // barycentric and mapped points, × the data scale
+  double probability;  // label probabilities
+  double entry;        // top-k plan entries, relative to the row's largest
+  double gradient;     // relative to the largest gradient entry
+  double error;        // marginal error, absolute (it is a relative L1 error)
+};
+constexpr Tolerances kCpuTol{2e-5, 1e-5, 2e-5, 5e-5, 2e-5, 2e-5, 5e-5, 1e-4};
+// CUDA shards (not run in this session): the one-GPU backend takes the one-exponential symmetric step and reduced
+// precision dot products at large d, the shards two LSE passes, so both are only held to their own accuracy — twice
+// tests/engine/reference_test.cpp's tolerances against the fp64 reference.
+constexpr Tolerances kDeviceTol{4e-4, 2e-4, 2e-4, 2e-4, 2e-4, 6e-4, 4e-4, 2e-3};
 
 /// How the shards are laid out: "cpu" (G shards on the CPU), "cuda_host" (G shards on device 0, combined on the
 /// host), "cuda_nccl" (G devices 0..G−1, combined with NCCL; runs when FLASHOT_TEST_GPUS ≥ G).
@@ -131,6 +138,7 @@ TEST_P(ShardedProblemTest, SolveAndEveryOperationMatchOneShard) {
   if (layout.one_device_per_shard && gpus_promised() < shards)
     GTEST_SKIP() << shards << " shards on " << shards << " devices need FLASHOT_TEST_GPUS ≥ " << shards
                  << " (got " << gpus_promised() << ")";
+  const Tolerances tol = layout.backend == "cpu" ? kCpuTol : kDeviceTol;
   const TestProblem p = problem_for(c);
   Problem one(p.xv(), p.yv(), p.a, p.b, backend_options(layout.backend, kThreads));
   Problem many(p.xv(), p.yv(), p.a, p.b, sharded_options(layout, shards));
@@ -144,22 +152,22 @@ TEST_P(ShardedProblemTest, SolveAndEveryOperationMatchOneShard) {
   EXPECT_EQ(rg.iterations, r1.iterations);
   EXPECT_EQ(rg.converged, r1.converged);
   const double fscale = std::max({1.0, max_abs(r1.f), max_abs(r1.g)});
-  EXPECT_LE(max_abs_diff(rg.f, r1.f), kShardPotentialTol * fscale);
-  EXPECT_LE(max_abs_diff(rg.g, r1.g), kShardPotentialTol * fscale);
-  EXPECT_NEAR(rg.dual_cost, r1.dual_cost, kShardCostRelTol * std::max(1e-3, std::abs(r1.dual_cost)));
-  EXPECT_NEAR(rg.primal_cost, r1.primal_cost, kShardCostRelTol * std::max(1e-3, std::abs(r1.primal_cost)));
-  EXPECT_NEAR(rg.marginal_error, r1.marginal_error, kShardErrorTol);
+  EXPECT_LE(max_abs_diff(rg.f, r1.f), tol.potential * fscale);
+  EXPECT_LE(max_abs_diff(rg.g, r1.g), tol.potential * fscale);
+  EXPECT_NEAR(rg.dual_cost, r1.dual_cost, tol.cost * std::max(1e-3, std::abs(r1.dual_cost)));
+  EXPECT_NEAR(rg.primal_cost, r1.primal_cost, tol.cost * std::max(1e-3, std::abs(r1.primal_cost)));
+  EXPECT_NEAR(rg.marginal_error, r1.marginal_error, tol.error);
 
   // Every operation on the same potentials (the one-shard solve's), so each is compared on its own.
   const std::size_t k = 5;
   const std::vector<float> v = random_points(p.m, k, 31);
   const std::vector<float> u = random_points(p.n, k, 32);
   const std::vector<float> pv = one.apply_plan(r1, v, k), ptu = one.apply_plan_transpose(r1, u, k);
-  EXPECT_LE(max_abs_diff(many.apply_plan(r1, v, k), pv), kShardPlanRelTol * max_abs(pv));
-  EXPECT_LE(max_abs_diff(many.apply_plan_transpose(r1, u, k), ptu), kShardPlanRelTol * max_abs(ptu));
+  EXPECT_LE(max_abs_diff(many.apply_plan(r1, v, k), pv), tol.plan * max_abs(pv));
+  EXPECT_LE(max_abs_diff(many.apply_plan_transpose(r1, u, k), ptu), tol.plan * max_abs(ptu));
   const std::vector<float> rm = one.row_marginal(r1), cm = one.column_marginal(r1);
-  EXPECT_LE(max_abs_diff(many.row_marginal(r1), rm), kShardPlanRelTol * max_abs(rm));
-  EXPECT_LE(max_abs_diff(many.column_marginal(r1), cm), kShardPlanRelTol * max_abs(cm));
+  EXPECT_LE(max_abs_diff(many.row_marginal(r1), rm), tol.plan * max_abs(rm));
+  EXPECT_LE(max_abs_diff(many.column_marginal(r1), cm), tol.plan * max_abs(cm));
 
   const double scale = std::max(max_abs(p.x), max_abs(p.y));
   for (Side side : {Side::kSource, Side::kTarget}) {
@@ -168,10 +176,10 @@ TEST_P(ShardedProblemTest, SolveAndEveryOperationMatchOneShard) {
     for (std::size_t i = 0; i < w.size(); ++i) {
       if (!(w[i] > 0)) continue;  // no plan mass: the projection is not defined
       for (std::size_t c2 = 0; c2 < p.d; ++c2)
-        ASSERT_NEAR(tg[i * p.d + c2], t1[i * p.d + c2], kShardPointTol * scale) << "row " << i;
+        ASSERT_NEAR(tg[i * p.d + c2], t1[i * p.d + c2], tol.point * scale) << "row " << i;
     }
     const std::vector<float> g1 = one.gradient(r1, side);
-    EXPECT_LE(max_abs_diff(many.gradient(r1, side), g1), kShardGradientRelTol * max_abs(g1))
+    EXPECT_LE(max_abs_diff(many.gradient(r1, side), g1), tol.gradient * max_abs(g1))
         << (side == Side::kSource ? "∇x" : "∇y");
   }
 
@@ -180,18 +188,18 @@ TEST_P(ShardedProblemTest, SolveAndEveryOperationMatchOneShard) {
   const std::vector<float> q = random_points(nq, p.d, 33, 0.5);
   for (Side from : {Side::kSource, Side::kTarget})
     EXPECT_LE(max_abs_diff(many.map_points(r1, {q, nq, p.d}, from), one.map_points(r1, {q, nq, p.d}, from)),
-              kShardPointTol * scale)
+              tol.point * scale)
         << (from == Side::kSource ? "source" : "target") << " queries";
 
   const std::size_t classes = 4;
   const std::vector<std::int32_t> labels = random_labels(p.n, classes, 34, 0.1);
   const LabelTransfer l1 = one.transfer_labels(r1, Side::kSource, labels, classes);
   const LabelTransfer lg = many.transfer_labels(r1, Side::kSource, labels, classes);
-  EXPECT_LE(max_abs_diff(lg.probabilities, l1.probabilities), kShardProbabilityTol);
+  EXPECT_LE(max_abs_diff(lg.probabilities, l1.probabilities), tol.probability);
   const std::vector<std::int32_t> back = random_labels(p.m, 3, 35);
   EXPECT_LE(max_abs_diff(many.transfer_labels(r1, Side::kTarget, back, 3).probabilities,
                          one.transfer_labels(r1, Side::kTarget, back, 3).probabilities),
-            kShardProbabilityTol);
+            tol.probability);
 
   const std::size_t topk = 4;
   const TopKCoupling t1 = one.top_k(r1, topk), tg = many.top_k(r1, topk);
@@ -199,10 +207,10 @@ TEST_P(ShardedProblemTest, SolveAndEveryOperationMatchOneShard) {
   for (std::size_t i = 0; i < p.n; ++i) {
     const double largest = t1.values[i * topk];
     for (std::size_t c2 = 0; c2 < topk; ++c2) {
-      EXPECT_NEAR(tg.values[i * topk + c2], t1.values[i * topk + c2], kShardEntryRelTol * largest) << "row " << i;
+      EXPECT_NEAR(tg.values[i * topk + c2], t1.values[i * topk + c2], tol.entry * largest) << "row " << i;
       // The column is the same unless two entries tie within rounding.
-      const bool distinct = (c2 == 0 || t1.values[i * topk + c2 - 1] - t1.values[i * topk + c2] > kShardEntryRelTol * largest) &&
-                            (c2 + 1 == topk || t1.values[i * topk + c2] - t1.values[i * topk + c2 + 1] > kShardEntryRelTol * largest);
+      const bool distinct = (c2 == 0 || t1.values[i * topk + c2 - 1] - t1.values[i * topk + c2] > tol.entry * largest) &&
+                            (c2 + 1 == topk || t1.values[i * topk + c2] - t1.values[i * topk + c2 + 1] > tol.entry * largest);
       if (distinct && largest > 0) {
         EXPECT_EQ(tg.columns[i * topk + c2], t1.columns[i * topk + c2]) << "row " << i;
       }
@@ -244,8 +252,8 @@ TEST_P(ShardedBackendTest, EveryBackendOperationMatchesTheUnshardedBackend) {
     one->get_potentials(f1, g1);
     many->get_potentials(fg, gg);
     const double fscale = std::max({1.0, max_abs(f1), max_abs(g1)});
-    EXPECT_LE(max_abs_diff(fg, f1), kShardPotentialTol * fscale);
-    EXPECT_LE(max_abs_diff(gg, g1), kShardPotentialTol * fscale);
+    EXPECT_LE(max_abs_diff(fg, f1), kCpuTol.potential * fscale);
+    EXPECT_LE(max_abs_diff(gg, g1), kCpuTol.potential * fscale);
   }
 
   // Operations on identical potentials.
@@ -258,28 +266,28 @@ TEST_P(ShardedBackendTest, EveryBackendOperationMatchesTheUnshardedBackend) {
     std::vector<float> s1(rows), sg(rows);
     one->softmin(pp, side, s1);
     many->softmin(pp, side, sg);
-    EXPECT_LE(max_abs_diff(sg, s1), kShardPotentialTol * std::max(1.0, max_abs(s1)));
+    EXPECT_LE(max_abs_diff(sg, s1), kCpuTol.potential * std::max(1.0, max_abs(s1)));
     const std::size_t k = 3;
     const std::vector<float> v = random_points(cols, k, 54);
     for (bool normalized : {false, true}) {
       std::vector<float> a1(rows * k), ag(rows * k);
       one->apply(pp, side, v, k, normalized, a1);
       many->apply(pp, side, v, k, normalized, ag);
-      EXPECT_LE(max_abs_diff(ag, a1), kShardPlanRelTol * max_abs(a1)) << "normalized " << normalized;
+      EXPECT_LE(max_abs_diff(ag, a1), kCpuTol.plan * max_abs(a1)) << "normalized " << normalized;
     }
     const std::size_t nq = 9;
     const std::vector<float> q = random_points(nq, p.d, 55, 0.5);
     std::vector<float> q1(nq * k), qg(nq * k);
     one->apply_queries(pp, side, {q, nq, p.d}, v, k, q1);
     many->apply_queries(pp, side, {q, nq, p.d}, v, k, qg);
-    EXPECT_LE(max_abs_diff(qg, q1), kShardPlanRelTol * max_abs(q1));
+    EXPECT_LE(max_abs_diff(qg, q1), kCpuTol.plan * max_abs(q1));
   }
   const std::size_t topk = 3;
   std::vector<std::int32_t> c1(p.n * topk), cg(p.n * topk);
   std::vector<float> v1(p.n * topk), vg(p.n * topk);
   one->top_k(pp, topk, c1, v1);
   many->top_k(pp, topk, cg, vg);
-  EXPECT_LE(max_abs_diff(vg, v1), kShardEntryRelTol * max_abs(v1));
+  EXPECT_LE(max_abs_diff(vg, v1), kCpuTol.entry * max_abs(v1));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, ShardedBackendTest, ::testing::Values(1, 2, 3, 4),

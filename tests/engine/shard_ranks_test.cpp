@@ -21,10 +21,11 @@
 namespace flashot::test {
 namespace {
 
-// Sharded and one-GPU runs differ in rounding only (tests/engine/shard_backend_test.cpp says where).
-constexpr double kRankPotentialTol = 2e-5;  // × max(1, max|f|, max|g|)
-constexpr double kRankPlanRelTol = 2e-5;    // relative to the largest entry
-constexpr double kRankPointTol = 5e-5;      // × the data scale
+// Sharded and one-GPU runs are both fp32 evaluations of the same plan: each is held to its own accuracy, twice
+// tests/engine/reference_test.cpp's tolerances against the fp64 reference (shard_backend_test.cpp's kDeviceTol).
+constexpr double kRankPotentialTol = 4e-4;  // × max(1, max|f|, max|g|)
+constexpr double kRankPlanRelTol = 2e-4;    // relative to the largest entry
+constexpr double kRankPointTol = 2e-4;      // × the data scale
 
 #if FLASHOT_TEST_MPI
 void finalize_mpi() {
