@@ -147,6 +147,115 @@ __global__ void __launch_bounds__(kTileThreads) apply_narrow_kernel(PointSet row
   }
 }
 
+// ---- d ≤ 4, k ≤ 8: coordinates and the k running sums of kApplySmallRows rows per thread in registers, the
+// column tile (points, biases and V rows) broadcast from shared memory: no dot-product tile, no weight staging.
+constexpr int kApplySmallThreads = 128;
+constexpr int kApplySmallRows = 4;
+constexpr int kApplySmallTile = 128;
+constexpr int kApplySmallBlockRows = kApplySmallThreads * kApplySmallRows;
+
+template <int D, int K>
+__global__ void __launch_bounds__(kApplySmallThreads) apply_small_kernel(PointSet rows, PointSet cols,
+                                                                         const float* __restrict__ h, Scale sc,
+                                                                         const float* __restrict__ lse2,
+                                                                         const float* __restrict__ v,
+                                                                         int cols_per_split, float* __restrict__ out,
+                                                                         float* __restrict__ wsum) {
+  __shared__ float4 tile[kApplySmallTile];        // (BN): (q0, q1, q2, bias) for D ≤ 3, (q0..q3) for D = 4
+  __shared__ float btile[kApplySmallTile];        // (BN): bias for D = 4
+  __shared__ float vtile[kApplySmallTile][K];     // (BN, K): the tile's rows of V
+  const int i_base = blockIdx.x * kApplySmallBlockRows + threadIdx.x;
+  float xr[kApplySmallRows][D], shift[kApplySmallRows], total[kApplySmallRows], acc[kApplySmallRows][K];
+#pragma unroll
+  for (int r = 0; r < kApplySmallRows; ++r) {
+    const int i = i_base + r * kApplySmallThreads;
+    const bool valid = i < rows.count;
+#pragma unroll
+    for (int q = 0; q < D; ++q) xr[r][q] = valid ? rows.points[std::size_t(i) * D + q] : 0.f;
+    shift[r] = valid ? lse2[i] : INFINITY;
+    total[r] = 0.f;
+#pragma unroll
+    for (int q = 0; q < K; ++q) acc[r][q] = 0.f;
+  }
+  const int j_begin = blockIdx.y * cols_per_split;
+  const int j_end = min(cols.count, j_begin + cols_per_split);
+  for (int t0 = j_begin; t0 < j_end; t0 += kApplySmallTile) {
+    __syncthreads();
+    for (int c = threadIdx.x; c < kApplySmallTile; c += kApplySmallThreads) {
+      const int j = t0 + c;
+      float q[4] = {0.f, 0.f, 0.f, 0.f};
+      float bias = -INFINITY;
+      if (j < j_end) {
+#pragma unroll
+        for (int k = 0; k < D; ++k) q[k] = cols.points[std::size_t(j) * D + k];
+        bias = column_bias(cols, h, sc, j);
+      }
+      if constexpr (D <= 3) {
+        tile[c] = make_float4(q[0], q[1], q[2], bias);
+      } else {
+        tile[c] = make_float4(q[0], q[1], q[2], q[3]);
+        btile[c] = bias;
+      }
+#pragma unroll
+      for (int k = 0; k < K; ++k) vtile[c][k] = j < j_end ? v[std::size_t(j) * K + k] : 0.f;
+    }
+    __syncthreads();
+    const int ncols = min(kApplySmallTile, j_end - t0);
+    for (int c = 0; c < ncols; ++c) {
+      const float4 q = tile[c];
+      const float bias = D <= 3 ? q.w : btile[c];
+      float vc[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) vc[k] = vtile[c][k];
+#pragma unroll
+      for (int r = 0; r < kApplySmallRows; ++r) {
+        // The dot product unscaled, then one rounding of α·dot + bias: at small ε the terms are ~1/ε large and
+        // summing them one by one (α folded into x) doubled the weights' rounding error.
+        float dot = xr[r][0] * q.x;
+        if constexpr (D > 1) dot = fmaf(xr[r][1], q.y, dot);
+        if constexpr (D > 2) dot = fmaf(xr[r][2], q.z, dot);
+        if constexpr (D > 3) dot = fmaf(xr[r][3], q.w, dot);
+        const float e = fast_exp2(fmaf(sc.alpha, dot, bias) - shift[r]);
+        total[r] += e;
+#pragma unroll
+        for (int k = 0; k < K; ++k) acc[r][k] = fmaf(e, vc[k], acc[r][k]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kApplySmallRows; ++r) {
+    const int i = i_base + r * kApplySmallThreads;
+    if (i >= rows.count) continue;
+    atomicAdd(&wsum[i], total[r]);
+#pragma unroll
+    for (int k = 0; k < K; ++k) atomicAdd(&out[std::size_t(i) * K + k], acc[r][k]);
+  }
+}
+
+template <int D>
+void launch_apply_small(int k, dim3 grid, cudaStream_t stream, const PointSet& rows, const PointSet& cols,
+                        const float* h, const Scale& sc, const float* lse2, const float* v, int cps, float* out,
+                        float* wsum) {
+#define FLASHOT_APPLY_SMALL(K)                                                                                \
+  case K:                                                                                                     \
+    apply_small_kernel<D, K><<<grid, kApplySmallThreads, 0, stream>>>(rows, cols, h, sc, lse2, v, cps, out,  \
+                                                                      wsum);                                  \
+    break;
+  switch (k) {
+    FLASHOT_APPLY_SMALL(1)
+    FLASHOT_APPLY_SMALL(2)
+    FLASHOT_APPLY_SMALL(3)
+    FLASHOT_APPLY_SMALL(4)
+    FLASHOT_APPLY_SMALL(5)
+    FLASHOT_APPLY_SMALL(6)
+    FLASHOT_APPLY_SMALL(7)
+    default: FLASHOT_APPLY_SMALL(8)
+  }
+#undef FLASHOT_APPLY_SMALL
+}
+
+bool uses_small_apply(int d, int k) { return d <= 4 && k <= 8; }
+
 __global__ void apply_scale_kernel(PointSet rows, const float* __restrict__ pot, const float* __restrict__ lse2,
                                    const float* __restrict__ wsum, int k, bool normalized, Scale sc,
                                    float* __restrict__ out) {
@@ -161,12 +270,31 @@ __global__ void apply_scale_kernel(PointSet rows, const float* __restrict__ pot,
 
 }  // namespace
 
+ReductionPlan plan_apply(const PointSet& rows, const PointSet& cols, int d, int k, int resident_blocks) {
+  if (uses_small_apply(d, k))
+    return plan_reduction(rows.count, cols.count, kApplySmallBlockRows, kApplySmallTile, resident_blocks);
+  return plan_apply(rows, cols, resident_blocks);
+}
+
 ReductionPlan plan_apply(const PointSet& rows, const PointSet& cols, int resident_blocks) {
   return plan_reduction(rows.count, cols.count, kTileRows, kTileCols, resident_blocks);
 }
 
 void launch_apply(const PointSet& rows, const PointSet& cols, const float* h, const Scale& scale, const float* lse2,
                   const float* v, int k, const ReductionPlan& plan, float* out, float* wsum, cudaStream_t stream) {
+  if (uses_small_apply(scale.d, k)) {
+    // Rows per block differ from the tiled kernel's: size the grid here so that any plan's column splits work.
+    const dim3 grid(div_up(rows.count, kApplySmallBlockRows), plan.splits);
+    const int cps = plan.cols_per_split;
+    switch (scale.d) {
+      case 1: launch_apply_small<1>(k, grid, stream, rows, cols, h, scale, lse2, v, cps, out, wsum); break;
+      case 2: launch_apply_small<2>(k, grid, stream, rows, cols, h, scale, lse2, v, cps, out, wsum); break;
+      case 3: launch_apply_small<3>(k, grid, stream, rows, cols, h, scale, lse2, v, cps, out, wsum); break;
+      default: launch_apply_small<4>(k, grid, stream, rows, cols, h, scale, lse2, v, cps, out, wsum); break;
+    }
+    FLASHOT_CUDA_CHECK_LAUNCH();
+    return;
+  }
   if (k <= 16) {
     const dim3 grid(plan.row_blocks, plan.splits);
     const int cps = plan.cols_per_split;

@@ -254,10 +254,14 @@ std::string CudaBackend::device() const {
 }
 
 CudaBackend::~CudaBackend() {
+  // No exception may leave a destructor: the CUDA calls here are unchecked on purpose.
+  int previous = device_;
+  cudaGetDevice(&previous);
   cudaSetDevice(device_);
   cudaStreamSynchronize(stream_);
   if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
   cudaStreamDestroy(stream_);
+  cudaSetDevice(previous);
 }
 
 void CudaBackend::set_potentials(std::span<const float> f, std::span<const float> g) {
@@ -397,7 +401,6 @@ void CudaBackend::apply(const PlanParams& p, Side rows, std::span<const float> v
   wsum_.reserve(r.count);
   op_flag_.reserve(1);
   row_lse2(r, c, h, sc, part_ops_, lse_.get());
-  const ReductionPlan plan = plan_apply(r, c, resident_blocks_);
   const std::size_t kc = apply_columns_per_pass(r.count, c.count, k);
   std::vector<float> staging(kc < k ? std::max(std::size_t(r.count), std::size_t(c.count)) * kc : 0);
   for (std::size_t c0 = 0; c0 < k; c0 += kc) {
@@ -410,6 +413,7 @@ void CudaBackend::apply(const PlanParams& p, Side rows, std::span<const float> v
         std::memcpy(&staging[std::size_t(j) * width], &v[std::size_t(j) * k + c0], width * sizeof(float));
       vin_.upload(std::span<const float>(staging.data(), std::size_t(c.count) * width), stream_);
     }
+    const ReductionPlan plan = plan_apply(r, c, d_, static_cast<int>(width), resident_blocks_);
     out_.reserve(std::size_t(r.count) * width);
     FLASHOT_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, sizeof(float) * r.count * width, stream_));
     FLASHOT_CUDA_CHECK(cudaMemsetAsync(wsum_.get(), 0, sizeof(float) * r.count, stream_));
@@ -450,7 +454,7 @@ void CudaBackend::apply_queries(const PlanParams& p, Side from, PointsView q, st
   wsum_.reserve(q.n);
   op_flag_.reserve(1);
   row_lse2(r, c, h, sc, part_ops_, lse_.get());
-  const ReductionPlan plan = plan_apply(r, c, resident_blocks_);
+  const ReductionPlan plan = plan_apply(r, c, d_, static_cast<int>(k), resident_blocks_);
   vin_.upload(v.first(std::size_t(c.count) * k), stream_);
   out_.reserve(q.n * k);
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, sizeof(float) * q.n * k, stream_));

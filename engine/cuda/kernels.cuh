@@ -86,6 +86,9 @@ void launch_symmetric_finish(const float* f, const float* g, float* rsum, float*
 // ---- plan application --------------------------------------------------------------------------------------
 /// out (rows.count × k) += Σ_j exp2(score_ij − lse2_i) · V_j for the column range of each split; V is
 /// (cols.count × k). wsum (rows.count) += Σ_j exp2(score_ij − lse2_i). out and wsum must start at zero.
+/// The plan depends on the kernel chosen for (d, k): call it with the launch's d and k.
+ReductionPlan plan_apply(const PointSet& rows, const PointSet& cols, int d, int k, int resident_blocks);
+/// A plan every P·V kernel accepts (the tiled kernel's geometry), when d and k are not known yet.
 ReductionPlan plan_apply(const PointSet& rows, const PointSet& cols, int resident_blocks);
 void launch_apply(const PointSet& rows, const PointSet& cols, const float* h, const Scale& scale, const float* lse2,
                   const float* v, int k, const ReductionPlan& plan, float* out, float* wsum, cudaStream_t stream);

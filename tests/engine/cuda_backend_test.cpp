@@ -82,6 +82,47 @@ TEST_P(CudaPrecisionTest, DefaultPrecisionPotentialsWithinOneInTenThousandAtTwoT
 INSTANTIATE_TEST_SUITE_P(Dimensions, CudaPrecisionTest, ::testing::Values(3, 16, 64),
                          [](const auto& info) { return "d" + std::to_string(info.param); });
 
+TEST(CudaBackend, GenericPathAtALargeDimensionMatchesTheReference) {
+  // d = 300 is beyond the tensor-core path (d ≤ 128): the tiled fp32 path streams d in chunks of 16.
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const TestProblem p = make_problem({.n = 120, .m = 100, .d = 300, .seed = 28, .spread = 0.1, .offset = 0.02});
+  SolveOptions o;
+  o.blur = 0.5;
+  o.tolerance = 0;
+  o.max_iterations = 15;
+  Problem problem(p.xv(), p.yv(), p.a, p.b, backend_options("cuda"));
+  const SolveResult r = problem.solve(o);
+  const ReferenceResult ref = reference_solve(p.xv(), p.yv(), p.a, p.b, o);
+  ASSERT_NE(r.reason, StopReason::kNonFinite) << r.message;
+  EXPECT_LE(rel_max_diff(r.f, ref.f), kDefaultPrecisionRelTol);
+  EXPECT_LE(rel_max_diff(r.g, ref.g), kDefaultPrecisionRelTol);
+  const ReferencePlan plan(p.xv(), p.yv(), p.a, p.b, r);
+  const std::vector<double> bary = plan.barycentric(Side::kSource);
+  EXPECT_LE(max_abs_diff(problem.barycentric(r, Side::kSource), bary), kPlanRelTol * max_abs(bary));
+}
+
+// The coarser tensor-core options trade accuracy for speed; they must still solve the same problem.
+constexpr double kCoarsePrecisionRelTol = 1e-2;
+
+TEST(CudaBackend, CoarserTensorCorePrecisionsStayCloseToTheReference) {
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const TestProblem p = make_problem({.n = 500, .m = 400, .d = 64, .seed = 29});
+  SolveOptions o;
+  o.blur = 0.2;
+  o.tolerance = 0;
+  o.max_iterations = 10;
+  const ReferenceResult ref = reference_solve(p.xv(), p.yv(), p.a, p.b, o);
+  for (Precision precision : {Precision::kFp32, Precision::kTf32, Precision::kBf16}) {
+    BackendOptions options = backend_options("cuda");
+    options.precision = precision;
+    Problem problem(p.xv(), p.yv(), p.a, p.b, options);
+    const SolveResult r = problem.solve(o);
+    ASSERT_NE(r.reason, StopReason::kNonFinite) << to_string(precision) << ": " << r.message;
+    EXPECT_LE(rel_max_diff(r.f, ref.f), kCoarsePrecisionRelTol) << to_string(precision);
+    EXPECT_LE(rel_max_diff(r.g, ref.g), kCoarsePrecisionRelTol) << to_string(precision);
+  }
+}
+
 TEST(CudaBackend, StartFarFromTheFixedPointStillMatchesTheReference) {
   // Potentials of +40 at ε = 0.05 put every one-pass exponential above 2^1000: the step must be redone with the
   // shifted two-pass reduction, not return infinities.
