@@ -70,10 +70,12 @@ void ProgressDisplay::report(const Progress& p) {
                                     : estimate_seconds_left(p, p, elapsed, tolerance_, upper_bound);
   previous_ = p;
   has_previous_ = true;
+  char error[32] = "-";  // intermediate ε stages are not checked: the engine reports NaN there
+  if (std::isfinite(p.marginal_error)) std::snprintf(error, sizeof error, "%.2e", p.marginal_error);
   char status[192];
-  std::snprintf(status, sizeof status, "stage %d/%d  eps %.3g  iter %d/%d  err %.2e  ETA %s%s", p.stage + 1,
-                p.stage_count, p.epsilon, p.iteration, p.max_iterations, p.marginal_error,
-                upper_bound ? "<=" : "", format_seconds(left).c_str());
+  std::snprintf(status, sizeof status, "stage %d/%d  eps %.3g  iter %d/%d  err %s  ETA %s%s", p.stage + 1,
+                p.stage_count, p.epsilon, p.iteration, p.max_iterations, error, upper_bound ? "<=" : "",
+                format_seconds(left).c_str());
   if (style_ == Style::kBar) {
     const double fraction =
         p.max_iterations > 0 ? std::clamp(double(p.iteration) / p.max_iterations, 0.0, 1.0) : 0.0;
