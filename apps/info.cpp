@@ -13,6 +13,9 @@
 namespace flashot::cli {
 namespace {
 
+// Keys in file order (properties, obs columns), not sorted.
+using Json = nlohmann::ordered_json;
+
 std::string kind_name(io::Column::Kind kind) {
   switch (kind) {
     case io::Column::Kind::kCategorical: return "categorical";
@@ -23,11 +26,11 @@ std::string kind_name(io::Column::Kind kind) {
   return "unknown";
 }
 
-nlohmann::json shape(std::size_t rows, std::size_t cols) { return nlohmann::json::array({rows, cols}); }
+Json shape(std::size_t rows, std::size_t cols) { return Json::array({rows, cols}); }
 
-nlohmann::json h5ad_info(const std::filesystem::path& path) {
+Json h5ad_info(const std::filesystem::path& path) {
   const io::H5adReader reader(path);
-  nlohmann::json j;
+  Json j;
   j["file"] = path.string();
   j["type"] = "h5ad";
   j["writer"] = reader.writer_generation();
@@ -38,15 +41,15 @@ nlohmann::json h5ad_info(const std::filesystem::path& path) {
   } else {
     j["x"] = nullptr;
   }
-  j["obsm"] = nlohmann::json::object();
+  j["obsm"] = Json::object();
   for (const std::string& key : reader.obsm_keys()) {
     const auto info = reader.obsm_info(key);
-    j["obsm"][key] = info ? shape(info->rows, info->cols) : nlohmann::json();
+    j["obsm"][key] = info ? shape(info->rows, info->cols) : Json();
   }
-  j["obs"] = nlohmann::json::object();
+  j["obs"] = Json::object();
   for (const std::string& name : reader.obs_columns()) {
     const io::Column column = reader.read_obs(name);
-    nlohmann::json c = {{"kind", kind_name(column.kind)}};
+    Json c = {{"kind", kind_name(column.kind)}};
     if (column.kind == io::Column::Kind::kCategorical) {
       c["categories"] = column.categories;
       c["ordered"] = column.ordered;
@@ -59,16 +62,16 @@ nlohmann::json h5ad_info(const std::filesystem::path& path) {
   return j;
 }
 
-nlohmann::json ply_info(const std::filesystem::path& path) {
+Json ply_info(const std::filesystem::path& path) {
   const io::PlyFile ply = io::read_ply(path);
-  nlohmann::json j;
+  Json j;
   j["file"] = path.string();
   j["type"] = "ply";
   j["format"] = io::to_string(ply.format);
   const io::PlyElement* vertex = ply.find("vertex");
   j["n_vertices"] = vertex ? vertex->count : 0;
-  j["properties"] = nlohmann::json::object();
-  j["elements"] = nlohmann::json::object();
+  j["properties"] = Json::object();
+  j["elements"] = Json::object();
   for (const io::PlyElement& element : ply.elements) {
     if (&element == vertex) {
       for (const io::PlyProperty& p : element.properties) {
@@ -84,7 +87,7 @@ nlohmann::json ply_info(const std::filesystem::path& path) {
   return j;
 }
 
-void print_text(const nlohmann::json& j) {
+void print_text(const Json& j) {
   std::cout << j["file"].get<std::string>() << ": ";
   if (j["type"] == "ply") {
     std::cout << "PLY " << j["format"].get<std::string>() << ", " << j["n_vertices"] << " vertices\n  properties:";
@@ -137,9 +140,9 @@ int info_main(const std::vector<std::string>& args) {
     return 0;
   }
   const std::filesystem::path path = vm["file"].as<std::string>();
-  const nlohmann::json j = app::file_kind(path) == app::FileKind::kH5ad ? h5ad_info(path) : ply_info(path);
+  const Json j = app::file_kind(path) == app::FileKind::kH5ad ? h5ad_info(path) : ply_info(path);
   if (vm.count("json")) {
-    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+    std::cout << j.dump(2, ' ', false, Json::error_handler_t::replace) << std::endl;
   } else {
     print_text(j);
   }

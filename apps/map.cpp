@@ -97,7 +97,7 @@ int map_main(const std::vector<std::string>& args) {
   if (!vm.count("quiet")) {
     std::cerr << "flashot map: mapped " << points.n() << " rows of " << points_path.string() << " ("
               << points.representation << ") through " << vm["solution"].as<std::string>() << " (epsilon "
-              << format_double(solution.epsilon) << ", " << solution.m << " target points) into " << out_path.string()
+              << format_short(solution.epsilon) << ", " << solution.m << " target points) into " << out_path.string()
               << " on " << problem.backend_name() << " in " << format_double(std::round(seconds * 1000) / 1000)
               << " s" << std::endl;
   }
