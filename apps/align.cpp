@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,14 @@ constexpr double kDefaultRelativeBlur = 0.05;
 constexpr long long kDefaultCouplingK = 10;
 
 using Clock = std::chrono::steady_clock;
+
+// Ctrl-C during the solve stops it through the progress callback, so the run ends as an ordinary error and leaves
+// no output; a second Ctrl-C (default handler restored by the first) ends the process at once.
+volatile std::sig_atomic_t interrupted = 0;
+extern "C" void on_interrupt(int) {
+  interrupted = 1;
+  std::signal(SIGINT, SIG_DFL);
+}
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
@@ -171,15 +180,21 @@ int align_main(const std::vector<std::string>& args) {
   }
   Problem problem(source.view(), target.view(), {}, {}, backend);
   app::ProgressDisplay display("align", progress_kind, solve.tolerance);
-  solve.progress = display.callback();
+  solve.progress = [show = display.callback()](const Progress& p) { return show(p) && interrupted == 0; };
+  std::signal(SIGINT, on_interrupt);
   SolveResult result;
   try {
     result = problem.solve(solve);
   } catch (...) {
+    std::signal(SIGINT, SIG_DFL);
     display.finish();
     throw;
   }
+  std::signal(SIGINT, SIG_DFL);
   display.finish();
+  if (result.reason == StopReason::kCancelled) {
+    throw std::runtime_error("interrupted after " + std::to_string(result.iterations) + " iterations; nothing written");
+  }
   if (result.reason == StopReason::kNonFinite) {
     throw std::runtime_error("the solve produced non-finite values (" + result.message +
                              "); try a larger --blur or --rel-blur");
