@@ -80,7 +80,11 @@ TEST_P(CudaPrecisionTest, DefaultPrecisionPotentialsWithinOneInTenThousandAtTwoT
 }
 
 INSTANTIATE_TEST_SUITE_P(Dimensions, CudaPrecisionTest, ::testing::Values(3, 16, 64),
-                         [](const auto& info) { return "d" + std::to_string(info.param); });
+                         [](const auto& info) {
+                           std::string name = std::to_string(info.param);
+                           name.insert(name.begin(), 'd');
+                           return name;
+                         });
 
 TEST(CudaBackend, GenericPathAtALargeDimensionMatchesTheReference) {
   // d = 300 is beyond the tensor-core path (d ≤ 128): the tiled fp32 path streams d in chunks of 16.
