@@ -35,11 +35,13 @@ constexpr std::size_t kKeyChunkBytes = 512 * 1024;
 /// Column-sum buffers of the fused symmetric update: at most this many bytes (fewer row groups for a huge m).
 constexpr std::size_t kColumnBudget = std::size_t{256} << 20;
 /// Range of the fused update's row and column sums (≈ 1 near the fixed point) outside which it is not trusted.
-constexpr double kFusedLow = 0x1p-40;
-constexpr double kFusedHigh = 0x1p40;
+/// Its exponents are clamped to ±100 (log2): within this range the clamped terms change a sum by at most
+/// m·2^−36 relative, and no entry that matters reaches the upper clamp while its weight is above 2^−36.
+constexpr double kFusedLow = 0x1p-64;
+constexpr double kFusedHigh = 0x1p64;
 /// The fused update is tried when the potentials are within this many ε of their soft c-transforms: its sums are
-/// then within e^{±20} ≈ 2^{±29}, inside the range above.
-constexpr double kFusedGap = 20;
+/// then within e^{±40} ≈ 2^{±58}, inside the range above.
+constexpr double kFusedGap = 40;
 
 std::size_t padded(std::size_t n) { return (n + kKeyPad - 1) / kKeyPad * kKeyPad; }
 
@@ -230,7 +232,7 @@ class CpuBackend final : public Backend {
   /// split into a fixed number of groups (set by n and m only, never by the thread count), each with its own
   /// column-sum buffer, added in a fixed order: the result is bitwise independent of the thread count.
   /// Tried only when the potentials are provably near their fixed point (gap_ below), so the sums stay near 1;
-  /// returns false when a sum still falls outside [2^−40, 2^40], and the caller takes the two-pass way.
+  /// returns false when a sum still falls outside [2^−64, 2^64], and the caller takes the two-pass way.
   /// fn, gn receive softmin_rows(g) and softmin_cols(f).
   bool symmetric_fused(const IterationParams& p, std::vector<double>& fn, std::vector<double>& gn) {
     const PlanParams pp{p.epsilon, p.cost_scale};

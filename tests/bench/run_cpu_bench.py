@@ -25,7 +25,9 @@ def main():
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}")
-    out = subprocess.run([args.bench, "--benchmark_format=json"], check=True, capture_output=True, text=True).stdout
+    sizes = "|".join(f"n:{n}/d:{d}/" for n in args.n for d in args.d)
+    out = subprocess.run([args.bench, "--benchmark_format=json", f"--benchmark_filter=Exp2Ceiling|{sizes}"],
+                         check=True, capture_output=True, text=True).stdout
     runs = json.loads(out)["benchmarks"]
     ceiling = {}
     flashot = {}
