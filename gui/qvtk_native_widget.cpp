@@ -112,8 +112,9 @@ void QvtkNativeWidget::paintGL() {
   if (!window_->GetReadyForRendering()) window_->OpenGLInitContext();
   window_->SetReadyForRendering(true);
   vtkOpenGLState* state = window_->GetState();
-  // Qt changed GL state (its framebuffer binding above all) since VTK last looked: re-read it, and restore Qt's
-  // state when done.
+  // Qt may have changed GL state since VTK last looked (it binds its framebuffer before paintGL, a QPainter on the
+  // widget changes more): re-read it, and give Qt its state back when done. No experiment here needed the Reset
+  // (docs/gui.md), but a stale cache is exactly what made the naive adapter draw black.
   state->Reset();
   state->Push();
   state->vtkglDepthFunc(GL_LEQUAL);
