@@ -8,12 +8,13 @@
 // Knobs (default first):
 //   format=core32|default     QSurfaceFormat set before QApplication: 3.2 core profile, or Qt's default (2.0 compat)
 //   init=yes|no               call OpenGLInitContext() with Qt's context current in initializeGL()
-//   current=yes|no            answer VTK's WindowMakeCurrent/WindowIsCurrent events with Qt's context
+//   current=widget|ifneeded|no answer VTK's WindowMakeCurrent event with QOpenGLWidget::makeCurrent() every time,
+//                             or only when Qt's context is not current (WindowIsCurrent: whether it is); or leave
+//                             both events unanswered
 //   state=pushpop|reset|none  vtkOpenGLState Reset()+Push()/Pop() around the render, Reset() only, or nothing
 //   blit=manual|current|none  after Render(): BlitDisplayFramebuffer into defaultFramebufferObject() (NoBlit mode);
 //                             BlitToCurrent mode with the widget's FBO bound through the state; or no blit at all
 //   samples=0|N               VTK's MultiSamples
-//   ready=yes|no              SetReadyForRendering(true)
 //   mapped=yes|no             SetMapped(true)
 //   debug=no|yes              a debug context; GL errors reported by the driver are printed as they happen
 
@@ -61,7 +62,7 @@ constexpr int kBackgroundSlack = 8;
 
 std::map<std::string, std::string> g_knobs = {{"format", "core32"}, {"init", "yes"},    {"current", "widget"},
                                               {"state", "pushpop"}, {"blit", "manual"}, {"samples", "0"},
-                                              {"ready", "yes"},     {"mapped", "yes"},
+                                              {"mapped", "yes"},
                                               {"debug", "no"}};
 
 bool knob(const std::string& name, const std::string& value) { return g_knobs.at(name) == value; }
@@ -149,7 +150,6 @@ class ProbeWidget : public QOpenGLWidget {
                 reinterpret_cast<const char*>(ctx->functions()->glGetString(GL_VERSION)),
                 defaultFramebufferObject());
     window_->SetOwnContext(false);
-    if (knob("ready", "yes")) window_->SetReadyForRendering(true);
     if (knob("mapped", "yes")) window_->SetMapped(true);
     window_->SetSize(width() * devicePixelRatio(), height() * devicePixelRatio());
     if (knob("debug", "yes")) {
