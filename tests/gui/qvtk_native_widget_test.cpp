@@ -38,6 +38,8 @@ constexpr int kChannelSlack = 60;      // how far a pixel may be from a pure col
 constexpr double kMinBackground = 0.5;  // the discs cover well under half of the frame
 constexpr double kMinDisc = 0.02;       // each disc of 2000 points at point size 4 covers ~5% of a 320×240 frame
 constexpr int kDiscPoints = 2000;
+constexpr double kMinCameraMove = 1e-3;  // world units; an 80-pixel drag moves the camera by far more
+constexpr int kBlackLevel = 10;          // channels below this on all three count as black
 
 struct Counts {
   long background = 0, red = 0, green = 0, yellow = 0, black = 0, total = 0;
@@ -55,7 +57,7 @@ Counts count(const QImage& image) {
       if (std::abs(r - kBackground[0]) < kBackgroundSlack && std::abs(g - kBackground[1]) < kBackgroundSlack &&
           std::abs(b - kBackground[2]) < kBackgroundSlack)
         ++c.background;
-      else if (r < 10 && g < 10 && b < 10) ++c.black;
+      else if (r < kBlackLevel && g < kBlackLevel && b < kBlackLevel) ++c.black;
       else if (r > 255 - kChannelSlack && g > 255 - kChannelSlack && b < kChannelSlack) ++c.yellow;
       else if (r > 255 - kChannelSlack && g < kChannelSlack && b < kChannelSlack) ++c.red;
       else if (g > 255 - kChannelSlack && r < kChannelSlack && b < kChannelSlack) ++c.green;
@@ -144,6 +146,7 @@ class QvtkNativeWidgetTest : public QObject {
     QVERIFY(QTest::qWaitForWindowExposed(&widget));
     const QImage frame = widget.grabFramebuffer();
     expect_drawn(frame, kWidth, kHeight);
+    if (QTest::currentTestFailed()) return;
     // Red on the left, yellow on the right: the frame is VTK's view, not a flipped or stale buffer.
     QVERIFY(share_in_third(frame, 0, is_red) > 3 * share_in_third(frame, 2, is_red) + kMinDisc);
     QVERIFY(share_in_third(frame, 2, is_yellow) > 3 * share_in_third(frame, 0, is_yellow) + kMinDisc);
@@ -157,6 +160,7 @@ class QvtkNativeWidgetTest : public QObject {
     widget.show();
     QVERIFY(QTest::qWaitForWindowExposed(&widget));
     expect_drawn(widget.grabFramebuffer(), kWidth, kHeight);
+    if (QTest::currentTestFailed()) return;
     // A new size makes Qt recreate its framebuffer and VTK resize its own, in the same context.
     widget.resize(2 * kWidth, 2 * kHeight);
     QTest::qWait(50);
@@ -176,6 +180,7 @@ class QvtkNativeWidgetTest : public QObject {
     first.show();
     QVERIFY(QTest::qWaitForWindowExposed(&first));
     expect_drawn(widget->grabFramebuffer(), kWidth, kHeight);
+    if (QTest::currentTestFailed()) return;
     layout_second->addWidget(widget);
     second.show();
     QVERIFY(QTest::qWaitForWindowExposed(&second));
@@ -202,7 +207,7 @@ class QvtkNativeWidgetTest : public QObject {
     QTest::mouseRelease(&widget, Qt::LeftButton, Qt::NoModifier, QPoint(kWidth / 2 + 80, kHeight / 2));
     double rotated[3];
     camera->GetPosition(rotated);
-    QVERIFY(std::abs(rotated[0] - position[0]) + std::abs(rotated[2] - position[2]) > 1e-3);
+    QVERIFY(std::abs(rotated[0] - position[0]) + std::abs(rotated[2] - position[2]) > kMinCameraMove);
     const QImage after_drag = widget.grabFramebuffer();
     QVERIFY(after_drag != before);
     QVERIFY(count(after_drag).background > kMinBackground * count(after_drag).total);
