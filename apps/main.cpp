@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "cli.hpp"
+#ifdef FLASHOT_WITH_IO
+#include "flow.hpp"
+#endif
 #include "flashot/flashot.hpp"
 
 namespace {
@@ -26,6 +29,8 @@ constexpr Command kCommands[] = {
     {"map", "map new points through a saved solution (no re-solve)", flashot::cli::map_main},
     {"register", "rigid / similarity / affine registration of two PLY clouds by OT correspondences",
      flashot::cli::register_main},
+    {"flow", "gradient / Newton flow of a source cloud onto a target through the OT cost (trajectory PLY)",
+     flashot::cli::flow_main},
     {"info", "summary of an .h5ad or .ply file (--json for scripts)", flashot::cli::info_main},
 #endif
     {"bench", "time fixed-epsilon Sinkhorn iterations on seeded random points", flashot::cli::bench_main},

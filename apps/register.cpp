@@ -1,6 +1,6 @@
-// flashot register SOURCE.ply TARGET.ply -o OUT.ply --model rigid|similarity|affine: OT-based registration
-// (app/registration.hpp). Prints the 4×4 transform and the RMS; OUT is SOURCE moved by the transform, with the
-// original coordinates kept as x_original, y_original, z_original.
+// flashot register SOURCE.ply TARGET.ply -o OUT.ply --model rigid|similarity|affine|nonrigid: OT-based
+// registration (app/registration.hpp; nonrigid: nonrigid.hpp). Prints the 4×4 transform (or, nonrigid, the field's
+// size) and the RMS; OUT is SOURCE moved, with the original coordinates kept as x_original, y_original, z_original.
 
 #include <cmath>
 #include <cstdio>
@@ -16,15 +16,73 @@
 #include "flashot/app/output_set.hpp"
 #include "flashot/app/registration.hpp"
 #include "flashot/app/report.hpp"
+#include "nonrigid.hpp"
 
 namespace flashot::cli {
+
+namespace {
+
+// --model nonrigid: the field is no 4×4 matrix, so the output, report and printout differ from the affine models.
+int register_nonrigid_main(const po::variables_map& vm, const app::PointCloud& source, const app::PointCloud& target,
+                           const app::NonrigidOptions& field, const app::RegistrationProgress& progress,
+                           const std::filesystem::path& out_path, bool quiet, bool terminal) {
+  const app::NonrigidResult result = app::register_nonrigid(source.view(), target.view(), field, progress);
+  if (!quiet && terminal) std::fprintf(stderr, "\r\033[K");
+  app::AlignmentOutput output;
+  output.mapped = result.moved;
+  app::OutputSet outputs;
+  app::write_enriched_copy(source, output, outputs.stage(out_path));
+  if (vm.count("report")) {
+    nlohmann::json report = app::solve_json(result.last_solve);
+    report["command"] = "register";
+    report["model"] = "nonrigid";
+    report["iterations"] = result.iterations;
+    report["converged"] = result.converged;
+    report["final_solve_converged"] = result.last_solve.converged;
+    report["rms"] = result.rms;
+    report["diameter"] = result.diameter;
+    report["kernel_width"] = result.kernel_width;
+    report["control_points"] = result.control_points.size() / 3;
+    report["source"] = {{"file", vm["source"].as<std::string>()}, {"points", source.n()}};
+    report["target"] = {{"file", vm["target"].as<std::string>()}, {"points", target.n()}};
+    report["rounds"] = nlohmann::json::array();
+    for (const app::RegistrationRound& r : result.rounds) {
+      report["rounds"].push_back({{"epsilon", r.epsilon}, {"iterations", r.iterations}, {"rms", r.rms},
+                                  {"displacement", r.displacement}, {"converged", r.converged}});
+    }
+    report["parameters"] = {{"blur", field.blur}, {"start_blur", field.start_blur}, {"anneal", field.anneal},
+                            {"max_rounds", field.max_rounds}, {"reach", field.reach},
+                            {"reach_source", field.reach_source}, {"reach_target", field.reach_target},
+                            {"regularization", field.regularization},
+                            {"backend_requested", to_string(field.backend.backend)}};
+    report["total_seconds"] = result.seconds;
+    report["peak_memory_bytes"] = app::peak_memory_bytes();
+    report["versions"] = app::versions_json();
+    app::write_text_atomically(outputs.stage(vm["report"].as<std::string>()),
+                               report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  }
+  outputs.commit();
+  std::printf("nonrigid field: %zu control points, kernel width %.6g\nrms %.6g (weighted, to the OT correspondences)\n",
+              result.control_points.size() / 3, result.kernel_width, result.rms);
+  if (!quiet) {
+    std::fprintf(stderr, "flashot register: %s after %zu rounds (%d Sinkhorn iterations) in %.3f s on %s; wrote %s\n",
+                 result.converged ? "converged" : "NOT converged", result.rounds.size(), result.iterations,
+                 result.seconds, result.backend.c_str(), out_path.string().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
 
 int register_main(const std::vector<std::string>& args) {
   po::options_description options("register options");
   options.add_options()
       ("help,h", "this help")
       ("output,o", po::value<std::string>()->required(), "OUT.ply: SOURCE moved onto TARGET")
-      ("model", po::value<std::string>()->default_value("rigid"), "rigid | similarity | affine")
+      ("model", po::value<std::string>()->default_value("rigid"), "rigid | similarity | affine | nonrigid")
+      ("kernel-width", po::value<double>(), "nonrigid: smoothness scale of the displacement (default 0.1 x diameter)")
+      ("regularization", po::value<double>()->default_value(1e-2), "nonrigid: weight of the field's RKHS norm")
+      ("control-points", po::value<long long>()->default_value(200), "nonrigid: kernel centres on the source")
       ("blur", po::value<double>(), "final blur in data units (default 0.01 x diameter)")
       ("start-blur", po::value<double>(), "first round's blur (default 0.5 x diameter)")
       ("anneal", po::value<double>()->default_value(0.7), "blur factor between rounds, in (0,1)")
@@ -41,12 +99,13 @@ int register_main(const std::vector<std::string>& args) {
   positional.add("source", 1).add("target", 1);
   const po::variables_map vm = parse(args, options, positional);
   if (vm.count("help")) {
-    print_help("flashot register SOURCE.ply TARGET.ply -o OUT.ply [--model rigid|similarity|affine]",
+    print_help("flashot register SOURCE.ply TARGET.ply -o OUT.ply [--model rigid|similarity|affine|nonrigid]",
                "Registers SOURCE onto TARGET like ICP, with entropic-OT correspondences instead of nearest\n"
                "neighbours: each round solves OT between the moved SOURCE and TARGET, takes every source point's\n"
                "barycentric target (weighted by the mass it sends) and fits the transform by weighted Procrustes;\n"
                "blur shrinks from coarse to fine over the rounds. Use --reach (or --reach-target when only TARGET\n"
-               "has extra parts) for partial overlap. Prints the 4x4 transform and the RMS.",
+               "has extra parts) for partial overlap. Prints the 4x4 transform and the RMS. --model nonrigid fits a\n"
+               "smooth Gaussian-kernel displacement field instead (coherent-point-drift M-step on OT targets).",
                options);
     return 0;
   }
@@ -59,7 +118,7 @@ int register_main(const std::vector<std::string>& args) {
                                      std::pair{out_path, "-o"}}) {
       if (app::file_kind(path) != app::FileKind::kPly) throw UsageError(std::string(what) + " must be a .ply file");
     }
-    reg.model = app::parse_transform_model(vm["model"].as<std::string>());
+    if (vm["model"].as<std::string>() != "nonrigid") reg.model = app::parse_transform_model(vm["model"].as<std::string>());
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -81,6 +140,21 @@ int register_main(const std::vector<std::string>& args) {
   reg.reach_target = require_non_negative_double(vm, "reach-target");
   reg.backend = backend_options(vm);
   const bool quiet = vm.count("quiet") > 0;
+  const bool nonrigid = vm["model"].as<std::string>() == "nonrigid";
+  app::NonrigidOptions field;
+  if (nonrigid) {
+    field.blur = reg.blur;
+    field.start_blur = reg.start_blur;
+    field.anneal = reg.anneal;
+    field.max_rounds = reg.max_rounds;
+    field.reach = reg.reach;
+    field.reach_source = reg.reach_source;
+    field.reach_target = reg.reach_target;
+    field.backend = reg.backend;
+    if (vm.count("kernel-width")) field.kernel_width = require_positive_double(vm, "kernel-width");
+    field.regularization = require_non_negative_double(vm, "regularization");
+    field.control_points = std::size_t(require_positive(vm, "control-points"));
+  }
 
   const app::PointCloud source = app::load_points(source_path, "");
   const app::PointCloud target = app::load_points(target_path, "");
@@ -92,6 +166,7 @@ int register_main(const std::vector<std::string>& args) {
     std::fflush(stderr);
     return true;
   };
+  if (nonrigid) return register_nonrigid_main(vm, source, target, field, progress, out_path, quiet, terminal);
   const app::RegistrationResult result = app::register_clouds(source.view(), target.view(), reg, progress);
   if (!quiet && terminal) std::fprintf(stderr, "\r\033[K");
 

@@ -13,7 +13,7 @@ packages=(
   xvfb xauth
   clang libclang-rt-14-dev libomp-dev libopenmpi-dev
   python3 python3-venv python3-pip
-  assimp-testmodels
+  assimp-testmodels nlohmann-json3-dev openmpi-bin
   python3-anndata
 )
 missing=()
