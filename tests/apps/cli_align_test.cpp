@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "flashot/io/anndata.hpp"
 #include "flashot/io/ply.hpp"
 #include "run_command.hpp"
@@ -51,7 +53,7 @@ double distance(const std::vector<float>& a, const std::vector<float>& b) {
 class AlignSamples : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    folder_ = std::filesystem::temp_directory_path() / "flashot-cli-align-samples";
+    folder_ = std::filesystem::temp_directory_path() / ("flashot-cli-align-samples-" + std::to_string(::getpid()));
     std::filesystem::remove_all(folder_);
     std::filesystem::create_directories(folder_);
     source_bytes_ = read_file(kBatchB);
