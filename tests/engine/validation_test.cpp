@@ -192,7 +192,8 @@ TEST(Memory, LargeProblemNeverHoldsAnNByMBuffer) {
   EXPECT_EQ(top.columns.size(), n * 2);
   const double grown_mib = static_cast<double>(peak_rss_kib() - before) / 1024.0;
   const double plan_mib = static_cast<double>(n) * m * sizeof(float) / (1024.0 * 1024.0);
-  EXPECT_LT(grown_mib, 0.05 * plan_mib) << "peak memory grew by " << grown_mib << " MiB";
+  // A quarter of the plan: far below one n×m buffer, with room for a sanitizer's quarantine and shadow memory.
+  EXPECT_LT(grown_mib, 0.25 * plan_mib) << "peak memory grew by " << grown_mib << " MiB";
 }
 
 }  // namespace
