@@ -56,7 +56,11 @@ namespace flashot::cli {
 void add_backend_options(po::options_description& options) {
   options.add_options()
       ("backend", po::value<std::string>()->default_value("auto"), "auto | cpu | cuda (auto: CUDA when a GPU answers)")
-      ("threads", po::value<long long>()->default_value(0), "CPU threads (0 = all)");
+      ("threads", po::value<long long>()->default_value(0), "CPU threads (0 = all)")
+      ("precision", po::value<std::string>()->default_value("default"),
+       "CUDA score arithmetic: default | fp32 | tf32 | bf16 (default meets docs/engine.md's accuracy)")
+      ("gpus", po::value<long long>()->default_value(1),
+       "CUDA devices to shard the source rows over (docs/multi-gpu.md); 1 = one device");
 }
 
 BackendOptions backend_options(const po::variables_map& vm) {
@@ -71,6 +75,17 @@ BackendOptions backend_options(const po::variables_map& vm) {
     throw UsageError("--threads must be >= 0 (got " + std::to_string(threads) + ")");
   }
   backend.threads = static_cast<int>(threads);
+  try {
+    backend.precision = parse_precision(vm["precision"].as<std::string>());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  const long long gpus = vm["gpus"].as<long long>();
+  if (gpus < 1 || gpus > 1024) throw UsageError("--gpus must be >= 1 (got " + std::to_string(gpus) + ")");
+  if (gpus > 1) {
+    backend.devices.clear();
+    for (long long g = 0; g < gpus; ++g) backend.devices.push_back(static_cast<int>(g));
+  }
   return backend;
 }
 

@@ -193,7 +193,10 @@ SolveResult Problem::solve(const SolveOptions& options) {
   detail::validate_solve_options(options, p.n, p.m, p.mass_a, p.mass_b);
   const auto start = std::chrono::steady_clock::now();
   SolveResult r = detail::run_sinkhorn(*p.backend, {p.a, p.b, p.diameter}, options);
-  if (r.reason != StopReason::kNonFinite) r.primal_cost = p.primal_cost({r.epsilon, detail::cost_scale(r.cost)});
+  r.primal_cost = std::numeric_limits<double>::quiet_NaN();
+  if (r.reason != StopReason::kNonFinite && options.diagnostics) {
+    r.primal_cost = p.primal_cost({r.epsilon, detail::cost_scale(r.cost)});
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }

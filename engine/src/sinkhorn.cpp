@@ -232,7 +232,9 @@ SolveResult run_sinkhorn(Backend& backend, const SolveInputs& in, const SolveOpt
   // A solve cancelled (or stopped) at an intermediate stage reports the ε its potentials belong to, so that plan
   // operations on the result use the matching plan.
   r.epsilon = eps[reached];
-  if (!error_current && r.reason != StopReason::kNonFinite) {
+  if (!o.diagnostics && !error_current) {
+    r.marginal_error = std::numeric_limits<double>::quiet_NaN();
+  } else if (!error_current && r.reason != StopReason::kNonFinite) {
     r.marginal_error = marginal_error(backend, in, p, r.epsilon, s, rho_x, rho_y, mass_a);
     if (!std::isfinite(r.marginal_error)) non_finite(reached);
   }

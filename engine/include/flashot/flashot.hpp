@@ -120,6 +120,10 @@ struct SolveOptions {
   std::vector<float> initial_f;
   std::vector<float> initial_g;
   ProgressCallback progress;
+  /// After the iterations, compute the final marginal error (two soft c-transforms) and the primal cost ⟨P, C⟩
+  /// (one plan application): about 1–3 iterations' worth of work. false leaves both NaN — for timing loops that
+  /// compare iterations with other libraries' iterations (`flashot bench`).
+  bool diagnostics = true;
 };
 
 struct StageReport {
