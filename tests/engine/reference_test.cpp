@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <tuple>
 
@@ -172,6 +173,51 @@ TEST_P(ReferenceTest, SolveAndEveryOperationMatchTheReference) {
 INSTANTIATE_TEST_SUITE_P(Backends, ReferenceTest,
                          ::testing::Combine(::testing::ValuesIn(backends_under_test()), ::testing::ValuesIn(cases())),
                          [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param).name; });
+
+}  // namespace
+}  // namespace flashot::test
+
+namespace flashot::test {
+namespace {
+
+// The CPU kernels exist once per instruction set (engine/cpu/kernels_<isa>.cpp) and the widest one the CPU has is
+// picked at run time, so a test run covers only that one unless FLASHOT_CPU_ISA narrows the choice: try them all.
+TEST(CpuInstructionSets, EveryOneThisCpuRunsMatchesTheReference) {
+  const TestProblem p = make_problem({.n = 130, .m = 110, .d = 50, .seed = 51, .spread = 0.2, .offset = 0.05});
+  const TestProblem q = make_problem({.n = 150, .m = 140, .d = 3, .seed = 52, .random_weights = true});
+  SolveOptions o;
+  o.blur = 0.2;
+  o.tolerance = 0;
+  o.max_iterations = 25;
+  BackendOptions cpu;
+  cpu.backend = BackendKind::kCpu;
+  struct Isa {
+    const char* name;
+    bool present;
+  };
+  const Isa isas[] = {{"generic", true},
+                      {"avx2", __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")},
+                      {"avx512", __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+                                     __builtin_cpu_supports("fma")}};
+  for (const Isa& isa : isas) {
+    if (!isa.present) continue;
+    setenv("FLASHOT_CPU_ISA", isa.name, 1);
+    for (const TestProblem* t : {&p, &q}) {
+      Problem problem(t->xv(), t->yv(), t->a, t->b, cpu);
+      EXPECT_NE(problem.device_name().find(isa.name), std::string::npos) << problem.device_name();
+      const SolveResult r = problem.solve(o);
+      const ReferenceResult ref = reference_solve(t->xv(), t->yv(), t->a, t->b, o);
+      const double scale = std::max(1.0, std::max(max_abs(ref.f), max_abs(ref.g)));
+      EXPECT_LE(max_abs_diff(r.f, ref.f), kPotentialTol * scale) << isa.name << " d = " << t->d;
+      EXPECT_LE(max_abs_diff(r.g, ref.g), kPotentialTol * scale) << isa.name << " d = " << t->d;
+      const ReferencePlan plan(t->xv(), t->yv(), t->a, t->b, r);
+      const std::vector<double> bary = plan.barycentric(Side::kSource);
+      EXPECT_LE(max_abs_diff(problem.barycentric(r, Side::kSource), bary), kPointTol * max_abs(t->y))
+          << isa.name << " d = " << t->d;
+    }
+  }
+  unsetenv("FLASHOT_CPU_ISA");
+}
 
 }  // namespace
 }  // namespace flashot::test
