@@ -22,26 +22,6 @@ namespace flashot::detail {
 namespace cuda {
 namespace {
 
-/// Makes `device` current for the scope (the caller's device is restored), so Problems on different devices and
-/// threads do not disturb each other.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    FLASHOT_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) FLASHOT_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceScope() {
-    int current = previous_;
-    cudaGetDevice(&current);
-    if (current != previous_) cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
-
 /// Host-side copy of one side with the per-point values the kernels need.
 struct HostSide {
   std::vector<float> points, norm2, logw, weight;

@@ -1,5 +1,6 @@
 #pragma once
-// RAII device memory: a typed buffer that owns one cudaMalloc allocation and frees it on destruction.
+// RAII for the device: a typed buffer that owns one cudaMalloc allocation and frees it on destruction, and the
+// current-device scope.
 
 #include <cstddef>
 #include <span>
@@ -10,6 +11,27 @@
 #include "error.hpp"
 
 namespace flashot::detail::cuda {
+
+/// Makes `device` current for the scope (the caller's device is restored), so Problems on different devices and
+/// threads do not disturb each other.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    FLASHOT_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) FLASHOT_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceScope() {
+    int current = previous_;
+    cudaGetDevice(&current);
+    if (current != previous_) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
 
 template <typename T>
 class DeviceBuffer {

@@ -31,25 +31,6 @@ namespace flashot::detail {
 namespace cuda {
 namespace {
 
-/// Makes `device` current for the scope and restores the caller's.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    FLASHOT_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) FLASHOT_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceScope() {
-    int current = previous_;
-    cudaGetDevice(&current);
-    if (current != previous_) cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
-
 /// Opens an NCCL group for the scope: the collectives of several local devices issued from one thread must be
 /// fused (they complete together).
 class NcclGroup {

@@ -21,43 +21,19 @@
 
 #include "backend.hpp"
 #include "sinkhorn.hpp"
+#include "validation.hpp"
 
 namespace flashot {
 
 namespace {
 
-std::string show(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
+using detail::show;
+using detail::validate_points;
 
-void validate_points(const PointsView& p, const std::string& name) {
-  if (p.n == 0) throw std::invalid_argument(name + " must not be empty (got " + name + ".n = 0)");
-  if (p.d == 0) throw std::invalid_argument(name + ".d must be ≥ 1 (got 0)");
-  if (p.data.size() != p.n * p.d)
-    throw std::invalid_argument(name + ".data must hold " + name + ".n·" + name + ".d = " + std::to_string(p.n * p.d) +
-                                " values (got " + std::to_string(p.data.size()) + ")");
-  for (std::size_t i = 0; i < p.data.size(); ++i)
-    if (!std::isfinite(p.data[i]))
-      throw std::invalid_argument(name + " has a non-finite coordinate at row " + std::to_string(i / p.d) +
-                                  " (got " + show(p.data[i]) + ")");
-}
-
+/// Weights as given or uniform, validated (validation.hpp).
 std::vector<float> checked_weights(std::span<const float> w, std::size_t n, const std::string& name) {
-  if (w.empty()) return std::vector<float>(n, static_cast<float>(1.0 / static_cast<double>(n)));
-  if (w.size() != n)
-    throw std::invalid_argument(name + " must be empty (uniform) or hold " + std::to_string(n) + " weights (got " +
-                                std::to_string(w.size()) + ")");
-  double total = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(w[i]) || w[i] < 0)
-      throw std::invalid_argument(name + "[" + std::to_string(i) + "] must be a finite weight ≥ 0 (got " +
-                                  show(w[i]) + ")");
-    total += w[i];
-  }
-  if (!(total > 0)) throw std::invalid_argument(name + " must have a positive total mass (got " + show(total) + ")");
-  return {w.begin(), w.end()};
+  detail::validate_weights(w, n, name, name == "a" ? "x" : "y");
+  return detail::weights_or_uniform(w, n);
 }
 
 void validate_cg(const CgOptions& o) {

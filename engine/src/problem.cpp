@@ -12,54 +12,14 @@
 #include "backend.hpp"
 #include "flashot/flashot.hpp"
 #include "sinkhorn.hpp"
+#include "validation.hpp"
 
 namespace flashot {
 
-namespace {
-
-std::string show(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-
-/// Shape and finiteness of one point set; `name` is how the caller knows it ("x", "queries", …).
-void validate_points(const PointsView& p, const std::string& name) {
-  if (p.n == 0) throw std::invalid_argument(name + " must not be empty (got " + name + ".n = 0)");
-  if (p.d == 0) throw std::invalid_argument(name + ".d must be ≥ 1 (got 0)");
-  if (p.data.size() != p.n * p.d)
-    throw std::invalid_argument(name + ".data must hold " + name + ".n·" + name + ".d = " + std::to_string(p.n) +
-                                "·" + std::to_string(p.d) + " = " + std::to_string(p.n * p.d) + " values (got " +
-                                std::to_string(p.data.size()) + ")");
-  for (std::size_t i = 0; i < p.n; ++i)
-    for (std::size_t c = 0; c < p.d; ++c)
-      if (!std::isfinite(p.data[i * p.d + c]))
-        throw std::invalid_argument(name + " has a non-finite coordinate at row " + std::to_string(i) + ", column " +
-                                    std::to_string(c) + " (got " + show(p.data[i * p.d + c]) + ")");
-}
-
-/// Weights: empty (uniform) or one finite non-negative value per point, with a positive total.
-void validate_weights(std::span<const float> w, std::size_t n, const std::string& name, const std::string& points) {
-  if (w.empty()) return;
-  if (w.size() != n)
-    throw std::invalid_argument(name + " must be empty (uniform) or hold " + points + ".n = " + std::to_string(n) +
-                                " weights (got " + std::to_string(w.size()) + ")");
-  double total = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(w[i]) || w[i] < 0)
-      throw std::invalid_argument(name + "[" + std::to_string(i) + "] must be a finite weight ≥ 0 (got " +
-                                  show(w[i]) + ")");
-    total += w[i];
-  }
-  if (!(total > 0)) throw std::invalid_argument(name + " must have a positive total mass (got " + show(total) + ")");
-}
-
-std::vector<float> weights_or_uniform(std::span<const float> w, std::size_t n) {
-  if (!w.empty()) return {w.begin(), w.end()};
-  return std::vector<float>(n, static_cast<float>(1.0 / static_cast<double>(n)));
-}
-
-}  // namespace
+using detail::show;
+using detail::validate_points;
+using detail::validate_weights;
+using detail::weights_or_uniform;
 
 struct Problem::Impl {
   std::size_t n = 0, m = 0, d = 0;

@@ -1,0 +1,23 @@
+#pragma once
+// Checks at the engine's API edge, shared by Problem (problem.cpp) and TransportDerivatives (differentiation.cpp):
+// each throws std::invalid_argument naming the input and the value it got.
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "flashot/flashot.hpp"
+
+namespace flashot::detail {
+
+/// A double as the messages print it.
+std::string show(double v);
+/// Shape and finiteness of one point set; `name` is how the caller knows it ("x", "queries", …).
+void validate_points(const PointsView& p, const std::string& name);
+/// Weights: empty (uniform) or one finite non-negative value per point of `points` (n of them), positive total.
+void validate_weights(std::span<const float> w, std::size_t n, const std::string& name, const std::string& points);
+/// The weights as given, or uniform 1/n when empty (validate first).
+std::vector<float> weights_or_uniform(std::span<const float> w, std::size_t n);
+
+}  // namespace flashot::detail
