@@ -14,12 +14,9 @@
 #
 # A GPU machine without SLEEF/OpenMP development files (the lent H200 image) cannot configure flashot itself: build
 # on a machine that can, carry the build folder, and put the shared libraries the binaries need beside them:
-#   cmake -B build-gpu -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DFLASHOT_IO=OFF -DFLASHOT_GUI=OFF -DFLASHOT_CUDA=ON
-#   ninja -C build-gpu flashot_engine_tests flashot
+#   cmake -B build-gpu -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DFLASHOT_IO=OFF -DFLASHOT_GUI=OFF -DFLASHOT_CUDA=ON -DFLASHOT_MPI_TESTS=OFF
+#   ninja -C build-gpu flashot_engine_tests flashot flashot_cuda_iterate_bench flashot_hvp_bench
 #   mkdir -p build-gpu/lib && cp -L /lib/x86_64-linux-gnu/{libsleef.so.3,libgomp.so.1} build-gpu/lib/
-#   g++ -std=c++20 -O2 -Iengine/include -Iengine/src tests/bench/cuda_iterate_bench.cpp \
-#     build-gpu/engine/libflashot_engine.a -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lpthread -fopenmp \
-#     -lsleef -o build-gpu/cuda_iterate_bench
 # Peers: bash ../shared/gpu/fetch-peer-wheels.sh .peers/wheels; cp ../shared/gpu/* .peers/ (.peers is git-ignored).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,8 +43,8 @@ tests=$BUILD/tests/engine/flashot_engine_tests
 cli=$BUILD/apps/flashot
 if ! "$tests" --gtest_list_tests > /dev/null 2>&1 || ! "$cli" --help > /dev/null 2>&1; then
   step "build ($BUILD)"
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DFLASHOT_IO=OFF -DFLASHOT_GUI=OFF -DFLASHOT_CUDA=ON \
-    > "$OUT/build.log" 2>&1 && ninja -C "$BUILD" flashot_engine_tests flashot >> "$OUT/build.log" 2>&1 \
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DFLASHOT_IO=OFF -DFLASHOT_GUI=OFF -DFLASHOT_CUDA=ON -DFLASHOT_MPI_TESTS=OFF \
+    > "$OUT/build.log" 2>&1 && ninja -C "$BUILD" flashot_engine_tests flashot flashot_cuda_iterate_bench flashot_hvp_bench >> "$OUT/build.log" 2>&1 \
     || { echo "build failed: see $OUT/build.log"; tail -30 "$OUT/build.log"; exit 1; }
 fi
 
@@ -72,8 +69,8 @@ fi
 
 if [[ ${BENCH:-1} == 1 ]]; then
   step "backend timings (iterate as one graph, softmin, apply)"
-  if [[ -x $BUILD/cuda_iterate_bench ]]; then
-    "$BUILD/cuda_iterate_bench" ${SIZES//,/ } -- ${DIMS//,/ } 2>&1 | tee "$OUT/iterate-bench.log"
+  if [[ -x $BUILD/tests/bench/flashot_cuda_iterate_bench ]]; then
+    "$BUILD/tests/bench/flashot_cuda_iterate_bench" ${SIZES//,/ } -- ${DIMS//,/ } 2>&1 | tee "$OUT/iterate-bench.log"
   fi
   step "flashot bench"
   for d in ${DIMS//,/ }; do for n in ${SIZES//,/ }; do for scheme in symmetric alternating; do
