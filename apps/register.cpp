@@ -22,6 +22,15 @@ namespace flashot::cli {
 
 namespace {
 
+nlohmann::json rounds_json(const std::vector<app::RegistrationRound>& rounds) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const app::RegistrationRound& r : rounds) {
+    out.push_back({{"epsilon", r.epsilon}, {"iterations", r.iterations}, {"rms", r.rms},
+                   {"displacement", r.displacement}, {"converged", r.converged}});
+  }
+  return out;
+}
+
 // --model nonrigid: the field is no 4×4 matrix, so the output, report and printout differ from the affine models.
 int register_nonrigid_main(const po::variables_map& vm, const app::PointCloud& source, const app::PointCloud& target,
                            const app::NonrigidOptions& field, const app::RegistrationProgress& progress,
@@ -45,11 +54,7 @@ int register_nonrigid_main(const po::variables_map& vm, const app::PointCloud& s
     report["control_points"] = result.control_points.size() / 3;
     report["source"] = {{"file", vm["source"].as<std::string>()}, {"points", source.n()}};
     report["target"] = {{"file", vm["target"].as<std::string>()}, {"points", target.n()}};
-    report["rounds"] = nlohmann::json::array();
-    for (const app::RegistrationRound& r : result.rounds) {
-      report["rounds"].push_back({{"epsilon", r.epsilon}, {"iterations", r.iterations}, {"rms", r.rms},
-                                  {"displacement", r.displacement}, {"converged", r.converged}});
-    }
+    report["rounds"] = rounds_json(result.rounds);
     report["parameters"] = {{"blur", field.blur}, {"start_blur", field.start_blur}, {"anneal", field.anneal},
                             {"max_rounds", field.max_rounds}, {"reach", field.reach},
                             {"reach_source", field.reach_source}, {"reach_target", field.reach_target},
@@ -194,11 +199,7 @@ int register_main(const std::vector<std::string>& args) {
     report["diameter"] = result.diameter;
     report["source"] = {{"file", source_path.string()}, {"points", source.n()}};
     report["target"] = {{"file", target_path.string()}, {"points", target.n()}};
-    report["rounds"] = nlohmann::json::array();
-    for (const app::RegistrationRound& r : result.rounds) {
-      report["rounds"].push_back({{"epsilon", r.epsilon}, {"iterations", r.iterations}, {"rms", r.rms},
-                                  {"displacement", r.displacement}, {"converged", r.converged}});
-    }
+    report["rounds"] = rounds_json(result.rounds);
     report["parameters"] = {{"blur", reg.blur}, {"start_blur", reg.start_blur}, {"anneal", reg.anneal},
                             {"max_rounds", reg.max_rounds}, {"reach", reg.reach},
                             {"reach_source", reg.reach_source}, {"reach_target", reg.reach_target},
