@@ -37,11 +37,6 @@ extern "C" void on_interrupt(int) {
 }
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
-  std::error_code ec;
-  return std::filesystem::exists(a) && std::filesystem::exists(b) && std::filesystem::equivalent(a, b, ec);
-}
-
 void require_extension(const std::filesystem::path& path, app::FileKind kind, const std::string& option) {
   if (app::file_kind(path) != kind) {
     throw UsageError(option + " " + path.string() + " must be " + (kind == app::FileKind::kH5ad ? ".h5ad" : ".ply"));
@@ -122,9 +117,7 @@ int align_main(const std::vector<std::string>& args) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  for (const std::filesystem::path& input : {source_path, target_path}) {
-    if (same_file(input, out_path)) throw UsageError("-o " + out_path.string() + " would overwrite an input");
-  }
+  refuse_to_overwrite(out_path, {source_path, target_path});
 
   SolveOptions solve;
   solve.cost = vm.count("half-cost") ? Cost::kHalfSquaredEuclidean : Cost::kSquaredEuclidean;

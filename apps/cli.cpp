@@ -97,4 +97,14 @@ double require_non_negative_double(const po::variables_map& vm, const std::strin
   return value;
 }
 
+void refuse_to_overwrite(const std::filesystem::path& output, std::initializer_list<std::filesystem::path> inputs) {
+  if (!std::filesystem::exists(output)) return;
+  for (const std::filesystem::path& input : inputs) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(input, output, ec)) {
+      throw UsageError("-o " + output.string() + " would overwrite an input");
+    }
+  }
+}
+
 }  // namespace flashot::cli

@@ -3,6 +3,8 @@
 // subcommand table. Exit codes: 0 success, 1 error (an exception caught at main), 2 usage error.
 
 #include <boost/program_options.hpp>
+#include <filesystem>
+#include <initializer_list>
 
 #include <stdexcept>
 #include <string>
@@ -54,6 +56,9 @@ namespace flashot::cli {
 /// --backend and --threads, shared by the commands that solve.
 void add_backend_options(po::options_description& options);
 BackendOptions backend_options(const po::variables_map& vm);
+/// Inputs are never changed unless asked: throws UsageError when `output` already exists and is one of `inputs`.
+void refuse_to_overwrite(const std::filesystem::path& output, std::initializer_list<std::filesystem::path> inputs);
+
 /// Reads an option that must be ≥ 0 (reach, …); throws UsageError naming it.
 double require_non_negative_double(const po::variables_map& vm, const std::string& option);
 

@@ -264,11 +264,7 @@ int flow_main(const std::vector<std::string>& args) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  for (const auto& input : {source_path, target_path}) {
-    std::error_code ec;
-    if (std::filesystem::exists(out_path) && std::filesystem::equivalent(input, out_path, ec))
-      throw UsageError("-o " + out_path.string() + " would overwrite an input");
-  }
+  refuse_to_overwrite(out_path, {source_path, target_path});
   const long long steps = require_positive(vm, "steps");
   if (steps > 1'000'000) throw UsageError("--steps is too large (got " + std::to_string(steps) + ")");
   fo.steps = static_cast<int>(steps);

@@ -49,10 +49,7 @@ int map_main(const std::vector<std::string>& args) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  std::error_code ec;
-  if (std::filesystem::exists(out_path) && std::filesystem::equivalent(out_path, points_path, ec)) {
-    throw UsageError("-o " + out_path.string() + " would overwrite an input");
-  }
+  refuse_to_overwrite(out_path, {points_path});
   const BackendOptions backend = backend_options(vm);
   std::optional<app::RowFilter> where;
   try {

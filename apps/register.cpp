@@ -127,12 +127,7 @@ int register_main(const std::vector<std::string>& args) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  for (const auto& input : {source_path, target_path}) {
-    std::error_code ec;
-    if (std::filesystem::exists(out_path) && std::filesystem::equivalent(input, out_path, ec)) {
-      throw UsageError("-o " + out_path.string() + " would overwrite an input");
-    }
-  }
+  refuse_to_overwrite(out_path, {source_path, target_path});
   if (vm.count("blur")) reg.blur = require_positive_double(vm, "blur");
   if (vm.count("start-blur")) reg.start_blur = require_positive_double(vm, "start-blur");
   reg.anneal = require_positive_double(vm, "anneal");
