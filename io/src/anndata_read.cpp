@@ -11,7 +11,9 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 #include <unordered_set>
+#include <utility>
 
 #include "flashot/io/anndata.hpp"
 #include "flashot/io/errors.hpp"
@@ -478,9 +480,33 @@ struct H5adReader::Impl {
     return g->children();
   }
 
-  DenseMatrix read_mapping_entry(const std::string& group, const std::string& key) const {
+  // An anndata ≤0.6 mapping: one compound dataset whose fields are the entries.
+  std::optional<Node> compound_mapping(const std::string& group) const {
     auto g = root.find(group);
-    if (g && g->is_dataset() && g->type_class() == TypeClass::kCompound) {
+    if (g && g->is_dataset() && g->type_class() == TypeClass::kCompound) return g;
+    return std::nullopt;
+  }
+
+  // The obsm/varm/layers element `key` and its shape. obsm/layers rows are cells, varm rows are genes: a shape
+  // that disagrees is a broken file, caught before anything is read.
+  std::pair<Node, ArrayInfo> checked_entry(const std::string& group, const std::string& key) const {
+    auto e = element(group, key);
+    if (!e) {
+      throw IoError(path.string() + ": /" + group + ": no entry '" + key + "' (keys: " + list_keys(keys(group)) +
+                    ")");
+    }
+    ArrayInfo info = info_of(*e);
+    const bool by_var = group == "varm";
+    const std::size_t expected = by_var ? frame_rows("var") : frame_rows("obs");
+    if (expected != kUnknown && info.rows != expected) {
+      e->fail("has " + std::to_string(info.rows) + " rows, but the file has " + std::to_string(expected) +
+              (by_var ? " vars" : " cells"));
+    }
+    return {std::move(*e), std::move(info)};
+  }
+
+  DenseMatrix read_mapping_entry(const std::string& group, const std::string& key) const {
+    if (auto g = compound_mapping(group)) {
       const auto fields = g->compound_fields();
       if (std::find(fields.begin(), fields.end(), key) != fields.end()) {
         DenseMatrix m;
@@ -489,21 +515,32 @@ struct H5adReader::Impl {
         return m;
       }
     }
-    auto e = element(group, key);
-    if (!e) {
-      throw IoError(path.string() + ": /" + group + ": no entry '" + key + "' (keys: " + list_keys(keys(group)) +
-                    ")");
+    return read_dense(checked_entry(group, key).first);
+  }
+
+  // As read_mapping_entry, into caller memory. A dense dataset goes straight from HDF5 into `out`; the other
+  // layouts (sparse, dataframe, ≤0.6 compound fields) are assembled first and copied.
+  void read_mapping_entry_into(const std::string& group, const std::string& key, std::span<float> out) const {
+    const auto check_size = [&](std::size_t rows, std::size_t cols) {
+      const bool fits = rows == 0 || cols <= std::numeric_limits<std::size_t>::max() / rows;
+      if (!fits || out.size() != rows * cols) {
+        throw std::invalid_argument(group + "['" + key + "']: out must hold rows·cols = " + std::to_string(rows) +
+                                    "·" + std::to_string(cols) + " values (got " + std::to_string(out.size()) +
+                                    ")");
+      }
+    };
+    if (!compound_mapping(group)) {
+      auto [e, info] = checked_entry(group, key);
+      check_size(info.rows, info.cols);
+      if (e.is_dataset()) {
+        if (!is_numeric(e.type_class())) e.fail("expected a numeric array, found " + info.dtype);
+        e.read_floats_into(out);
+        return;
+      }
     }
-    // obsm/layers rows are cells, varm rows are genes: a shape that disagrees is a broken file, caught before
-    // anything is read.
-    const ArrayInfo info = info_of(*e);
-    const bool by_var = group == "varm";
-    const std::size_t expected = by_var ? frame_rows("var") : frame_rows("obs");
-    if (expected != kUnknown && info.rows != expected) {
-      e->fail("has " + std::to_string(info.rows) + " rows, but the file has " + std::to_string(expected) +
-              (by_var ? " vars" : " cells"));
-    }
-    return read_dense(*e);
+    const DenseMatrix m = read_mapping_entry(group, key);
+    check_size(m.rows, m.cols);
+    std::copy(m.values.begin(), m.values.end(), out.begin());
   }
 
   static constexpr std::size_t kUnknown = static_cast<std::size_t>(-1);
@@ -702,6 +739,9 @@ std::optional<ArrayInfo> H5adReader::obsm_info(const std::string& key) const {
 }
 
 DenseMatrix H5adReader::read_obsm(const std::string& key) const { return impl_->read_mapping_entry("obsm", key); }
+void H5adReader::read_obsm_into(const std::string& key, std::span<float> out) const {
+  impl_->read_mapping_entry_into("obsm", key, out);
+}
 
 std::vector<std::string> H5adReader::obs_columns() const { return impl_->frame("obs").columns(); }
 Column H5adReader::read_obs(const std::string& column) const { return impl_->frame("obs").column(column); }

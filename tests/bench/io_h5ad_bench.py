@@ -1,19 +1,25 @@
 """Reading obsm['X_pca'] from a 1M-cell .h5ad: flashot side by side with h5py and anndata, in one run.
 
 Usage: io_h5ad_bench.py PATH/TO/flashot_h5ad_bench [--cells 1000000] [--genes 30000] [--nnz-per-cell 20]
-                        [--dims 50] [--repeats 5] [--folder DIR] [--keep]
+                        [--dims 50] [--repeats 5] [--folder DIR] [--keep] [--cold]
 
 Writes, with Python anndata, a file shaped like a large atlas: sparse CSR X (cells × genes, float32, int32
 indices), obs with a string index and a categorical column, obsm X_pca (cells × dims, float32) and X_umap. Then,
 alternating the readers so load on the machine hits them alike, times opening the file and reading X_pca:
-  flashot   H5adReader(file).read_obsm("X_pca")  (in flashot_h5ad_bench, float32 result; the second read of a
-            fresh process, and separately the first, "flashot-cold", which includes HDF5's library start-up)
-  h5py      h5py.File(file)["obsm/X_pca"][()]
-  anndata   anndata.io.read_elem(h5py.File(file)["obsm/X_pca"])
-The page cache is warm for every reader. Also reports the bytes flashot read from the file (X is never read).
+  flashot-into    H5adReader(file).read_obsm_into("X_pca", buffer), buffer from make_unique_for_overwrite (not
+                  zero-filled, like numpy's); the second read of a fresh process
+  flashot-into-1st  the same, the first read of a fresh process (HDF5's library start-up included)
+  flashot-vector  H5adReader(file).read_obsm("X_pca"): a DenseMatrix whose std::vector<float> is zero-filled
+                  first; the second read of a fresh process
+  h5py            h5py.File(file)["obsm/X_pca"][()]
+  anndata         anndata.io.read_elem(h5py.File(file)["obsm/X_pca"])
+The page cache is warm for every reader, or with --cold (root only) dropped before every timed read, so each read
+comes from the disk; flashot then reads once per process. Also reports the bytes flashot read from the file (X is
+never read).
 """
 
 import argparse
+import importlib.metadata
 import json
 import os
 import platform
@@ -63,10 +69,17 @@ def time_anndata(path):
     return time.perf_counter() - start, values
 
 
-def time_flashot(tool, path):
-    """Two reads in one fresh process: the first pays HDF5's library start-up (as a CLI run does), the second
+def drop_page_cache():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def time_flashot(tool, path, mode, reads=2):
+    """`reads` reads in one fresh process: the first pays HDF5's library start-up (as a CLI run does), the second
     compares with h5py and anndata, whose process has HDF5 started already."""
-    out = subprocess.run([tool, str(path), "X_pca", "2"], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([tool, str(path), "X_pca", str(reads), mode], check=True, capture_output=True,
+                         text=True).stdout
     result = json.loads(out)
     return result["seconds"], result
 
@@ -81,7 +94,13 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--folder", default=None)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--cold", action="store_true", help="drop the page cache before every timed read (root)")
     args = parser.parse_args()
+    if args.cold:
+        try:
+            drop_page_cache()
+        except PermissionError:
+            parser.error("--cold writes /proc/sys/vm/drop_caches, which needs root")
 
     folder = Path(args.folder or tempfile.mkdtemp(prefix="flashot_h5ad_bench_"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -96,29 +115,43 @@ def main():
 
     # warm the page cache and check all readers agree
     _, reference = time_h5py(path)
-    _, flashot_result = time_flashot(args.tool, path)
     expected = float(reference.ravel()[0]) + float(reference.ravel()[-1])
-    assert abs(flashot_result["checksum"] - expected) < 1e-5, (flashot_result, expected)
-    assert (flashot_result["rows"], flashot_result["cols"]) == reference.shape
+    for mode in ("into", "vector"):
+        _, flashot_result = time_flashot(args.tool, path, mode)
+        assert abs(flashot_result["checksum"] - expected) < 1e-5, (flashot_result, expected)
+        assert (flashot_result["rows"], flashot_result["cols"]) == reference.shape
     time_anndata(path)
 
-    times = {"flashot": [], "flashot-cold": [], "h5py": [], "anndata": []}
+    def timed(read):
+        if args.cold:
+            drop_page_cache()
+        return read()
+
+    times = {"flashot-into": [], "flashot-into-1st": [], "flashot-vector": [], "h5py": [], "anndata": []}
     for _ in range(args.repeats):
-        cold, warm = time_flashot(args.tool, path)[0]
-        times["flashot-cold"].append(cold)
-        times["flashot"].append(warm)
-        times["h5py"].append(time_h5py(path)[0])
-        times["anndata"].append(time_anndata(path)[0])
+        if args.cold:  # one read per process, each from the disk
+            times["flashot-into-1st"] += timed(lambda: time_flashot(args.tool, path, "into", 1)[0])
+            times["flashot-vector"] += timed(lambda: time_flashot(args.tool, path, "vector", 1)[0])
+        else:
+            first, second = time_flashot(args.tool, path, "into")[0]
+            times["flashot-into-1st"].append(first)
+            times["flashot-into"].append(second)
+            times["flashot-vector"].append(time_flashot(args.tool, path, "vector")[0][1])
+        times["h5py"].append(timed(lambda: time_h5py(path)[0]))
+        times["anndata"].append(timed(lambda: time_anndata(path)[0]))
+    times = {reader: values for reader, values in times.items() if values}
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-          f"anndata {ad.__version__}, h5py {h5py.__version__}, HDF5 {h5py.version.hdf5_version}")
+          f"anndata {importlib.metadata.version('anndata')}, h5py {h5py.__version__}, HDF5 {h5py.version.hdf5_version}")
     print(f"file: {args.cells} cells × {args.genes} genes, X CSR {x_bytes / 1e6:.0f} MB on disk, "
           f"obsm X_pca {args.cells}×{args.dims} float32 {pca_bytes / 1e6:.0f} MB")
     print(f"flashot read {flashot_result['bytes_read'] / 1e6:.0f} MB from files to open it and read X_pca")
-    print(f"{'reader':13s} {'best s':>8s} {'median s':>9s}   (open + read obsm['X_pca'], {args.repeats} repeats)")
+    cache = "cold (dropped before every read)" if args.cold else "warm"
+    print(f"{'reader':16s} {'best s':>8s} {'median s':>9s}   (open + read obsm['X_pca'], {args.repeats} repeats, "
+          f"page cache {cache})")
     for reader, values in times.items():
-        print(f"{reader:13s} {min(values):8.3f} {statistics.median(values):9.3f}")
-    print("flashot-cold: the first read in a fresh process, HDF5's start-up included")
+        print(f"{reader:16s} {min(values):8.3f} {statistics.median(values):9.3f}")
+    print("flashot-into-1st: the first read in a fresh process, HDF5's start-up included")
     if not args.keep and not args.folder:
         path.unlink()
         folder.rmdir()

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <iterator>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -124,6 +125,35 @@ inline void expect_matrix(const DenseMatrix& m, Cursor& c, const std::string& wh
   EXPECT_EQ(mismatches, 0u) << where;
 }
 
+/// obsm[key] read both ways: read_obsm, and read_obsm_into a buffer sized by obsm_info, which must hold the same
+/// floats bit for bit. Returns the first.
+inline DenseMatrix read_obsm_both_ways(const H5adReader& r, const std::string& key, const std::string& where) {
+  DenseMatrix m = r.read_obsm(key);
+  const auto info = r.obsm_info(key);
+  EXPECT_TRUE(info.has_value()) << where;
+  if (!info) return m;
+  EXPECT_EQ(info->rows, m.rows) << where;
+  EXPECT_EQ(info->cols, m.cols) << where;
+  std::vector<float> into(m.values.size(), -1.0f);
+  r.read_obsm_into(key, into);
+  const bool same = std::equal(into.begin(), into.end(), m.values.begin(), m.values.end(),
+                               [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; });
+  EXPECT_TRUE(same) << where << ": read_obsm_into differs from read_obsm";
+  return m;
+}
+
+/// read_obsm_into for a broken entry: the buffer sized by obsm_info where it answers, else empty.
+inline void read_obsm_into_sized_by_info(const H5adReader& r, const std::string& key) {
+  std::optional<ArrayInfo> info;
+  try {
+    info = r.obsm_info(key);
+  } catch (const std::exception&) {
+    // obsm_info itself may refuse the entry; read_obsm_into must then refuse it too, for the same reason
+  }
+  std::vector<float> out(info ? info->rows * info->cols : 0);
+  r.read_obsm_into(key, out);
+}
+
 inline void expect_column(const Column& col, const std::string& kind, Cursor& c, const std::string& where) {
   if (kind == "categorical") {
     ASSERT_EQ(col.kind, Column::Kind::kCategorical) << where;
@@ -208,6 +238,10 @@ inline void check_file(const std::filesystem::path& path, const std::filesystem:
             else throw std::logic_error("unknown fail action " + what);
           },
           a, b, where + " " + what);
+      if (what.rfind("obsm:", 0) == 0) {
+        expect_failure([&] { read_obsm_into_sized_by_info(H5adReader(path), hex_decode(what.substr(5))); }, a, b,
+                       where + " read_obsm_into " + what);
+      }
       continue;
     }
     const H5adReader& r = *open();
@@ -237,7 +271,7 @@ inline void check_file(const std::filesystem::path& path, const std::filesystem:
       const std::string at = where + " " + kind + " " + key;
       if (kind == "X") expect_matrix(r.read_x_dense(), c, at);
       else if (kind == "raw_x") expect_matrix(r.read_raw_x_dense(), c, at);
-      else if (kind == "obsm") expect_matrix(r.read_obsm(key), c, at);
+      else if (kind == "obsm") expect_matrix(read_obsm_both_ways(r, key, at), c, at);
       else if (kind == "varm") expect_matrix(r.read_varm(key), c, at);
       else if (kind == "layers") expect_matrix(r.read_layer(key), c, at);
       else ADD_FAILURE() << at << ": unknown matrix kind";
@@ -245,7 +279,7 @@ inline void check_file(const std::filesystem::path& path, const std::filesystem:
       c.next();  // obsm
       const std::string key = c.text();
       const std::size_t rows = c.size(), cols = c.size();
-      const DenseMatrix m = r.read_obsm(key);
+      const DenseMatrix m = read_obsm_both_ways(r, key, where + " " + key);
       ASSERT_EQ(m.rows, rows) << where << " " << key;
       ASSERT_EQ(m.cols, cols) << where << " " << key;
       std::size_t mismatches = 0;

@@ -15,6 +15,7 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -336,6 +337,35 @@ TEST(H5adRead, MissingEntriesListWhatExists) {
   EXPECT_FALSE(r.obsm_info("X_tsne").has_value());
   EXPECT_THROW(r.read_obs("no_such_column"), IoError);
   EXPECT_THROW(r.read_x_sparse(), FormatError);  // X is dense
+}
+
+TEST(H5adRead, ObsmIntoCallerMemoryHoldsWhatReadObsmReturns) {
+  TempDir dir;
+  std::mt19937 rng(kSeed);
+  const H5adContent content = sample_content(rng);
+  const fs::path file = dir.path() / "f.h5ad";
+  write_h5ad(file, content);
+  const H5adReader r(file);
+  for (const auto& [key, want] : content.obsm) {
+    std::vector<float> got(want.rows * want.cols, -1.0f);
+    r.read_obsm_into(key, got);
+    EXPECT_EQ(got, want.values) << key;
+  }
+  // A buffer of the wrong size is refused before anything is read, naming the entry and both sizes.
+  const DenseMatrix& pca = content.obsm.at("X_pca");
+  std::vector<float> small(pca.rows * pca.cols - 1, -1.0f);
+  try {
+    r.read_obsm_into("X_pca", small);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("obsm['X_pca']"), std::string::npos) << m;
+    EXPECT_NE(m.find(std::to_string(pca.rows) + "·" + std::to_string(pca.cols)), std::string::npos) << m;
+    EXPECT_NE(m.find("got " + std::to_string(small.size())), std::string::npos) << m;
+  }
+  EXPECT_TRUE(std::all_of(small.begin(), small.end(), [](float v) { return v == -1.0f; }));
+  std::vector<float> none;
+  EXPECT_THROW(r.read_obsm_into("X_tsne", none), IoError);
 }
 
 TEST(H5adRead, FileImageReadsLikeTheFile) {

@@ -398,20 +398,24 @@ std::string Node::dtype_name() const {
 
 namespace {
 
-// Reserves room for n elements. A large buffer is advised onto transparent huge pages, as numpy does for its
-// arrays: where the kernel grants them only on request (THP "madvise" mode, Debian's default) a 200 MB read
-// otherwise spends as long in 4 KiB page faults as in HDF5.
+// Advises a large buffer onto transparent huge pages, as numpy does for its arrays: where the kernel grants them
+// only on request (THP "madvise" mode, Debian's default) a 200 MB read otherwise spends as long in 4 KiB page
+// faults as in HDF5. Only a hint: pages already touched keep their size, and memory that cannot take it is left
+// as it is.
+void advise_huge_pages(void* data, std::size_t bytes) {
+  constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  if (bytes < 2 * kHugePage) return;
+  const auto begin = reinterpret_cast<std::uintptr_t>(data);
+  const std::uintptr_t first = (begin + kHugePage - 1) / kHugePage * kHugePage;
+  const std::uintptr_t last = (begin + bytes) / kHugePage * kHugePage;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+}
+
+// Reserves room for n elements, advised onto huge pages.
 template <typename T>
 void reserve_for_read(std::vector<T>& v, std::size_t n) {
-  constexpr std::size_t kHugePage = std::size_t{2} << 20;
   v.reserve(n);
-  const std::size_t bytes = n * sizeof(T);
-  if (bytes >= 2 * kHugePage) {
-    const auto begin = reinterpret_cast<std::uintptr_t>(v.data());
-    const std::uintptr_t first = (begin + kHugePage - 1) / kHugePage * kHugePage;
-    const std::uintptr_t last = (begin + bytes) / kHugePage * kHugePage;
-    if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
-  }
+  advise_huge_pages(v.data(), n * sizeof(T));
 }
 
 // Contiguous datasets larger than this are read in blocks of rows: std::vector zero-fills what it grows by, and
@@ -426,20 +430,28 @@ bool contiguous(hid_t dataset) {
 
 void read_block(const Node& node, hid_t mem_type, hsize_t first, hsize_t count, void* out);
 
-// Checks a whole-dataset read is plausible for the file, then reads it with `mem_type`.
-template <typename T>
-std::vector<T> read_all(const Node& node, hid_t mem_type) {
-  const auto dims = node.shape();
+// The element count of a numeric dataset read whole as `element_size`-byte values, after checking the read is
+// plausible for the file (a header claiming far more than the file stores is rejected before any allocation).
+hsize_t checked_numeric_count(const Node& node, std::size_t element_size) {
   const TypeClass cls = node.type_class();
   if (cls != TypeClass::kInteger && cls != TypeClass::kUnsigned && cls != TypeClass::kFloat) {
     node.fail("expected a numeric dataset, found " + node.dtype_name());
   }
-  const hsize_t n = product(dims);
-  const hsize_t bytes = n * sizeof(T);
+  const hsize_t n = product(node.shape());
+  const hsize_t bytes = n * element_size;
   const hsize_t stored = H5Dget_storage_size(node.id());
   if (bytes > kAlwaysAllowedBytes && bytes / kMaxExpansion > stored) {
     node.fail("claims " + std::to_string(n) + " elements but stores only " + std::to_string(stored) + " bytes");
   }
+  return n;
+}
+
+// Reads a whole numeric dataset with `mem_type`, checked as above.
+template <typename T>
+std::vector<T> read_all(const Node& node, hid_t mem_type) {
+  const auto dims = node.shape();
+  const hsize_t n = checked_numeric_count(node, sizeof(T));
+  const hsize_t bytes = n * sizeof(T);
   std::vector<T> out;
   reserve_for_read(out, n);
   if (bytes > 2 * kReadBlockBytes && (dims.size() == 1 || dims.size() == 2) && contiguous(node.id())) {
@@ -486,6 +498,17 @@ std::vector<float> Node::read_floats() const { return read_all<float>(*this, H5T
 std::vector<std::int64_t> Node::read_int64s() const {
   if (type_class() == TypeClass::kFloat) fail("expected an integer dataset, found " + dtype_name());
   return read_all<std::int64_t>(*this, H5T_NATIVE_INT64);
+}
+
+void Node::read_floats_into(std::span<float> out) const {
+  const hsize_t n = checked_numeric_count(*this, sizeof(float));
+  if (out.size() != n) {
+    fail("has " + std::to_string(n) + " values, but the buffer given holds " + std::to_string(out.size()));
+  }
+  if (n == 0) return;
+  // One H5Dread of the whole dataset: for a contiguous one HDF5 reads the file straight into `out`.
+  advise_huge_pages(out.data(), out.size_bytes());
+  if (H5Dread(id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) fail(read_failure(id()));
 }
 
 void Node::read_float_rows(hsize_t row0, hsize_t count, float* out) const {

@@ -98,6 +98,9 @@ class Node {
   std::vector<double> read_doubles() const;
   std::vector<float> read_floats() const;
   std::vector<std::int64_t> read_int64s() const;
+  /// The whole numeric dataset as float32 into `out`, which must hold exactly its element count (caller-owned
+  /// memory: no zero-fill, no copy).
+  void read_floats_into(std::span<float> out) const;
   /// Rows [row0, row0+count) of a 1-D or 2-D numeric dataset into `out` (count·cols values).
   void read_float_rows(hsize_t row0, hsize_t count, float* out) const;
   void read_int64_range(hsize_t first, hsize_t count, std::int64_t* out) const;

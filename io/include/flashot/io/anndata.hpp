@@ -88,6 +88,13 @@ class H5adReader {
   std::optional<ArrayInfo> obsm_info(const std::string& key) const;
   /// A dense (or sparse, densified) obsm entry as float32. Throws IoError naming the key and the keys present.
   DenseMatrix read_obsm(const std::string& key) const;
+  /// The same values written into caller-owned memory, e.g. `std::make_unique_for_overwrite<float[]>(rows * cols)`
+  /// or pinned host memory for a GPU upload. `out` must hold exactly rows·cols floats (`obsm_info`), else
+  /// std::invalid_argument naming the key and both sizes (before anything is read). A dense entry is read by HDF5
+  /// straight into `out` — no zero-filled vector, no copy — which is what makes a 1M × 50 read as fast as h5py's
+  /// (docs/benchmarks.md); sparse, dataframe and ≤0.6 entries are assembled first and copied. A buffer of ≥ 4 MiB
+  /// is advised onto transparent huge pages (madvise, a hint) before the read. Throws as read_obsm.
+  void read_obsm_into(const std::string& key, std::span<float> out) const;
 
   std::vector<std::string> obs_columns() const;  ///< in column-order
   Column read_obs(const std::string& column) const;
