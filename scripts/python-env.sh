@@ -3,7 +3,13 @@
 #   DIR/bin/python with the latest PyPI anndata, h5py, pandas, numpy, scipy and plyfile, and
 #   DIR/data/10x_pbmc68k_reduced.h5ad taken from a scanpy wheel (1.12.x up to 1.12.3: newer wheels ship it as
 #   .zarr.zip). The wheel is downloaded, not installed: scanpy itself is not needed.
-# Usage: scripts/python-env.sh DIR   then configure with -DFLASHOT_PYTHON=DIR/bin/python
+#   DIR/pandas3/bin/python with anndata >= 0.13 and pandas >= 3, used only by the tests that read files written by
+#   them and have them read what flashot writes. anndata 0.13 needs Python >= 3.12 (its Requires-Python; pip on
+#   Debian 12's 3.11 sees 0.12.19 as the latest, and anndata 0.12 pins pandas < 3), so this venv is made only where
+#   such a Python exists: $PYTHON_PANDAS3, else python3.13/python3.12 on PATH, else pyenv's 3.12+ builds.
+#   Without one it says so, and the pandas-3 tests are not built.
+# Usage: scripts/python-env.sh DIR   then configure with -DFLASHOT_PYTHON=DIR/bin/python (tests/io/CMakeLists.txt
+#        finds DIR/pandas3/bin/python beside it)
 set -euo pipefail
 
 if [[ $# -ne 1 ]]; then
@@ -43,3 +49,29 @@ import anndata, h5py, numpy, pandas, scipy, plyfile
 print(f"python-env: anndata {anndata.__version__}, h5py {h5py.__version__}, pandas {pandas.__version__}, "
       f"numpy {numpy.__version__}, scipy {scipy.__version__}")
 PY
+
+# A Python >= 3.12 for anndata 0.13 + pandas 3: the first candidate that runs and is new enough.
+python_pandas3=""
+candidates=(${PYTHON_PANDAS3:-} python3.13 python3.12)
+for v in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*; do
+  [[ -x $v/bin/python3 ]] && candidates+=("$v/bin/python3")
+done
+for candidate in "${candidates[@]}"; do
+  if "$candidate" -c 'import sys, venv; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then
+    python_pandas3=$candidate
+    break
+  fi
+done
+if [[ -z $python_pandas3 ]]; then
+  echo "python-env: no Python >= 3.12 found (set PYTHON_PANDAS3): anndata 0.13 + pandas 3 tests will not be built"
+else
+  [[ -x "$dir/pandas3/bin/python" ]] || "$python_pandas3" -m venv "$dir/pandas3"
+  "$dir/pandas3/bin/python" -m pip install --quiet --upgrade pip
+  "$dir/pandas3/bin/python" -m pip install --quiet --upgrade 'anndata>=0.13' 'pandas>=3' h5py numpy scipy
+  "$dir/pandas3/bin/python" - <<'PY'
+import sys
+from importlib.metadata import version
+print(f"python-env: pandas3/ (Python {sys.version.split()[0]}): anndata {version('anndata')}, "
+      f"pandas {version('pandas')}, h5py {version('h5py')}, numpy {version('numpy')}")
+PY
+fi

@@ -70,6 +70,26 @@ INSTANTIATE_TEST_SUITE_P(Encodings, H5adFromOldAnndata,
                          [](const auto& info) { return std::string(info.param); });
 #endif
 
+#ifdef FLASHOT_PYTHON_PANDAS3
+// Written by anndata >= 0.13 with pandas >= 3 as they are (make_h5ad_fixtures.py --pandas3 refuses older ones):
+// index and str columns as nullable-string-array groups (na-value NaN or NA), or converted to categoricals.
+class H5adFromPandas3 : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(H5adFromPandas3, ReadsWhatAnndataWrote) {
+  static std::string error;
+  static const std::filesystem::path dir = fixture_dir(
+      FLASHOT_PYTHON_PANDAS3, std::string(FLASHOT_H5AD_FIXTURE_DIR) + "_pandas3", {"--pandas3"}, error);
+  ASSERT_FALSE(dir.empty()) << error;
+  check_file(dir / (std::string(GetParam()) + ".h5ad"), dir / (std::string(GetParam()) + ".expect"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Encodings, H5adFromPandas3,
+                         ::testing::Values("pandas3_native", "pandas3_categoricals", "dense_f32", "dense_f64",
+                                           "dense_i32", "dense_u16", "csr_f32", "csr_f64_i64", "csr_i64", "csc_f32",
+                                           "csc_i16", "csr_unsigned_indices", "no_x", "raw"),
+                         [](const auto& info) { return std::string(info.param); });
+#endif
+
 TEST(H5adPbmc68k, ReadsTheScanpyDatasetLikeAnndata) {
   const auto dir = fixtures();
   ASSERT_FALSE(dir.empty());

@@ -1,15 +1,21 @@
 """Writes .h5ad files in every encoding with Python anndata / h5py, each with an expect file (h5ad_expect.py) that
 states what a correct reader must return. flashot's tests read the files and compare.
 
-usage: make_h5ad_fixtures.py OUTDIR [PBMC68K_H5AD] | OUTDIR --anndata-only
+usage: make_h5ad_fixtures.py OUTDIR [PBMC68K_H5AD] | OUTDIR --anndata-only | OUTDIR --pandas3
 
 Files written by anndata (current PyPI) cover dense/CSR/CSC X of several dtypes, categoricals (string, numeric,
 missing, ordered), nullable integer/boolean/string columns, obsm arrays and dataframes, layers, raw and uns.
 Layouts anndata no longer writes are built by hand with h5py from the anndata 0.6/0.7 specifications: the ≤0.6
 compound obs/var/obsm with uns/<col>_categories, and the 0.7 object-reference categories with LZF compression.
 Malformed files are built by editing valid ones.
+
+--anndata-only: an older anndata as the writer (Debian's 0.8); only what anndata itself writes.
+--pandas3: anndata ≥ 0.13 with pandas ≥ 3 as the writer (it fails if the interpreter has older ones), in its own
+defaults: the files of --anndata-only plus pandas3_native (index and str columns as nullable-string-array groups)
+and pandas3_categoricals (str columns converted to categoricals, as anndata does unless told not to).
 """
 
+import importlib.metadata
 import inspect
 import os
 import pathlib
@@ -90,8 +96,10 @@ def describe(adata, w, generation=None):
     w.keys("varm", list(adata.varm.keys()))
     for key, m in adata.varm.items():
         w.dense("varm", key, dense_of(m))
-    w.keys("layers", list(adata.layers.keys()))
-    for key, m in adata.layers.items():
+    # anndata 0.13 lists X as layers[None]; only the named layers are stored under /layers
+    layers = {key: m for key, m in adata.layers.items() if key is not None}
+    w.keys("layers", list(layers))
+    for key, m in layers.items():
         w.dense("layers", key, dense_of(m))
     w.keys("uns", list(adata.uns.keys()))
     describe_uns(w, adata.uns, "")
@@ -115,10 +123,10 @@ def describe_uns(w, mapping, prefix):
             w.uns(full, value)
 
 
-def save(adata, out, name, extra=None, generation="0.1.0 (anndata ≥0.8)"):
+def save(adata, out, name, extra=None, generation="0.1.0 (anndata ≥0.8)", keep_strings=True):
     path = out / f"{name}.h5ad"
     # keep string columns as strings where this anndata allows it: categoricals are covered explicitly
-    if "convert_strings_to_categoricals" in inspect.signature(adata.write_h5ad).parameters:
+    if keep_strings and "convert_strings_to_categoricals" in inspect.signature(adata.write_h5ad).parameters:
         adata.write_h5ad(path, convert_strings_to_categoricals=False)
     else:
         adata.write_h5ad(path)
@@ -250,6 +258,55 @@ def nullable_files(out, rng):
             g.create_dataset("values", data=values, dtype=h5py.string_dtype())
             g.create_dataset("mask", data=np.zeros(len(values), dtype=bool))
     ad.settings.allow_write_nullable_strings = False
+
+
+def version_tuple(package):
+    return tuple(int(p) for p in importlib.metadata.version(package).split(".")[:2] if p.isdigit())
+
+
+def pandas3_files(out, rng):
+    """Written by anndata ≥ 0.13 with pandas ≥ 3 as they are, nothing rewritten: pandas 3 makes the index and
+    string columns its `str` dtype (missing = NaN), which anndata 0.13 writes as nullable-string-array groups
+    (values + mask, attribute na-value); pd.StringDtype columns (missing = pd.NA) likewise."""
+    if version_tuple("anndata") < (0, 13) or version_tuple("pandas") < (3, 0):
+        sys.exit(f"--pandas3 needs anndata >= 0.13 and pandas >= 3; this interpreter has anndata "
+                 f"{importlib.metadata.version('anndata')}, pandas {pd.__version__}")
+    n, n_vars = 10, 6
+    obs = pd.DataFrame(index=[f"cell-{i}" for i in range(n)])
+    obs["donor"] = [f"donor {i % 3}" for i in range(n)]
+    obs["note"] = ["a", None, "ü", "d", None, "", "g", "h", "i", "细胞"]
+    obs["name"] = pd.array(["x", "y", None, "z", "x", None, "é", "x", "y", "z"], dtype="string")
+    obs["cell_type"] = pd.Categorical(["T", "B", None, "T", "NK", "B", "T", "NK", "B", "T"],
+                                      categories=["B", "NK", "T"])
+    obs["count"] = pd.array([1, None, 3, 4, None, 6, 7, 8, 9, -10], dtype="Int64")
+    obs["flag"] = pd.array([True, False, None, True, True, False, None, False, True, True], dtype="boolean")
+    obs["score"] = rng.normal(size=n)
+    obs["is_doublet"] = rng.random(n) < 0.3
+    var = pd.DataFrame(index=[f"GENE{j}" for j in range(n_vars)])
+    var["symbol"] = [f"sym-{j}" for j in range(n_vars)]
+    var["mean"] = rng.random(n_vars)
+    assert str(obs.index.dtype) == "str" and str(obs["note"].dtype) == "str", (obs.index.dtype, obs.dtypes)
+
+    def make(x):
+        a = ad.AnnData(X=x, obs=obs.copy(), var=var.copy())
+        a.obsm["X_pca"] = rng.normal(size=(n, 4)).astype(np.float32)
+        a.obsm["coords"] = pd.DataFrame({"x": rng.random(n), "y": rng.random(n)}, index=obs.index)
+        a.obsm["knn"] = sp.csr_matrix((rng.random((n, 5)) < 0.3).astype(np.float32))
+        a.uns["method"] = "umap ✓"
+        a.uns["resolution"] = 0.5
+        return a
+
+    dense = rng.normal(size=(n, n_vars)).astype(np.float32)
+    save(make(dense), out, "pandas3_native")
+    save(make(sp.csr_matrix(dense * (dense > 0))), out, "pandas3_categoricals", keep_strings=False)
+    with h5py.File(out / "pandas3_native.h5ad", "r") as f:
+        for element in ("obs/_index", "obs/note", "obs/name", "var/_index"):
+            encoding = f[element].attrs.get("encoding-type")
+            assert encoding == "nullable-string-array", f"pandas3_native.h5ad: {element} is {encoding}"
+    with h5py.File(out / "pandas3_categoricals.h5ad", "r") as f:
+        for element in ("obs/donor", "obs/note", "obs/name"):
+            encoding = f[element].attrs.get("encoding-type")
+            assert encoding == "categorical", f"pandas3_categoricals.h5ad: {element} is {encoding}"
 
 
 def fixed_string_file(out):
@@ -480,8 +537,10 @@ def main():
     out = pathlib.Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(SEED)
+    if "--pandas3" in sys.argv:
+        pandas3_files(out, rng)
     modern_files(out, rng)
-    if "--anndata-only" in sys.argv:
+    if "--anndata-only" in sys.argv or "--pandas3" in sys.argv:
         # an older anndata as the writer (Debian's 0.8): only what anndata itself writes
         (out / "versions.txt").write_text(f"anndata {ad.__version__} pandas {pd.__version__}\n")
         return
