@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "cli.hpp"
 #include "flashot/flashot.hpp"
@@ -47,6 +50,50 @@ std::string format_ms(double ms) {
   return buffer;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+/// The end-to-end job of issue 3 (1M × 1M, d = 50 on one H200 in under 60 s): every phase timed once.
+int end_to_end(std::size_t n, std::size_t m, std::size_t d, double eps, double tolerance, double scaling,
+               std::uint64_t seed, const BackendOptions& backend) {
+  std::mt19937_64 rng(seed);
+  const std::vector<float> x = normal_points(rng, n * d);
+  const std::vector<float> y = normal_points(rng, m * d);
+  const std::vector<float> a = positive_weights(rng, n);
+  const std::vector<float> b = positive_weights(rng, m);
+  const auto start = std::chrono::steady_clock::now();
+  Problem problem(PointsView{x, n, d}, PointsView{y, m, d}, a, b, backend);
+  const double upload = seconds_since(start);
+  SolveOptions solve;
+  solve.blur = std::sqrt(eps);
+  solve.scaling = scaling;
+  solve.tolerance = tolerance;
+  solve.max_iterations = 10000;
+  solve.scheme = Scheme::kSymmetric;
+  const auto solve_start = std::chrono::steady_clock::now();
+  const SolveResult result = problem.solve(solve);
+  const double solve_seconds = seconds_since(solve_start);
+  if (result.reason == StopReason::kNonFinite) throw std::runtime_error("the solve failed: " + result.message);
+  const auto project_start = std::chrono::steady_clock::now();
+  const std::vector<float> projected = problem.barycentric(result, Side::kSource);
+  const double project_seconds = seconds_since(project_start);
+  const double total = seconds_since(start);
+  double checksum = 0;
+  for (float v : projected) checksum += v;
+  const DeviceMemory memory = device_memory();
+  nlohmann::json report = {
+      {"method", "flashot_" + problem.backend_name()}, {"device", problem.device_name()},
+      {"n", n}, {"m", m}, {"d", d}, {"epsilon", eps}, {"scaling", scaling}, {"tolerance", tolerance},
+      {"iterations", result.iterations}, {"stages", result.stages.size()}, {"converged", result.converged},
+      {"marginal_error", result.marginal_error}, {"upload_s", upload}, {"solve_s", solve_seconds},
+      {"barycentric_s", project_seconds}, {"total_s", total}, {"projection_sum", checksum},
+      {"device_peak_bytes", memory.peak_bytes},
+      {"device_peak_bytes_per_point_dim", double(memory.peak_bytes) / (double(n + m) * double(d))}};
+  std::cout << report.dump() << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int bench_main(const std::vector<std::string>& args) {
@@ -61,7 +108,12 @@ int bench_main(const std::vector<std::string>& args) {
       ("scheme", po::value<std::string>()->default_value("symmetric"), "symmetric | alternating")
       ("repeats", po::value<long long>()->default_value(10), "timed solves after one warm-up; the median is reported")
       ("seed", po::value<long long>()->default_value(0), "random seed of points and weights")
-      ("csv", "print only `method,n,m,d,eps,iters,median_ms` values on stdout (for scripts)");
+      ("csv", "print only `method,n,m,d,eps,iters,median_ms` values on stdout (for scripts)")
+      ("end-to-end", "instead: one whole job, timed once: upload, epsilon-scaling solve down to --eps until the "
+                     "marginal error is at most --tolerance, barycentric projection of the source; prints one JSON "
+                     "object with the phases' seconds and the peak device memory")
+      ("tolerance", po::value<double>()->default_value(1e-3), "--end-to-end: marginal-error tolerance")
+      ("scaling", po::value<double>()->default_value(0.5), "--end-to-end: epsilon-scaling factor on the blur");
   add_backend_options(options);
   const po::variables_map vm = parse(args, options);
   if (vm.count("help")) {
@@ -80,6 +132,13 @@ int bench_main(const std::vector<std::string>& args) {
   const auto repeats = require_positive(vm, "repeats");
   if (iters > 1'000'000'000) throw UsageError("--iters is too large (got " + std::to_string(iters) + ")");
   const BackendOptions backend = backend_options(vm);
+  if (vm.count("end-to-end")) {
+    const double tolerance = require_positive_double(vm, "tolerance");
+    const double scaling = require_positive_double(vm, "scaling");
+    if (scaling >= 1) throw UsageError("--scaling must be in (0, 1) (got " + format_double(scaling) + ")");
+    return end_to_end(n, m, d, eps, tolerance, scaling, static_cast<std::uint64_t>(vm["seed"].as<long long>()),
+                      backend);
+  }
   SolveOptions solve;
   try {
     solve.scheme = parse_scheme(vm["scheme"].as<std::string>());

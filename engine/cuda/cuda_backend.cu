@@ -110,7 +110,7 @@ class CudaBackend final : public Backend {
   using DevSide = cuda::PointSet;
   DevSide x_side() const { return {x_.get(), xn_.get(), loga_.get(), a_.get(), n_}; }
   DevSide y_side() const { return {y_.get(), yn_.get(), logb_.get(), b_.get(), m_}; }
-  void enqueue_iteration(const IterationParams& p, int index);
+  void enqueue_iteration(const IterationParams& p, int index, int count);
   /// LSE partials of the rows of x (x_rows) or y against the other side, on the path chosen for this problem.
   void side_lse(bool x_rows, const float* h, const Scale& sc, const ReductionPlan& plan, float2* partials,
                 const int* guard) const;
@@ -125,7 +125,7 @@ class CudaBackend final : public Backend {
   std::string device_name_;
   Precision precision_ = Precision::kDefault;
   int n_ = 0, m_ = 0, d_ = 0;
-  bool one_pass_ = true;  // every weight > 0 and fp32 scores: the one-exponential symmetric step is usable
+  bool one_pass_ = true;  // every weight > 0: the one-exponential symmetric step is usable
   bool use_mma_ = false;  // tensor-core scores for the soft c-transforms
   DeviceBuffer<std::uint16_t> xhi_, xlo_, yhi_, ylo_;
   MmaOperands xop_, yop_;
@@ -135,7 +135,9 @@ class CudaBackend final : public Backend {
   ReductionPlan plan_rows_, plan_cols_, plan_sums_;
   DeviceBuffer<float2> part_rows_, part_cols_;
   DeviceBuffer<float> tmp_f_, tmp_g_, rsum_, csum_;
-  DeviceBuffer<int> flags_;  // [0]: non-finite seen; [1 + k]: iteration k's one-pass step must be redone
+  // [0]: non-finite seen; [1 + k]: iteration k's one-pass step must be redone; [1 + count + k]: iteration k skips
+  // the one-pass sums (the fallback of iteration k − 1 predicted that they would be out of range)
+  DeviceBuffer<int> flags_;
   cudaGraphExec_t graph_ = nullptr;
   GraphKey graph_key_;
   // Operation scratch (grown on demand).
@@ -206,14 +208,14 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
     ylo_.upload(std::span<const std::uint16_t>(oy.lo), stream_);
     xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode};
     yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode};
-    one_pass_ = false;
     plan_rows_ = plan_lse_mma(x_side(), y_side(), resident_blocks_);
     plan_cols_ = plan_lse_mma(y_side(), x_side(), resident_blocks_);
+    plan_sums_ = plan_symmetric_mma(x_side(), y_side(), resident_blocks_);
   } else {
     plan_rows_ = plan_lse(x_side(), y_side(), d_, resident_blocks_);
     plan_cols_ = plan_lse(y_side(), x_side(), d_, resident_blocks_);
+    plan_sums_ = plan_symmetric(x_side(), y_side(), d_, resident_blocks_);
   }
-  plan_sums_ = plan_symmetric(x_side(), y_side(), d_, resident_blocks_);
   part_rows_.reserve(std::size_t(plan_rows_.splits) * n_);
   part_cols_.reserve(std::size_t(plan_cols_.splits) * m_);
   tmp_f_.reserve(n_);
@@ -258,7 +260,7 @@ void CudaBackend::get_potentials(std::span<float> f, std::span<float> g) const {
   sync();
 }
 
-void CudaBackend::enqueue_iteration(const IterationParams& p, int index) {
+void CudaBackend::enqueue_iteration(const IterationParams& p, int index, int count) {
   const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
   const DevSide x = x_side(), y = y_side();
   const auto lf = static_cast<float>(p.damping_f), lg = static_cast<float>(p.damping_g);
@@ -275,13 +277,22 @@ void CudaBackend::enqueue_iteration(const IterationParams& p, int index) {
     side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), nullptr);
     launch_finalize(Finalize::kSymmetric, rows, cols, p.epsilon, sc.s, nullptr, nonfinite, stream_);
   } else {
+    // Far from the fixed point (a cold start) the one-pass sums leave their range and the step is redone with the
+    // two-pass reductions; a fallback that predicts the same for the next step lets that step skip the sums.
     int* redo = flags_.get() + 1 + index;
-    launch_symmetric_sums(x, y, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), stream_);
+    const int* skip = flags_.get() + 1 + count + index;
+    int* next_skip = index + 1 < count ? flags_.get() + 1 + count + index + 1 : nullptr;
+    if (use_mma_) {
+      launch_symmetric_sums_mma(x, y, xop_, yop_, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), skip,
+                                stream_);
+    } else {
+      launch_symmetric_sums(x, y, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), skip, stream_);
+    }
     launch_symmetric_finish(f_.get(), g_.get(), rsum_.get(), csum_.get(), b_.get(), n_, m_, p.epsilon, lf, lg,
-                            tmp_f_.get(), tmp_g_.get(), redo, stream_);
+                            tmp_f_.get(), tmp_g_.get(), redo, skip, stream_);
     side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), redo);
     side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), redo);
-    launch_finalize(Finalize::kCommit, rows, cols, p.epsilon, sc.s, redo, nonfinite, stream_);
+    launch_finalize(Finalize::kCommit, rows, cols, p.epsilon, sc.s, redo, nonfinite, stream_, next_skip);
   }
 }
 
@@ -298,7 +309,7 @@ void CudaBackend::side_lse(bool x_rows, const float* h, const Scale& sc, const R
 bool CudaBackend::iterate(const IterationParams& p, int count) {
   if (count <= 0) return true;
   DeviceScope scope(device_);
-  flags_.reserve(std::size_t(count) + 1);
+  flags_.reserve(2 * std::size_t(count) + 1);
   const GraphKey key{p.epsilon, p.cost_scale, p.damping_f, p.damping_g, p.scheme, count, flags_.get()};
   if (graph_ == nullptr || !(key == graph_key_)) {
     if (graph_ != nullptr) {
@@ -307,8 +318,8 @@ bool CudaBackend::iterate(const IterationParams& p, int count) {
     }
     FLASHOT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
-      FLASHOT_CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int) * (std::size_t(count) + 1), stream_));
-      for (int k = 0; k < count; ++k) enqueue_iteration(p, k);
+      FLASHOT_CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int) * (2 * std::size_t(count) + 1), stream_));
+      for (int k = 0; k < count; ++k) enqueue_iteration(p, k, count);
     } catch (...) {
       cudaGraph_t broken = nullptr;
       cudaStreamEndCapture(stream_, &broken);

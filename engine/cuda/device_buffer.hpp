@@ -39,14 +39,12 @@ class DeviceBuffer {
   DeviceBuffer() = default;
   explicit DeviceBuffer(std::size_t count)
       : data_(static_cast<T*>(allocate(count * sizeof(T)))), count_(count) {}
-  ~DeviceBuffer() {
-    if (data_ != nullptr) cudaFree(data_);
-  }
+  ~DeviceBuffer() { deallocate(data_, count_ * sizeof(T)); }
   DeviceBuffer(DeviceBuffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
     if (this != &other) {
-      if (data_ != nullptr) cudaFree(data_);
+      deallocate(data_, count_ * sizeof(T));
       data_ = std::exchange(other.data_, nullptr);
       count_ = std::exchange(other.count_, 0);
     }

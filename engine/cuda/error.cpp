@@ -1,5 +1,9 @@
 #include "error.hpp"
 
+#include "backend.hpp"
+
+#include <algorithm>
+#include <atomic>
 #include <stdexcept>
 
 namespace flashot::detail::cuda {
@@ -11,6 +15,12 @@ void throw_cuda_error(cudaError_t status, const char* expression, const char* fi
                            cudaGetErrorName(status) + ") in " + expression + " at " + file + ":" +
                            std::to_string(line));
 }
+
+namespace {
+// Bytes held through allocate(), process-wide (every device), and the most ever held at once.
+std::atomic<std::size_t> held_bytes{0};
+std::atomic<std::size_t> peak_bytes{0};
+}  // namespace
 
 void* allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
@@ -25,7 +35,23 @@ void* allocate(std::size_t bytes) {
                              " bytes free on the device");
   }
   check(status, "cudaMalloc", __FILE__, __LINE__);
+  const std::size_t now = held_bytes.fetch_add(bytes) + bytes;
+  std::size_t peak = peak_bytes.load();
+  while (now > peak && !peak_bytes.compare_exchange_weak(peak, now)) {
+  }
   return pointer;
 }
+
+void deallocate(void* pointer, std::size_t bytes) noexcept {
+  if (pointer == nullptr) return;
+  cudaFree(pointer);  // unchecked: called from destructors
+  held_bytes.fetch_sub(bytes);
+}
+
+}  // namespace flashot::detail::cuda
+
+namespace flashot::detail {
+
+DeviceMemory cuda_device_memory() { return {cuda::held_bytes.load(), cuda::peak_bytes.load()}; }
 
 }  // namespace flashot::detail::cuda

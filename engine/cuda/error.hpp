@@ -15,8 +15,10 @@ inline void check(cudaError_t status, const char* expression, const char* file, 
   if (status != cudaSuccess) throw_cuda_error(status, expression, file, line);
 }
 
-/// Device allocation that names the size asked for when the device is out of memory.
+/// Device allocation that names the size asked for when the device is out of memory. Counted in
+/// flashot::device_memory() until released with deallocate (same size).
 void* allocate(std::size_t bytes);
+void deallocate(void* pointer, std::size_t bytes) noexcept;
 
 }  // namespace flashot::detail::cuda
 

@@ -68,20 +68,29 @@ struct FinalizeSide {
   int count = 0;
 };
 /// Finalizes up to two sides in one launch; side b may have count 0. Sets *nonfinite when a result is not finite.
+/// next_skip (kCommit only, may be null): when this step fell back to the two-pass reductions and a new potential
+/// ends farther than kOnePassReach·ε from the soft c-transform it was averaged with, the next one-pass step would
+/// leave the sums' range too: *next_skip = 1 tells it to go straight to the two-pass reductions.
 void launch_finalize(Finalize mode, const FinalizeSide& a, const FinalizeSide& b, double epsilon, float s,
-                     const int* flag, int* nonfinite, cudaStream_t stream);
+                     const int* flag, int* nonfinite, cudaStream_t stream, int* next_skip = nullptr);
+/// See launch_finalize: 20 nats of each side keep the next step's sums inside [2^-70, 2^100] (the c-transform is
+/// 1-Lipschitz in the sup norm, so the other side's move adds at most as much again).
+inline constexpr float kOnePassReach = 20.f;
 
 // ---- one-pass symmetric step (row and column sums of one tile of exponentials, DESIGN.md §2) ------------------
 ReductionPlan plan_symmetric(const PointSet& x, const PointSet& y, int d, int resident_blocks);
 /// rsum (n) += Σ_j E_ij and csum (m) += Σ_i a_i E_ij with E_ij = exp2(α⟨x_i,y_j⟩ + u_i + v_j),
 /// u_i = log2e·(f_i − s‖x_i‖²)/ε, v_j = log2e·((g_j − s‖y_j‖²)/ε + ln b_j). rsum/csum must start at zero.
+/// skip: when non-null and *skip != 0 the kernel does nothing (the caller predicted that the step would fall back
+/// to the two-pass reductions anyway, see launch_finalize's next_skip).
 void launch_symmetric_sums(const PointSet& x, const PointSet& y, const float* f, const float* g, const Scale& scale,
-                           const ReductionPlan& plan, float* rsum, float* csum, cudaStream_t stream);
+                           const ReductionPlan& plan, float* rsum, float* csum, const int* skip, cudaStream_t stream);
 /// tmp_f = λx(f − ε ln rsum), tmp_g = λy(g − ε ln(csum/b)); rsum/csum reset to zero; *flag = 1 when a sum is too
-/// small or not finite for the result to be trusted.
+/// small or not finite for the result to be trusted. skip (may be null): when *skip != 0 the sums were skipped,
+/// so only *flag = 1 is set.
 void launch_symmetric_finish(const float* f, const float* g, float* rsum, float* csum, const float* b, int n, int m,
                              double epsilon, float lambda_f, float lambda_g, float* tmp_f, float* tmp_g, int* flag,
-                             cudaStream_t stream);
+                             const int* skip, cudaStream_t stream);
 
 // ---- plan application --------------------------------------------------------------------------------------
 /// out (rows.count × k) += Σ_j exp2(score_ij − lse2_i) · V_j for the column range of each split; V is

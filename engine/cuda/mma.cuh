@@ -31,4 +31,11 @@ void launch_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperand
                     const float* h, const Scale& scale, const ReductionPlan& plan, float2* partials,
                     const int* guard, cudaStream_t stream);
 
+/// The one-pass symmetric step on tensor cores: the contract of launch_symmetric_sums (kernels.cuh), scores from
+/// the operands' tensor-core products (skip as there).
+ReductionPlan plan_symmetric_mma(const PointSet& x, const PointSet& y, int resident_blocks);
+void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOperands& xop, const MmaOperands& yop,
+                               const float* f, const float* g, const Scale& scale, const ReductionPlan& plan,
+                               float* rsum, float* csum, const int* skip, cudaStream_t stream);
+
 }  // namespace flashot::detail::cuda

@@ -377,7 +377,7 @@ void NcclBackend::enqueue_one_pass(const IterationParams& p) const {
     DeviceScope scope(s.device);
     FLASHOT_CUDA_CHECK(cudaMemsetAsync(s.redo(), 0, sizeof(int), s.stream));
     launch_symmetric_sums(s.x_side(), s.y_side(), s.f.get(), s.g.get(), Scale::make(p.epsilon, p.cost_scale, s.d),
-                          s.plan_sums, s.rsum.get(), s.csum.get(), s.stream);
+                          s.plan_sums, s.rsum.get(), s.csum.get(), nullptr, s.stream);
   }
   {
     NcclGroup group;
@@ -389,7 +389,7 @@ void NcclBackend::enqueue_one_pass(const IterationParams& p) const {
   for (Shard& s : shards_) {
     DeviceScope scope(s.device);
     launch_symmetric_finish(s.f.get(), s.g.get(), s.rsum.get(), s.csum.get(), s.b.get(), s.n, s.m, p.epsilon, lf, lg,
-                            s.tmp_f.get(), s.tmp_g.get(), s.redo(), s.stream);
+                            s.tmp_f.get(), s.tmp_g.get(), s.redo(), nullptr, s.stream);
   }
   {
     NcclGroup group;

@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kTileThreads) lse_tiled_kernel(PointSet rows, 
 
 // ---- finalize --------------------------------------------------------------------------------------------------
 __global__ void finalize_kernel(Finalize mode, FinalizeSide a, FinalizeSide b, float epsilon_ln2, float s,
-                                const int* flag, int* nonfinite) {
+                                const int* flag, int* nonfinite, int* next_skip) {
   const int blocks_a = (a.count + blockDim.x - 1) / blockDim.x;
   const bool on_a = int(blockIdx.x) < blocks_a;
   const FinalizeSide side = on_a ? a : b;
@@ -187,6 +187,8 @@ __global__ void finalize_kernel(Finalize mode, FinalizeSide a, FinalizeSide b, f
       case Finalize::kAlternating: result = side.lambda * softmin; break;
       default: result = 0.5f * (side.out[i] + side.lambda * softmin); break;
     }
+    // A fallen-back one-pass step: would the next one fall back too? (|result − softmin| is its row's log-sum.)
+    if (next_skip != nullptr && !(fabsf(result - softmin) * kLn2 <= kOnePassReach * epsilon_ln2)) *next_skip = 1;
   }
   side.out[i] = result;
   if (!isfinite(result)) *nonfinite = 1;
@@ -218,12 +220,12 @@ void launch_lse(const PointSet& rows, const PointSet& cols, const float* h, cons
 }
 
 void launch_finalize(Finalize mode, const FinalizeSide& a, const FinalizeSide& b, double epsilon, float s,
-                     const int* flag, int* nonfinite, cudaStream_t stream) {
+                     const int* flag, int* nonfinite, cudaStream_t stream, int* next_skip) {
   constexpr int kThreads = 256;
   const int blocks = div_up(a.count, kThreads) + div_up(b.count, kThreads);
   if (blocks == 0) return;
   finalize_kernel<<<blocks, kThreads, 0, stream>>>(mode, a, b, static_cast<float>(epsilon * 0.6931471805599453), s,
-                                                   flag, nonfinite);
+                                                   flag, nonfinite, mode == Finalize::kCommit ? next_skip : nullptr);
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 

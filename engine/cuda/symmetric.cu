@@ -52,7 +52,8 @@ template <int D>
 __global__ void __launch_bounds__(kSumThreads) sums_small_kernel(PointSet x, PointSet y, const float* __restrict__ f,
                                                                  const float* __restrict__ g, Scale sc,
                                                                  int cols_per_split, float* __restrict__ rsum,
-                                                                 float* __restrict__ csum) {
+                                                                 float* __restrict__ csum, const int* skip) {
+  if (skip != nullptr && *skip != 0) return;
   __shared__ float4 tile[kSumTile];           // (BN): (y0, y1, y2, v) for D ≤ 3, (y0..y3) for D = 4
   __shared__ float vtile[kSumTile];           // (BN): v for D = 4
   __shared__ float colbuf[kWarps][kSumTile];  // (warps, BN): per-warp column sums
@@ -134,7 +135,8 @@ __global__ void __launch_bounds__(kSumThreads) sums_small_kernel(PointSet x, Poi
 __global__ void __launch_bounds__(kTileThreads) sums_tiled_kernel(PointSet x, PointSet y, const float* __restrict__ f,
                                                                   const float* __restrict__ g, Scale sc,
                                                                   int cols_per_split, float* __restrict__ rsum,
-                                                                  float* __restrict__ csum) {
+                                                                  float* __restrict__ csum, const int* skip) {
+  if (skip != nullptr && *skip != 0) return;
   __shared__ TileStage<> st;
   __shared__ float colbuf[kTileThreads / 32][kTileCols];  // (warps, BN)
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -191,8 +193,12 @@ __global__ void __launch_bounds__(kTileThreads) sums_tiled_kernel(PointSet x, Po
 __global__ void finish_kernel(const float* __restrict__ f, const float* __restrict__ g, float* __restrict__ rsum,
                               float* __restrict__ csum, const float* __restrict__ b, int n, int m, float epsilon,
                               float lambda_f, float lambda_g, float* __restrict__ tmp_f, float* __restrict__ tmp_g,
-                              int* flag) {
+                              int* flag, const int* skip) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (skip != nullptr && *skip != 0) {  // the sums were not computed (and rsum/csum are still zero): redo
+    if (idx == 0) *flag = 1;
+    return;
+  }
   float sum, pot, lambda;
   float* out;
   if (idx < n) {
@@ -221,28 +227,28 @@ ReductionPlan plan_symmetric(const PointSet& x, const PointSet& y, int d, int re
 }
 
 void launch_symmetric_sums(const PointSet& x, const PointSet& y, const float* f, const float* g, const Scale& scale,
-                           const ReductionPlan& plan, float* rsum, float* csum, cudaStream_t stream) {
+                           const ReductionPlan& plan, float* rsum, float* csum, const int* skip, cudaStream_t stream) {
   const dim3 grid(plan.row_blocks, plan.splits);
   const int cps = plan.cols_per_split;
   if (choose_path(scale.d) == Path::kSmallD) {
     switch (scale.d) {
-      case 1: sums_small_kernel<1><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum); break;
-      case 2: sums_small_kernel<2><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum); break;
-      case 3: sums_small_kernel<3><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum); break;
-      default: sums_small_kernel<4><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum); break;
+      case 1: sums_small_kernel<1><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, skip); break;
+      case 2: sums_small_kernel<2><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, skip); break;
+      case 3: sums_small_kernel<3><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, skip); break;
+      default: sums_small_kernel<4><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, skip); break;
     }
   } else {
-    sums_tiled_kernel<<<grid, kTileThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum);
+    sums_tiled_kernel<<<grid, kTileThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, skip);
   }
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 
 void launch_symmetric_finish(const float* f, const float* g, float* rsum, float* csum, const float* b, int n, int m,
                              double epsilon, float lambda_f, float lambda_g, float* tmp_f, float* tmp_g, int* flag,
-                             cudaStream_t stream) {
+                             const int* skip, cudaStream_t stream) {
   constexpr int kThreads = 256;
   finish_kernel<<<div_up(std::int64_t(n) + m, kThreads), kThreads, 0, stream>>>(
-      f, g, rsum, csum, b, n, m, static_cast<float>(epsilon), lambda_f, lambda_g, tmp_f, tmp_g, flag);
+      f, g, rsum, csum, b, n, m, static_cast<float>(epsilon), lambda_f, lambda_g, tmp_f, tmp_g, flag, skip);
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 

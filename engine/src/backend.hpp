@@ -94,5 +94,7 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options, const P
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const ProblemData& data);
 /// Number of usable CUDA devices; 0 when the driver is missing or no device answers (never throws).
 int cuda_device_count();
+/// What flashot::device_memory() reports (engine/cuda/error.cpp).
+DeviceMemory cuda_device_memory();
 
 }  // namespace flashot::detail

@@ -88,4 +88,12 @@ std::vector<std::string> available_backends() {
 
 std::string version() { return FLASHOT_VERSION; }
 
+DeviceMemory device_memory() {
+  if constexpr (detail::kCudaCompiled) {
+    return detail::cuda_device_memory();
+  } else {
+    return {};
+  }
+}
+
 }  // namespace flashot

@@ -248,4 +248,12 @@ bool cuda_available();
 /// The library version, e.g. "0.1.0".
 std::string version();
 
+/// Device memory the CUDA backend holds in this process, over every device: now and the most held at once since
+/// the process started (points, potentials, scratch; not the CUDA context or graphs). Zeros without CUDA.
+struct DeviceMemory {
+  std::size_t current_bytes = 0;
+  std::size_t peak_bytes = 0;
+};
+DeviceMemory device_memory();
+
 }  // namespace flashot
