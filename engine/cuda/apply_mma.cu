@@ -438,11 +438,14 @@ void launch_apply_mma(const PointSet& rows, const PointSet& cols, const MmaOpera
   const dim3 grid(plan.row_blocks, plan.splits, (values.rows + kApChunk - 1) / kApChunk);
   const bool bil = bilinear != nullptr;
   if (rop.mode == MmaMode::kSplitFp16) {
-    bil ? launch_apply_kernel<3, false, true>(args, grid, stream) : launch_apply_kernel<3, false, false>(args, grid, stream);
+    if (bil) launch_apply_kernel<3, false, true>(args, grid, stream);
+    else launch_apply_kernel<3, false, false>(args, grid, stream);
   } else if (rop.mode == MmaMode::kFp16) {
-    bil ? launch_apply_kernel<1, false, true>(args, grid, stream) : launch_apply_kernel<1, false, false>(args, grid, stream);
+    if (bil) launch_apply_kernel<1, false, true>(args, grid, stream);
+    else launch_apply_kernel<1, false, false>(args, grid, stream);
   } else {
-    bil ? launch_apply_kernel<1, true, true>(args, grid, stream) : launch_apply_kernel<1, true, false>(args, grid, stream);
+    if (bil) launch_apply_kernel<1, true, true>(args, grid, stream);
+    else launch_apply_kernel<1, true, false>(args, grid, stream);
   }
   FLASHOT_CUDA_CHECK_LAUNCH();
 }

@@ -47,7 +47,8 @@ struct MmaBilinear {
 
 ReductionPlan plan_apply_mma(const PointSet& rows, const PointSet& cols, int resident_blocks);
 /// The same contract as launch_apply with scores from the tensor cores:
-///   out (rows.count × values.k) += Σ_j exp2(score_ij − lse2_i) · [⟨u_i, w_j⟩] · V_j,  wsum += Σ_j exp2(score_ij − lse2_i)
+///   out (rows.count × values.k) += Σ_j exp2(score_ij − lse2_i) · [⟨u_i, w_j⟩] · V_j,
+///   wsum (rows.count)            += Σ_j exp2(score_ij − lse2_i)
 /// (the bracket only when `bilinear` is non-null). out and wsum must start at zero.
 void launch_apply_mma(const PointSet& rows, const PointSet& cols, const MmaOperands& rop, const MmaOperands& cop,
                       const float* h, const Scale& scale, const float* lse2, const MmaValues& values,
