@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "apply_mma.cuh"
 #include "backend.hpp"
 #include "device_buffer.hpp"
 #include "error.hpp"
@@ -105,6 +106,8 @@ class CudaBackend final : public Backend {
                      std::span<float> out) const override;
   void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,
              std::span<float> values) const override;
+  void apply_bilinear(const PlanParams& p, Side rows, std::span<const float> u, std::span<const float> w,
+                      std::size_t e, std::span<const float> v, std::size_t k, std::span<float> out) const override;
 
  private:
   using DevSide = cuda::PointSet;
@@ -118,6 +121,13 @@ class CudaBackend final : public Backend {
   void row_lse2(const DevSide& rows, const DevSide& cols, const float* h, const Scale& sc,
                 DeviceBuffer<float2>& partials, float* lse) const;
   void sync() const { FLASHOT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  /// lse (device, rows' count) = the LSE2 that shifts the plan weights of side `source`'s rows: from the tensor
+  /// cores when they serve this problem (the scores the weights are then formed from), else in fp32.
+  void plan_shift(bool source, const Scale& sc, float* lse) const;
+  /// out (r.count × k) += Σ_j exp2(score_ij − lse2_i) [⟨u_i, w_j⟩] V_j on the tensor cores, V (device, c.count × k);
+  /// wsum += the weights' row sums.
+  void apply_mma_pass(bool source, const Scale& sc, const float* lse, const float* v, int k,
+                      const MmaBilinear* bilinear, float* out, float* wsum) const;
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
@@ -145,6 +155,10 @@ class CudaBackend final : public Backend {
   mutable DeviceBuffer<float> lse_, wsum_, vin_, out_, queries_, query_norm2_, softmin_out_;
   mutable DeviceBuffer<std::int32_t> topk_columns_;
   mutable DeviceBuffer<int> op_flag_;  // non-finite flag of the operations (not reported: they return values)
+  // Tensor-core plan application: split fp16 values and bilinear operands.
+  mutable DeviceBuffer<std::uint16_t> vhi_, vlo_, uhi_, ulo_, whi_, wlo_;
+  mutable DeviceBuffer<float> vinv_, uin_, win_;
+  mutable DeviceBuffer<unsigned> vmax_;
 };
 
 CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
@@ -391,7 +405,7 @@ void CudaBackend::apply(const PlanParams& p, Side rows, std::span<const float> v
   lse_.reserve(r.count);
   wsum_.reserve(r.count);
   op_flag_.reserve(1);
-  row_lse2(r, c, h, sc, part_ops_, lse_.get());
+  plan_shift(source, sc, lse_.get());
   const std::size_t kc = apply_columns_per_pass(r.count, c.count, k);
   std::vector<float> staging(kc < k ? std::max(std::size_t(r.count), std::size_t(c.count)) * kc : 0);
   for (std::size_t c0 = 0; c0 < k; c0 += kc) {
@@ -404,12 +418,16 @@ void CudaBackend::apply(const PlanParams& p, Side rows, std::span<const float> v
         std::memcpy(&staging[std::size_t(j) * width], &v[std::size_t(j) * k + c0], width * sizeof(float));
       vin_.upload(std::span<const float>(staging.data(), std::size_t(c.count) * width), stream_);
     }
-    const ReductionPlan plan = plan_apply(r, c, d_, static_cast<int>(width), resident_blocks_);
     out_.reserve(std::size_t(r.count) * width);
     FLASHOT_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, sizeof(float) * r.count * width, stream_));
     FLASHOT_CUDA_CHECK(cudaMemsetAsync(wsum_.get(), 0, sizeof(float) * r.count, stream_));
-    launch_apply(r, c, h, sc, lse_.get(), vin_.get(), static_cast<int>(width), plan, out_.get(), wsum_.get(),
-                 stream_);
+    if (use_mma_) {
+      apply_mma_pass(source, sc, lse_.get(), vin_.get(), static_cast<int>(width), nullptr, out_.get(), wsum_.get());
+    } else {
+      const ReductionPlan plan = plan_apply(r, c, d_, static_cast<int>(width), resident_blocks_);
+      launch_apply(r, c, h, sc, lse_.get(), vin_.get(), static_cast<int>(width), plan, out_.get(), wsum_.get(),
+                   stream_);
+    }
     launch_apply_scale(r, pot, lse_.get(), wsum_.get(), static_cast<int>(width), normalized, sc, out_.get(),
                        stream_);
     if (width == k) {
@@ -422,6 +440,118 @@ void CudaBackend::apply(const PlanParams& p, Side rows, std::span<const float> v
         std::memcpy(&out[std::size_t(i) * k + c0], &staging[std::size_t(i) * width], width * sizeof(float));
     }
   }
+}
+
+void CudaBackend::plan_shift(bool source, const Scale& sc, float* lse) const {
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const float* h = source ? g_.get() : f_.get();
+  if (!use_mma_) {
+    row_lse2(r, c, h, sc, part_ops_, lse);
+    return;
+  }
+  const ReductionPlan& plan = source ? plan_rows_ : plan_cols_;
+  part_ops_.reserve(std::size_t(plan.splits) * r.count);
+  side_lse(source, h, sc, plan, part_ops_.get(), nullptr);
+  const FinalizeSide side{part_ops_.get(), plan.splits, r.norm2, lse, nullptr, 1.f, r.count};
+  launch_finalize(Finalize::kLse2, side, {}, sc.epsilon, sc.s, nullptr, op_flag_.get(), stream_);
+}
+
+void CudaBackend::apply_mma_pass(bool source, const Scale& sc, const float* lse, const float* v, int k,
+                                 const MmaBilinear* bilinear, float* out, float* wsum) const {
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const std::size_t split = std::size_t(mma_values_rows(k)) * mma_values_stride(c.count);
+  vhi_.reserve(split);
+  vlo_.reserve(split);
+  vinv_.reserve(mma_values_rows(k));
+  vmax_.reserve(k);
+  const MmaValues values =
+      launch_split_values(v, c.count, k, vhi_.get(), vlo_.get(), vinv_.get(), vmax_.get(), stream_);
+  const ReductionPlan plan = plan_apply_mma(r, c, resident_blocks_);
+  launch_apply_mma(r, c, source ? xop_ : yop_, source ? yop_ : xop_, source ? g_.get() : f_.get(), sc, lse, values,
+                   bilinear, plan, out, wsum, stream_);
+}
+
+namespace {
+/// Largest Euclidean norm of the rows of a (count × e) matrix, and the power of two that puts its largest |entry|
+/// in [128, 256) (the tensor-core operands' convention, as in the constructor).
+struct RowBounds {
+  double norm = 0;
+  float scale = 1;
+};
+RowBounds row_bounds(std::span<const float> a, std::size_t e) {
+  RowBounds out;
+  float largest = 0;
+  for (std::size_t i = 0; i < a.size() / e; ++i) {
+    double n2 = 0;
+    for (std::size_t c = 0; c < e; ++c) {
+      const float x = a[i * e + c];
+      n2 += double(x) * x;
+      largest = std::max(largest, std::abs(x));
+    }
+    out.norm = std::max(out.norm, std::sqrt(n2));
+  }
+  out.scale = largest > 0 && std::isfinite(largest) ? std::ldexp(1.0f, 7 - std::ilogb(largest)) : 1.0f;
+  return out;
+}
+}  // namespace
+
+void CudaBackend::apply_bilinear(const PlanParams& p, Side rows, std::span<const float> u, std::span<const float> w,
+                                 std::size_t e, std::span<const float> v, std::size_t k, std::span<float> out) const {
+  const int ei = static_cast<int>(std::min<std::size_t>(e, INT32_MAX));
+  const bool tensor = use_mma_ && mma_supports(ei);
+  const bool fma = !use_mma_ && bilinear_fma_supports(d_, ei);
+  if (e == 0 || k == 0 || (!tensor && !fma)) {
+    // Other shapes (and the argument errors) go to the default: plain applications of derived columns.
+    Backend::apply_bilinear(p, rows, u, w, e, v, k, out);
+    return;
+  }
+  const bool source = rows == Side::kSource;
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  if (u.size() != std::size_t(r.count) * e || w.size() != std::size_t(c.count) * e ||
+      v.size() != std::size_t(c.count) * k || out.size() != std::size_t(r.count) * k)
+    throw std::invalid_argument("apply_bilinear: u, w, v, out sizes do not agree with e = " + std::to_string(e) +
+                                " and k = " + std::to_string(k));
+  DeviceScope scope(device_);
+  const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
+  const float* h = source ? g_.get() : f_.get();
+  const float* pot = source ? f_.get() : g_.get();
+  const int ki = static_cast<int>(k);
+  lse_.reserve(r.count);
+  wsum_.reserve(r.count);
+  op_flag_.reserve(1);
+  uin_.upload(u, stream_);
+  win_.upload(w, stream_);
+  vin_.upload(v, stream_);
+  plan_shift(source, sc, lse_.get());
+  out_.reserve(std::size_t(r.count) * k);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, sizeof(float) * r.count * k, stream_));
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(wsum_.get(), 0, sizeof(float) * r.count, stream_));
+  if (tensor) {
+    // ⟨u_i, w_j⟩ ≤ max‖u‖·max‖w‖ (Cauchy–Schwarz): a power of two maps the stored products into [−1, 1], so that
+    // the bilinear weights stay in fp16's range.
+    const RowBounds bu = row_bounds(u, e), bw = row_bounds(w, e);
+    const double bound = bu.norm * bu.scale * bw.norm * bw.scale;
+    int exponent = 0;
+    if (bound > 0 && std::isfinite(bound)) std::frexp(bound, &exponent);
+    const int padded = (ei + 15) / 16 * 16;
+    uhi_.reserve(std::size_t(r.count) * padded);
+    ulo_.reserve(std::size_t(r.count) * padded);
+    whi_.reserve(std::size_t(c.count) * padded);
+    wlo_.reserve(std::size_t(c.count) * padded);
+    launch_split_rows(uin_.get(), r.count, ei, padded, bu.scale, uhi_.get(), ulo_.get(), stream_);
+    launch_split_rows(win_.get(), c.count, ei, padded, bw.scale, whi_.get(), wlo_.get(), stream_);
+    const MmaBilinear bilinear{{uhi_.get(), ulo_.get(), padded, bu.scale, MmaMode::kSplitFp16},
+                               {whi_.get(), wlo_.get(), padded, bw.scale, MmaMode::kSplitFp16},
+                               static_cast<float>(std::ldexp(1.0, -exponent))};
+    apply_mma_pass(source, sc, lse_.get(), vin_.get(), ki, &bilinear, out_.get(), wsum_.get());
+  } else {
+    const ReductionPlan plan = plan_apply_bilinear_fma(r, c, resident_blocks_);
+    launch_apply_bilinear_fma(r, c, h, sc, lse_.get(), uin_.get(), win_.get(), ei, vin_.get(), ki, plan, out_.get(),
+                              wsum_.get(), stream_);
+  }
+  launch_apply_scale(r, pot, lse_.get(), wsum_.get(), ki, false, sc, out_.get(), stream_);
+  out_.download(out, stream_);
+  sync();
 }
 
 void CudaBackend::apply_queries(const PlanParams& p, Side from, PointsView q, std::span<const float> v,

@@ -4,7 +4,6 @@
 // products at the tensor-core rate. Single-term fp16 / bf16 are the faster, coarser options (Precision::kTf32 /
 // kBf16). Coordinates are scaled by a power of two so that fp16 neither overflows nor goes subnormal.
 
-#include <atomic>
 #include <cmath>
 #include <stdexcept>
 #include <type_traits>
@@ -12,6 +11,7 @@
 #include "device_common.cuh"
 #include "error.hpp"
 #include "mma.cuh"
+#include "mma_device.cuh"
 
 namespace flashot::detail::cuda {
 namespace {
@@ -20,29 +20,6 @@ constexpr int kMmaThreads = 128;                   // 4 warps
 constexpr int kWarpRows = 32;                      // two m16 subtiles per warp
 constexpr int kMmaBlockRows = 4 * kWarpRows;       // (BM) 128
 constexpr int kMmaTile = 64;                       // (BN) columns per shared-memory tile: eight n8 subtiles
-
-__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                          std::uint32_t b1, bool bf16) {
-  if (bf16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-/// 16-byte global→shared copy that bypasses registers; `valid` false writes zeros.
-__device__ __forceinline__ void copy_async16(void* shared, const void* global, bool valid) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global), "r"(valid ? 16 : 0));
-}
 
 /// Dynamic shared memory of one kernel instantiation: two stages of the column tile.
 constexpr int mma_shared_bytes(int ks, int terms) {
@@ -320,18 +297,6 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
       const int i = row0 + mt * 16 + gr + hh * 8;
       if (t == 0 && i < x.count) atomicAdd(&rsum[i], sum);
     }
-}
-
-/// Raises a kernel's dynamic shared-memory limit once per device (the attribute is per device and per kernel).
-template <auto Kernel>
-void allow_shared_bytes(int bytes) {
-  static std::atomic<std::uint64_t> done_devices{0};
-  int device = 0;
-  FLASHOT_CUDA_CHECK(cudaGetDevice(&device));
-  const std::uint64_t bit = std::uint64_t(1) << (device % 64);
-  if (done_devices.load() & bit) return;
-  FLASHOT_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  done_devices.fetch_or(bit);
 }
 
 /// Calls fn(std::integral_constant<int, KS>{}) for the run-time KS = padded d / 16 (1..8).

@@ -1,7 +1,8 @@
 // Times the CUDA backend's operations alone (no solve bookkeeping): `iterate(p, K)` as one CUDA graph, one
-// softmin, and P·V with k = d + 2 (what the primal cost needs), on the problem `flashot bench` uses (seeded N(0,1)
-// points, weights U(0,1) + 0.1). Prints one line per (n, d, scheme) with the median of the repeats, and the
-// symmetric step from warm potentials (where the one-pass step is not redone).
+// softmin, P·V with k = d + 2 (what the primal cost needs) and k = 64, and the Hessian's bilinear application, on
+// the problem `flashot bench` uses (seeded N(0,1) points, weights U(0,1) + 0.1). Prints one line per (n, d, scheme)
+// with the median of the repeats, and the symmetric step from warm potentials (where the one-pass step is not
+// redone).
 // usage: cuda_iterate_bench [n ...] -- [d ...]   (defaults: n = 10000 100000, d = 3 64)
 #include <algorithm>
 #include <chrono>
@@ -93,7 +94,17 @@ int main(int argc, char** argv) {
       const detail::PlanParams pp{0.1, 1.0};
       const double sm = median_ms([&] { backend->softmin(pp, Side::kSource, out); }, 10);
       const double ap = median_ms([&] { backend->apply(pp, Side::kSource, v, d + 2, false, outk); }, 5);
-      std::printf("ops n=%zu d=%zu: softmin %.3f ms, apply k=%zu %.3f ms\n", n, d, sm, d + 2, ap);
+      std::vector<float> v64(n * 64, 1.f), out64(n * 64);
+      const double ap64 = median_ms([&] { backend->apply(pp, Side::kSource, v64, 64, false, out64); }, 5);
+      std::printf("ops n=%zu d=%zu: softmin %.3f ms, apply k=%zu %.3f ms, apply k=64 %.3f ms\n", n, d, sm, d + 2,
+                  ap, ap64);
+      // The Hessian's second moment (e = k = d, w = v = y). With fp32 scores at d > 16 it is the default
+      // Backend::apply_bilinear (d(d+1)/2 applied columns): not timed there.
+      if (precision != Precision::kFp32 || d <= 16) {
+        std::vector<float> u(n * d, 0.5f), moment(n * d);
+        const double bl = median_ms([&] { backend->apply_bilinear(pp, Side::kSource, u, y, d, y, d, moment); }, 5);
+        std::printf("ops n=%zu d=%zu: apply_bilinear e=k=%zu %.3f ms\n", n, d, d, bl);
+      }
       std::fflush(stdout);
       }
     }
