@@ -3,6 +3,19 @@
 // fp16 terms (x = x_hi + x_lo) and sums x_hi·y_hi + x_hi·y_lo + x_lo·y_hi: 22 bits of mantissa, fp32-class dot
 // products at the tensor-core rate. Single-term fp16 / bf16 are the faster, coarser options (Precision::kTf32 /
 // kBf16). Coordinates are scaled by a power of two so that fp16 neither overflows nor goes subnormal.
+//
+// Pipeline (MmaTileCore::run_tiles). A tile costs about as much tensor-core time (64 mma per warp in fp16) as MUFU
+// time (64 ex2 per lane), so the loop is software-pipelined as in FlashAttention-3's intra-warp overlap: while the
+// scores of column tile t sit in registers, the warp issues the mma of tile t + 1 into a second score array and then
+// runs tile t's epilogue (bias FMA, exp2, row and column sums). Both are in one basic block without a barrier, so
+// ptxas interleaves HMMA with MUFU.EX2 and the FMAs. Tile t + 2 streams into the shared-memory stage tile t vacated
+// (cp.async, two stages); the column biases of tile t + 1 are loaded from global memory during tile t's math and
+// stored to a second vtile buffer; the sums kernel's per-warp column sums are double-buffered too, so each tile
+// costs one __syncthreads instead of two (LSE) or three (sums). B fragments come from ldmatrix.x4 (two k16 steps
+// per instruction). The per-entry arithmetic and the order of every sum are unchanged. The second score array
+// costs 64 registers (fewer resident blocks); where the overlapped variant would spill (split fp16: d > 48 in the
+// LSE, d > 32 in the sums; fp16 / bf16: d > 112 and d > 80; see overlap_fits), the kernels run the same loop with
+// one score array: the products of tile t right before its epilogue, tile t + 1 streaming in meanwhile.
 
 #include <cmath>
 #include <stdexcept>
@@ -26,12 +39,24 @@ constexpr int mma_shared_bytes(int ks, int terms) {
   return 2 * (terms == 3 ? 2 : 1) * kMmaTile * (16 * ks + 8) * 2;
 }
 
+/// Loads four 8×8 b16 matrices from shared memory (ldmatrix .x4): lane L gives the address of row L % 8 of matrix
+/// L / 8, and register q of lane (g, t) = (L / 4, L % 4) receives row g, elements 2t and 2t + 1 of matrix q — the
+/// B-fragment layout of m16n8k16 when a matrix row is one column point's 8 consecutive coordinates.
+__device__ __forceinline__ void load_matrices_x4(const std::uint16_t* row, std::uint32_t (&r)[4]) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address)
+               : "memory");
+}
+
 /// The operands of one warp's 32 rows and the double-buffered column tiles, shared by the LSE and the one-pass sums
 /// kernels. KS = padded d / 16; TERMS = 1 (one operand type) or 3 (hi·hi + hi·lo + lo·hi).
 template <int KS, int TERMS, bool BF16>
 struct MmaTileCore {
   static constexpr int DP = 16 * KS;      // padded dimension (halves per point)
-  static constexpr int kStride = DP + 8;  // halves per shared row: +16 bytes keeps the fragment loads conflict-free
+  static constexpr int kStride = DP + 8;  // halves per shared row: an odd number of 16-byte units, so the 8 rows
+                                          // of one ldmatrix phase fall in 8 distinct bank groups
   static constexpr int kArrays = TERMS == 3 ? 2 : 1;
   static constexpr int kStage = kArrays * kMmaTile * kStride;  // halves per pipeline stage
 
@@ -70,7 +95,30 @@ struct MmaTileCore {
     asm volatile("cp.async.commit_group;\n" ::);
   }
 
-  /// s = ⟨row, column⟩ (scaled operands) of the warp's 32 × 64 tile: (m16, n8, C fragment).
+  /// The B fragments of n8 subtile nt, k16 steps ks and ks + 1, of one array of a stage: b[2·(s − ks) + h] holds coordinates (s·16 + h·8 + 2t, + 1) of column point nt·8 + g.
+  static __device__ __forceinline__ void load_b_pair(const std::uint16_t* array, int nt, int ks,
+                                                     std::uint32_t (&b)[4]) {
+    const int lane = threadIdx.x % 32, m = lane / 8;
+    load_matrices_x4(array + (nt * 8 + lane % 8) * kStride + ks * 16 + (m >> 1) * 16 + (m & 1) * 8, b);
+  }
+  /// The products of k16 step ks into C fragments s[·][nt], in the order hi·hi, hi·lo, lo·hi.
+  __device__ __forceinline__ void mma_step(float (&s)[2][8][4], int nt, int ks, std::uint32_t b0, std::uint32_t b1,
+                                           std::uint32_t l0, std::uint32_t l1) const {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) mma_16816(s[mt][nt], a_hi[mt][ks], b0, b1, BF16);
+    if constexpr (TERMS == 3) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        mma_16816(s[mt][nt], a_hi[mt][ks], l0, l1, BF16);
+        mma_16816(s[mt][nt], a_lo[mt][ks], b0, b1, BF16);
+      }
+    }
+  }
+
+  /// s = ⟨row, column⟩ (scaled operands) of the warp's 32 × 64 tile: (m16, n8, C fragment). PAIRS loads the B
+  /// fragments of two k16 steps per ldmatrix (a quarter of the shared loads, more live registers); otherwise two
+  /// 32-bit loads per k16 step and array.
+  template <bool PAIRS>
   __device__ __forceinline__ void scores(const std::uint16_t* stage_base, float (&s)[2][8][4]) const {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const std::uint16_t* ytile_hi = stage_base;
@@ -81,26 +129,119 @@ struct MmaTileCore {
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int q = 0; q < 4; ++q) s[mt][nt][q] = 0.f;
-      const int base = (nt * 8 + g) * kStride + 2 * t;
+      constexpr int kPaired = PAIRS ? KS / 2 * 2 : 0;  // k16 steps loaded two at a time
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) {
-        const std::uint32_t b0 = *reinterpret_cast<const std::uint32_t*>(&ytile_hi[base + ks * 16]);
-        const std::uint32_t b1 = *reinterpret_cast<const std::uint32_t*>(&ytile_hi[base + ks * 16 + 8]);
+      for (int ks = 0; ks < kPaired; ks += 2) {
+        std::uint32_t b[4], l[4] = {0u, 0u, 0u, 0u};
+        load_b_pair(ytile_hi, nt, ks, b);
+        if constexpr (TERMS == 3) load_b_pair(ytile_lo, nt, ks, l);
+        mma_step(s, nt, ks, b[0], b[1], l[0], l[1]);
+        mma_step(s, nt, ks + 1, b[2], b[3], l[2], l[3]);
+      }
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) mma_16816(s[mt][nt], a_hi[mt][ks], b0, b1, BF16);
+      for (int ks = kPaired; ks < KS; ++ks) {
+        const int o = (nt * 8 + g) * kStride + ks * 16 + 2 * t;
+        const std::uint32_t b0 = *reinterpret_cast<const std::uint32_t*>(&ytile_hi[o]);
+        const std::uint32_t b1 = *reinterpret_cast<const std::uint32_t*>(&ytile_hi[o + 8]);
+        std::uint32_t l0 = 0u, l1 = 0u;
         if constexpr (TERMS == 3) {
-          const std::uint32_t l0 = *reinterpret_cast<const std::uint32_t*>(&ytile_lo[base + ks * 16]);
-          const std::uint32_t l1 = *reinterpret_cast<const std::uint32_t*>(&ytile_lo[base + ks * 16 + 8]);
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            mma_16816(s[mt][nt], a_hi[mt][ks], l0, l1, BF16);
-            mma_16816(s[mt][nt], a_lo[mt][ks], b0, b1, BF16);
-          }
+          l0 = *reinterpret_cast<const std::uint32_t*>(&ytile_lo[o]);
+          l1 = *reinterpret_cast<const std::uint32_t*>(&ytile_lo[o + 8]);
         }
+        mma_step(s, nt, ks, b0, b1, l0, l1);
       }
     }
   }
+
+  /// The pipeline over this block's column tiles it = 0 .. tiles − 1 (tile it starts at column tile_start(it);
+  /// columns ≥ j_end are masked; bias_at(j) is column j's bias). epilogue(s, vt, parity, it) consumes the scores s
+  /// of tile it with its biases vt[0, BN); after the tile's barrier, drain(parity, it) may read what that epilogue
+  /// wrote to shared memory (buffers indexed by parity = it % 2 are rewritten two tiles later, after a barrier).
+  ///
+  /// OVERLAP: step it holds the scores of tile it, computes those of tile it + 1 into the other array, then runs
+  /// the epilogue of tile it. Stage it % 2 holds tile it; tile it + 2 is copied into it during step it (tile it
+  /// was read in step it − 1, before that step's barrier) and waited for before step it's barrier. Without
+  /// OVERLAP: one array; tile it + 1 is copied into stage (it + 1) % 2 while tile it is multiplied and consumed.
+  /// Either way vtile[p] (biases of tile it, p = it % 2; 128 entries, so that every thread stores without a
+  /// branch) is written before the barrier that precedes its reader, and after the barrier that follows the
+  /// previous reader of the same buffer.
+  template <bool OVERLAP, typename TileStart, typename Bias, typename Epilogue, typename Drain>
+  __device__ __forceinline__ void run_tiles(std::uint16_t* smem, float (&vtile)[2][kMmaThreads],
+                                            const MmaOperands& cop, int tiles, int j_end, TileStart tile_start,
+                                            Bias bias_at, Epilogue epilogue, Drain drain) const {
+    if (tiles <= 0) return;
+    const int c = threadIdx.x % kMmaTile;
+    // Column c's bias of tile it (with OVERLAP, loaded before tile it − 1's math and stored after it).
+    const auto bias_of = [&](int it) {
+      const int j = tile_start(it) + c;
+      const float b = bias_at(min(j, j_end - 1));
+      return j < j_end ? b : -INFINITY;
+    };
+    if constexpr (!OVERLAP) {
+      // One score array: tile it + 1 streams in while tile it's products and epilogue run back to back.
+      load_tile(smem, cop, 0, tile_start(0), j_end);
+      vtile[0][threadIdx.x] = bias_of(0);
+      asm volatile("cp.async.wait_group 0;\n" ::);
+      __syncthreads();
+      for (int it = 0; it < tiles; ++it) {
+        const int parity = it & 1;
+        if (it + 1 < tiles) load_tile(smem, cop, parity ^ 1, tile_start(it + 1), j_end);
+        float s[2][8][4];
+        scores<false>(smem + parity * kStage, s);
+        epilogue(s, vtile[parity], parity, it);
+        vtile[parity ^ 1][threadIdx.x] = bias_of(it + 1);
+        asm volatile("cp.async.wait_group 0;\n" ::);  // tile it + 1
+        __syncthreads();
+        drain(parity, it);
+      }
+      return;
+    }
+    const auto step = [&](float (&s)[2][8][4], float (&s_next)[2][8][4], int it, int parity) {
+      if (it + 2 < tiles) load_tile(smem, cop, parity, tile_start(it + 2), j_end);
+      const float next_bias = bias_of(it + 1);
+      scores<true>(smem + (parity ^ 1) * kStage, s_next);
+      epilogue(s, vtile[parity], parity, it);
+      vtile[parity ^ 1][threadIdx.x] = next_bias;
+      asm volatile("cp.async.wait_group 0;\n" ::);  // tile it + 2, read by the next step
+      __syncthreads();
+      drain(parity, it);
+    };
+    const auto finish = [&](float (&s)[2][8][4], int it, int parity) {
+      epilogue(s, vtile[parity], parity, it);
+      __syncthreads();
+      drain(parity, it);
+    };
+
+    load_tile(smem, cop, 0, tile_start(0), j_end);
+    if (tiles > 1) load_tile(smem, cop, 1, tile_start(1), j_end);
+    vtile[0][threadIdx.x] = bias_of(0);
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    __syncthreads();
+    float sa[2][8][4], sb[2][8][4];
+    scores<true>(smem, sa);
+    __syncthreads();  // step 0 refills stage 0
+    // Unrolled by two so that the score arrays swap roles without register moves.
+    int it = 0;
+    for (; it + 1 < tiles; it += 2) {
+      step(sa, sb, it, 0);
+      if (it + 2 == tiles) {
+        finish(sb, it + 1, 1);
+        return;
+      }
+      step(sb, sa, it + 1, 1);
+    }
+    finish(sa, it, 0);  // tiles is odd: it = tiles − 1
+  }
 };
+
+/// Whether the overlapped pipeline (two live score arrays, 2 × 64 registers, beside the A fragments: 8·KS registers
+/// per operand array) compiles without spills under the 255-register limit of __launch_bounds__(128). Measured with
+/// ptxas -v (CUDA 13.0, sm_90); beyond these limits the sequential pipeline runs.
+template <int KS, int TERMS, bool LSE>
+constexpr bool overlap_fits() {
+  if constexpr (LSE) return TERMS == 3 ? KS <= 3 : KS <= 7;
+  return TERMS == 3 ? KS <= 2 : KS <= 5;
+}
 
 template <int KS, int TERMS, bool BF16>
 __global__ void __launch_bounds__(kMmaThreads) lse_mma_kernel(PointSet rows, PointSet cols, MmaOperands rop,
@@ -109,9 +250,8 @@ __global__ void __launch_bounds__(kMmaThreads) lse_mma_kernel(PointSet rows, Poi
                                                               float2* __restrict__ partials, const int* guard) {
   if (guard != nullptr && *guard == 0) return;
   using Core = MmaTileCore<KS, TERMS, BF16>;
-  // Two stages: the next column tile streams in (cp.async) while the tensor cores work on this one.
   extern __shared__ __align__(16) std::uint16_t smem[];  // (2 stages, arrays, BN, DP + 8)
-  __shared__ __align__(8) float vtile[2][kMmaTile];     // (2 stages, BN) column biases
+  __shared__ __align__(8) float vtile[2][kMmaThreads];  // (2 stages, BN used of 128) column biases
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int row0 = blockIdx.x * kMmaBlockRows + warp * kWarpRows;
   Core core;
@@ -125,30 +265,18 @@ __global__ void __launch_bounds__(kMmaThreads) lse_mma_kernel(PointSet rows, Poi
 
   const int j_begin = blockIdx.y * cols_per_split;
   const int j_end = min(cols.count, j_begin + cols_per_split);
-  if (j_begin < j_end) Core::load_tile(smem, cop, 0, j_begin, j_end);
-  for (int j0 = j_begin, it = 0; j0 < j_end; j0 += kMmaTile, ++it) {
-    const int cur = it & 1;
-    if (j0 + kMmaTile < j_end) {
-      Core::load_tile(smem, cop, cur ^ 1, j0 + kMmaTile, j_end);
-      asm volatile("cp.async.wait_group 1;\n" ::);
-    } else {
-      asm volatile("cp.async.wait_group 0;\n" ::);
-    }
-    if (threadIdx.x < kMmaTile) {
-      const int j = j0 + threadIdx.x;
-      vtile[cur][threadIdx.x] = j < j_end ? column_bias(cols, h, sc, j) : -INFINITY;
-    }
-    __syncthreads();
-    float s[2][8][4];
-    core.scores(smem + cur * Core::kStage, s);
+  const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
+  const auto tile_start = [&](int it) { return j_begin + it * kMmaTile; };
+  const auto bias_at = [&](int j) { return column_bias(cols, h, sc, j); };
+  // Online log-sum-exp of rows g and g + 8 of each m16 subtile; the 4 lanes of a row share its max.
+  const auto epilogue = [&](float (&s)[2][8][4], const float* vt, int, int) {
     float bias[8][2];  // (n8, 2) this lane's columns nt·8 + 2t + q
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      const float2 b2 = *reinterpret_cast<const float2*>(&vtile[cur][nt * 8 + 2 * t]);
+      const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
       bias[nt][0] = b2.x;
       bias[nt][1] = b2.y;
     }
-    // Online log-sum-exp of rows g and g + 8 of each m16 subtile; the 4 lanes of a row share its max.
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -175,8 +303,9 @@ __global__ void __launch_bounds__(kMmaThreads) lse_mma_kernel(PointSet rows, Poi
           for (int q = 0; q < 2; ++q) sum += fast_exp2(s[mt][nt][2 * hh + q] - run_max[mt][hh]);
         run_sum[mt][hh] += sum;
       }
-    __syncthreads();  // the next iteration's copies overwrite the stage read here
-  }
+  };
+  core.template run_tiles<overlap_fits<KS, TERMS, true>()>(smem, vtile, cop, tiles, j_end, tile_start, bias_at,
+                                                           epilogue, [](int, int) {});
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -213,9 +342,9 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
                                                                float* __restrict__ csum, const int* skip) {
   if (skip != nullptr && *skip != 0) return;
   using Core = MmaTileCore<KS, TERMS, BF16>;
-  extern __shared__ __align__(16) std::uint16_t smem[];        // (2 stages, arrays, BN, DP + 8)
-  __shared__ __align__(8) float vtile[2][kMmaTile];            // (2 stages, BN) column biases v_j
-  __shared__ __align__(8) float colbuf[kMmaThreads / 32][kMmaTile];  // (warps, BN) per-warp column sums
+  extern __shared__ __align__(16) std::uint16_t smem[];                 // (2 stages, arrays, BN, DP + 8)
+  __shared__ __align__(8) float vtile[2][kMmaThreads];                  // (2 stages, BN used of 128) biases v_j
+  __shared__ __align__(8) float colbuf[2][kMmaThreads / 32][kMmaTile];  // (2 tiles, warps, BN) column sums
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gr = lane / 4, t = lane % 4;
   const int row0 = blockIdx.x * kMmaBlockRows + warp * kWarpRows;
   Core core;
@@ -238,28 +367,14 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
   const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
   // Blocks of one split start at different tiles so that their column atomics do not all hit one address range.
   const auto tile_start = [&](int it) { return j_begin + ((it + blockIdx.x) % tiles) * kMmaTile; };
-  if (tiles > 0) Core::load_tile(smem, yop, 0, tile_start(0), j_end);
-  for (int it = 0; it < tiles; ++it) {
-    const int cur = it & 1, j0 = tile_start(it);
-    if (it + 1 < tiles) {
-      Core::load_tile(smem, yop, cur ^ 1, tile_start(it + 1), j_end);
-      asm volatile("cp.async.wait_group 1;\n" ::);
-    } else {
-      asm volatile("cp.async.wait_group 0;\n" ::);
-    }
-    if (threadIdx.x < kMmaTile) {
-      const int j = j0 + threadIdx.x;
-      vtile[cur][threadIdx.x] = j < j_end ? column_bias(y, g, sc, j) : -INFINITY;
-    }
-    __syncthreads();
-    float s[2][8][4];
-    core.scores(smem + cur * Core::kStage, s);
+  const auto bias_at = [&](int j) { return column_bias(y, g, sc, j); };
+  const auto epilogue = [&](float (&s)[2][8][4], const float* vt, int parity, int) {
     float col[16];  // (n8, 2): Σ over this lane's four rows of a_i E_ij, columns nt·8 + 2t + q
 #pragma unroll
     for (int c = 0; c < 16; ++c) col[c] = 0.f;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      const float2 b2 = *reinterpret_cast<const float2*>(&vtile[cur][nt * 8 + 2 * t]);
+      const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -276,17 +391,20 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
     column_halving<8, 16>(col, lane & 16);
     column_halving<4, 8>(col, lane & 8);
     column_halving<2, 4>(col, lane & 4);
-    *reinterpret_cast<float2*>(&colbuf[warp][gr * 8 + 2 * t]) = make_float2(col[0], col[1]);
-    __syncthreads();
+    *reinterpret_cast<float2*>(&colbuf[parity][warp][gr * 8 + 2 * t]) = make_float2(col[0], col[1]);
+  };
+  // After the tile's barrier: the four warps' column sums of tile it, one atomic per column.
+  const auto drain = [&](int parity, int it) {
     if (threadIdx.x < kMmaTile) {
-      const int j = j0 + threadIdx.x;
+      const int j = tile_start(it) + threadIdx.x;
       float total = 0.f;
 #pragma unroll
-      for (int w = 0; w < kMmaThreads / 32; ++w) total += colbuf[w][threadIdx.x];
+      for (int w = 0; w < kMmaThreads / 32; ++w) total += colbuf[parity][w][threadIdx.x];
       if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
     }
-    __syncthreads();  // the next iteration's copies overwrite the stage read here, and colbuf is rewritten
-  }
+  };
+  core.template run_tiles<overlap_fits<KS, TERMS, false>()>(smem, vtile, yop, tiles, j_end, tile_start, bias_at,
+                                                            epilogue, drain);
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
