@@ -95,12 +95,14 @@ struct MmaTileCore {
     asm volatile("cp.async.commit_group;\n" ::);
   }
 
-  /// The B fragments of n8 subtile nt, k16 steps ks and ks + 1, of one array of a stage: b[2·(s − ks) + h] holds coordinates (s·16 + h·8 + 2t, + 1) of column point nt·8 + g.
+  /// The B fragments of n8 subtile nt, k16 steps ks and ks + 1, of one array of a stage: b[2·(s − ks) + h] holds
+  /// coordinates s·16 + h·8 + 2t and + 1 of column point nt·8 + g (matrix m = lane / 8 starts at k = ks·16 + m·8).
   static __device__ __forceinline__ void load_b_pair(const std::uint16_t* array, int nt, int ks,
                                                      std::uint32_t (&b)[4]) {
     const int lane = threadIdx.x % 32, m = lane / 8;
     load_matrices_x4(array + (nt * 8 + lane % 8) * kStride + ks * 16 + (m >> 1) * 16 + (m & 1) * 8, b);
   }
+
   /// The products of k16 step ks into C fragments s[·][nt], in the order hi·hi, hi·lo, lo·hi.
   __device__ __forceinline__ void mma_step(float (&s)[2][8][4], int nt, int ks, std::uint32_t b0, std::uint32_t b1,
                                            std::uint32_t l0, std::uint32_t l1) const {
