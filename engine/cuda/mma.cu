@@ -11,11 +11,12 @@
 // ptxas interleaves HMMA with MUFU.EX2 and the FMAs. Tile t + 2 streams into the shared-memory stage tile t vacated
 // (cp.async, two stages); the column biases of tile t + 1 are loaded from global memory during tile t's math and
 // stored to a second vtile buffer; the sums kernel's per-warp column sums are double-buffered too, so each tile
-// costs one __syncthreads instead of two (LSE) or three (sums). B fragments come from ldmatrix.x4 (two k16 steps
-// per instruction). The per-entry arithmetic and the order of every sum are unchanged. The second score array
-// costs 64 registers (fewer resident blocks); where the overlapped variant would spill (split fp16: d > 48 in the
-// LSE, d > 32 in the sums; fp16 / bf16: d > 112 and d > 80; see overlap_fits), the kernels run the same loop with
-// one score array: the products of tile t right before its epilogue, tile t + 1 streaming in meanwhile.
+// costs one __syncthreads instead of two (LSE) or three (sums). The per-entry arithmetic and the order of every sum
+// are unchanged. The second score array costs up to 64 registers (fewer resident blocks for some instantiations);
+// the split operands beyond d = 64 would spill, so there the kernels run the same loop with one score array: the
+// products of tile t right before its epilogue, tile t + 1 streaming in meanwhile. B fragments come from
+// ldmatrix.x4 (two k16 steps per instruction) where that still fits, 32-bit shared loads elsewhere (overlap_fits,
+// ldmatrix_pairs).
 
 #include <cmath>
 #include <stdexcept>
@@ -166,14 +167,14 @@ struct MmaTileCore {
   /// OVERLAP: one array; tile it + 1 is copied into stage (it + 1) % 2 while tile it is multiplied and consumed.
   /// Either way vtile[p] (biases of tile it, p = it % 2; 128 entries, so that every thread stores without a
   /// branch) is written before the barrier that precedes its reader, and after the barrier that follows the
-  /// previous reader of the same buffer.
-  template <bool OVERLAP, typename TileStart, typename Bias, typename Epilogue, typename Drain>
+  /// previous reader of the same buffer. PAIRS: the overlapped loop's scores use ldmatrix pairs.
+  template <bool OVERLAP, bool PAIRS, typename TileStart, typename Bias, typename Epilogue, typename Drain>
   __device__ __forceinline__ void run_tiles(std::uint16_t* smem, float (&vtile)[2][kMmaThreads],
                                             const MmaOperands& cop, int tiles, int j_end, TileStart tile_start,
                                             Bias bias_at, Epilogue epilogue, Drain drain) const {
     if (tiles <= 0) return;
     const int c = threadIdx.x % kMmaTile;
-    // Column c's bias of tile it (with OVERLAP, loaded before tile it − 1's math and stored after it).
+    // Column c's bias of tile it (with OVERLAP, loaded at the start of step it − 1 and stored at its end).
     const auto bias_of = [&](int it) {
       const int j = tile_start(it) + c;
       const float b = bias_at(min(j, j_end - 1));
@@ -201,7 +202,7 @@ struct MmaTileCore {
     const auto step = [&](float (&s)[2][8][4], float (&s_next)[2][8][4], int it, int parity) {
       if (it + 2 < tiles) load_tile(smem, cop, parity, tile_start(it + 2), j_end);
       const float next_bias = bias_of(it + 1);
-      scores<true>(smem + (parity ^ 1) * kStage, s_next);
+      scores<PAIRS>(smem + (parity ^ 1) * kStage, s_next);
       epilogue(s, vtile[parity], parity, it);
       vtile[parity ^ 1][threadIdx.x] = next_bias;
       asm volatile("cp.async.wait_group 0;\n" ::);  // tile it + 2, read by the next step
@@ -220,7 +221,7 @@ struct MmaTileCore {
     asm volatile("cp.async.wait_group 0;\n" ::);
     __syncthreads();
     float sa[2][8][4], sb[2][8][4];
-    scores<true>(smem, sa);
+    scores<PAIRS>(smem, sa);
     __syncthreads();  // step 0 refills stage 0
     // Unrolled by two so that the score arrays swap roles without register moves.
     int it = 0;
@@ -236,13 +237,19 @@ struct MmaTileCore {
   }
 };
 
-/// Whether the overlapped pipeline (two live score arrays, 2 × 64 registers, beside the A fragments: 8·KS registers
-/// per operand array) compiles without spills under the 255-register limit of __launch_bounds__(128). Measured with
-/// ptxas -v (CUDA 13.0, sm_90); beyond these limits the sequential pipeline runs.
-template <int KS, int TERMS, bool LSE>
+/// The pipeline of one instantiation, from ptxas -v and the SASS (CUDA 13.0, sm_90, __launch_bounds__(128)):
+/// overlapped where its two live score arrays (2 × 64 registers, beside 8·KS registers of A fragments per operand
+/// array) fit without spills, i.e. every fp16 / bf16 instantiation and the split ones up to d = 64; sequential
+/// beyond. ldmatrix pairs (a quarter of the B-fragment loads) where ptxas still fits them and interleaves HMMA with
+/// MUFU.EX2; elsewhere they made it spill, or schedule the whole epilogue before the products.
+template <int KS, int TERMS>
 constexpr bool overlap_fits() {
-  if constexpr (LSE) return TERMS == 3 ? KS <= 3 : KS <= 7;
-  return TERMS == 3 ? KS <= 2 : KS <= 5;
+  return TERMS == 1 || KS <= 4;
+}
+
+template <int KS, int TERMS, bool LSE>
+constexpr bool ldmatrix_pairs() {
+  return TERMS == 1 && KS <= (LSE ? 7 : 5);
 }
 
 template <int KS, int TERMS, bool BF16>
@@ -306,8 +313,8 @@ __global__ void __launch_bounds__(kMmaThreads) lse_mma_kernel(PointSet rows, Poi
         run_sum[mt][hh] += sum;
       }
   };
-  core.template run_tiles<overlap_fits<KS, TERMS, true>()>(smem, vtile, cop, tiles, j_end, tile_start, bias_at,
-                                                           epilogue, [](int, int) {});
+  core.template run_tiles<overlap_fits<KS, TERMS>(), ldmatrix_pairs<KS, TERMS, true>()>(
+      smem, vtile, cop, tiles, j_end, tile_start, bias_at, epilogue, [](int, int) {});
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -405,8 +412,8 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
       if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
     }
   };
-  core.template run_tiles<overlap_fits<KS, TERMS, false>()>(smem, vtile, yop, tiles, j_end, tile_start, bias_at,
-                                                            epilogue, drain);
+  core.template run_tiles<overlap_fits<KS, TERMS>(), ldmatrix_pairs<KS, TERMS, false>()>(
+      smem, vtile, yop, tiles, j_end, tile_start, bias_at, epilogue, drain);
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
