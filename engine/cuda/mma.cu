@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(kMmaThreads) lse_mma_kernel(PointSet rows, Poi
   if (guard != nullptr && *guard == 0) return;
   using Core = MmaTileCore<KS, TERMS, BF16>;
   extern __shared__ __align__(16) std::uint16_t smem[];  // (2 stages, arrays, BN, DP + 8)
-  __shared__ __align__(8) float vtile[2][kMmaThreads];  // (2 stages, BN used of 128) column biases
+  __shared__ __align__(8) float vtile[2][kMmaThreads];  // (2 tiles, BN used of 128) column biases
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int row0 = blockIdx.x * kMmaBlockRows + warp * kWarpRows;
   Core core;
@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
   if (skip != nullptr && *skip != 0) return;
   using Core = MmaTileCore<KS, TERMS, BF16>;
   extern __shared__ __align__(16) std::uint16_t smem[];                 // (2 stages, arrays, BN, DP + 8)
-  __shared__ __align__(8) float vtile[2][kMmaThreads];                  // (2 stages, BN used of 128) biases v_j
+  __shared__ __align__(8) float vtile[2][kMmaThreads];                  // (2 tiles, BN used of 128) biases v_j
   __shared__ __align__(8) float colbuf[2][kMmaThreads / 32][kMmaTile];  // (2 tiles, warps, BN) column sums
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gr = lane / 4, t = lane % 4;
   const int row0 = blockIdx.x * kMmaBlockRows + warp * kWarpRows;
