@@ -56,7 +56,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 /// The end-to-end job of issue 3 (1M × 1M, d = 50 on one H200 in under 60 s): every phase timed once.
 int end_to_end(std::size_t n, std::size_t m, std::size_t d, double eps, double tolerance, double scaling,
-               std::uint64_t seed, const BackendOptions& backend) {
+               Scheme scheme, std::uint64_t seed, const BackendOptions& backend) {
   std::mt19937_64 rng(seed);
   const std::vector<float> x = normal_points(rng, n * d);
   const std::vector<float> y = normal_points(rng, m * d);
@@ -70,7 +70,7 @@ int end_to_end(std::size_t n, std::size_t m, std::size_t d, double eps, double t
   solve.scaling = scaling;
   solve.tolerance = tolerance;
   solve.max_iterations = 10000;
-  solve.scheme = Scheme::kSymmetric;
+  solve.scheme = scheme;
   const auto solve_start = std::chrono::steady_clock::now();
   const SolveResult result = problem.solve(solve);
   const double solve_seconds = seconds_since(solve_start);
@@ -84,7 +84,7 @@ int end_to_end(std::size_t n, std::size_t m, std::size_t d, double eps, double t
   const DeviceMemory memory = device_memory();
   nlohmann::json report = {
       {"method", "flashot_" + problem.backend_name()}, {"device", problem.device_name()},
-      {"n", n}, {"m", m}, {"d", d}, {"epsilon", eps}, {"scaling", scaling}, {"tolerance", tolerance},
+      {"n", n}, {"m", m}, {"d", d}, {"epsilon", eps}, {"scaling", scaling}, {"scheme", to_string(scheme)}, {"tolerance", tolerance},
       {"iterations", result.iterations}, {"stages", result.stages.size()}, {"converged", result.converged},
       {"marginal_error", result.marginal_error}, {"upload_s", upload}, {"solve_s", solve_seconds},
       {"barycentric_s", project_seconds}, {"total_s", total}, {"projection_sum", checksum},
@@ -136,8 +136,14 @@ int bench_main(const std::vector<std::string>& args) {
     const double tolerance = require_positive_double(vm, "tolerance");
     const double scaling = require_positive_double(vm, "scaling");
     if (scaling >= 1) throw UsageError("--scaling must be in (0, 1) (got " + format_double(scaling) + ")");
-    return end_to_end(n, m, d, eps, tolerance, scaling, static_cast<std::uint64_t>(vm["seed"].as<long long>()),
-                      backend);
+    Scheme scheme;
+    try {
+      scheme = parse_scheme(vm["scheme"].as<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+    return end_to_end(n, m, d, eps, tolerance, scaling, scheme,
+                      static_cast<std::uint64_t>(vm["seed"].as<long long>()), backend);
   }
   SolveOptions solve;
   try {

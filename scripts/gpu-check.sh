@@ -5,8 +5,9 @@
 #   3. compute-sanitizer memcheck and racecheck on small cases;
 #   4. the backend's own timings (tests/bench/cuda_iterate_bench.cpp) and `flashot bench` at the issue's sizes;
 #   5. ../shared/gpu/peers.sh (FlashSinkhorn, GeomLoss/KeOps) against `flashot bench`, when peer wheels are given;
-#   6. the Hessian-vector-product comparison with FlashSinkhorn (tests/bench/hvp_run.sh), when peer wheels are given.
-# Logs go to $OUT (default: gpu-check-out/). Steps can be skipped: TESTS=0 SANITIZE=0 BENCH=0 PEERS=0 HVP=0;
+#   6. the Hessian-vector-product comparison with FlashSinkhorn (tests/bench/hvp_run.sh), when peer wheels are given;
+#   7. the end-to-end job of issue 3: 1M x 1M, d = 50, epsilon-scaling to 1e-3, barycentric projection (E2E=1).
+# Logs go to $OUT (default: gpu-check-out/). Steps can be skipped: TESTS=0 SANITIZE=0 BENCH=0 PEERS=0 HVP=0 E2E=0;
 # SANITIZE_TOOLS (default "memcheck racecheck"), PEERS_ARGS (e.g. --no-keops) and STEP_TIMEOUT (seconds per step,
 # default 600) bound a run on a leased machine. The engine links NCCL (libnccl.so.2): on a machine without it in
 # the loader's path, the copy inside PyTorch's nvidia-nccl wheel is used.
@@ -98,5 +99,10 @@ if [[ ${HVP:-1} == 1 && -d $PEERS_DIR/wheels ]]; then
     --target "$site" "$PEERS_DIR"/wheels/*
   PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout "$limit" bash tests/bench/hvp_run.sh "$BUILD" "$OUT/hvp" 2>&1 | \
     tee "$OUT/hvp.log"
+fi
+if [[ ${E2E:-1} == 1 ]]; then
+  step "end to end: 1M x 1M, d = 50, eps = ${E2E_EPS:-4}"
+  timeout "$limit" "$cli" bench --n 1000000 --d 50 --eps "${E2E_EPS:-4}" --end-to-end --scheme alternating \
+    --backend cuda 2>&1 | tee "$OUT/end-to-end.log"
 fi
 exit $status

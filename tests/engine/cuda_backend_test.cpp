@@ -171,6 +171,42 @@ INSTANTIATE_TEST_SUITE_P(Dimensions, CudaStartFarTest, ::testing::Values(3, 64),
   return "d" + std::to_string(info.param);
 });
 
+// At the sizes above the column splits give every block a single column tile (the planner splits to fill the
+// device). These sizes give every block of the reductions, the one-pass sums and the plan application tens of
+// column tiles, odd and even counts, so the tile pipelines' steady state is what is compared — against the CPU
+// backend (itself held to the fp64 reference by reference_test.cpp), because a dense fp64 reference is slow here.
+class CudaManyTilesTest : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(CudaManyTilesTest, ManyColumnTilesPerBlockMatchTheCpuBackend) {
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const std::size_t d = GetParam();
+  const TestProblem p = make_problem({.n = 12007, .m = 11003, .d = d, .seed = 31, .random_weights = true});
+  SolveOptions o;  // ε-scaling: cold first steps (fallbacks, skipped sums), then one-pass steps
+  o.blur = 0.2;
+  o.scaling = 0.5;
+  o.tolerance = 0;
+  o.max_iterations = 25;
+  Problem gpu(p.xv(), p.yv(), p.a, p.b, backend_options("cuda"));
+  Problem cpu(p.xv(), p.yv(), p.a, p.b, backend_options("cpu"));
+  const SolveResult rg = gpu.solve(o);
+  const SolveResult rc = cpu.solve(o);
+  ASSERT_NE(rg.reason, StopReason::kNonFinite) << rg.message;
+  ASSERT_EQ(rg.iterations, rc.iterations);
+  const std::vector<double> fc(rc.f.begin(), rc.f.end()), gc(rc.g.begin(), rc.g.end());
+  EXPECT_LE(rel_max_diff(rg.f, fc), 2 * kDefaultPrecisionRelTol);
+  EXPECT_LE(rel_max_diff(rg.g, gc), 2 * kDefaultPrecisionRelTol);
+  // Plan application on the same (CPU) potentials: both backends' P·Y over many tiles.
+  const std::vector<float> bg = gpu.barycentric(rc, Side::kSource), bc = cpu.barycentric(rc, Side::kSource);
+  const std::vector<double> bcd(bc.begin(), bc.end());
+  EXPECT_LE(max_abs_diff(bg, bcd), 2 * kPlanRelTol * std::max(1.0, max_abs(bcd)));
+  const std::vector<float> tg = gpu.barycentric(rc, Side::kTarget), tc = cpu.barycentric(rc, Side::kTarget);
+  const std::vector<double> tcd(tc.begin(), tc.end());
+  EXPECT_LE(max_abs_diff(tg, tcd), 2 * kPlanRelTol * std::max(1.0, max_abs(tcd)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dimensions, CudaManyTilesTest, ::testing::Values(16, 64, 100, 128),
+                         [](const auto& info) { return "d" + std::to_string(info.param); });
+
 TEST(CudaBackend, ApplyWithThousandsOfColumnsMatchesTheDensePlan) {
   FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
   const TestProblem p = make_problem({.n = 300, .m = 200, .d = 5, .seed = 23});
