@@ -13,8 +13,9 @@
 // stored to a second vtile buffer; the sums kernel's per-warp column sums are double-buffered too, so each tile
 // costs one __syncthreads instead of two (LSE) or three (sums). The per-entry arithmetic and the order of every sum
 // are unchanged. The second score array costs up to 64 registers (fewer resident blocks for some instantiations);
-// the split operands beyond d = 64 would spill, so there the kernels run the same loop with one score array: the
-// products of tile t right before its epilogue, tile t + 1 streaming in meanwhile. B fragments come from
+// the split operands beyond d = 64 would spill, and the single-product (fp16/bf16) ones lost more occupancy than the
+// overlap gained (measured on the H200), so those run the same loop with one score array: the products of tile t
+// right before its epilogue, tile t + 1 streaming in meanwhile. B fragments come from
 // ldmatrix.x4 (two k16 steps per instruction) where that still fits, 32-bit shared loads elsewhere (overlap_fits,
 // ldmatrix_pairs).
 
@@ -239,12 +240,14 @@ struct MmaTileCore {
 
 /// The pipeline of one instantiation, from ptxas -v and the SASS (CUDA 13.0, sm_90, __launch_bounds__(128)):
 /// overlapped where its two live score arrays (2 × 64 registers, beside 8·KS registers of A fragments per operand
-/// array) fit without spills, i.e. every fp16 / bf16 instantiation and the split ones up to d = 64; sequential
-/// beyond. ldmatrix pairs (a quarter of the B-fragment loads) where ptxas still fits them and interleaves HMMA with
-/// MUFU.EX2; elsewhere they made it spill, or schedule the whole epilogue before the products.
+/// array) fit without spills and pay for the lost occupancy, i.e. the split (default) ones up to d = 64;
+/// sequential otherwise. ldmatrix pairs (a quarter of the B-fragment loads) where ptxas still fits them and
+/// interleaves HMMA with MUFU.EX2; elsewhere they made it spill, or schedule the whole epilogue before the products.
 template <int KS, int TERMS>
 constexpr bool overlap_fits() {
-  return TERMS == 1 || KS <= 4;
+  // One fp16/bf16 product: the second score array cost more occupancy than the overlap gained (H200, d = 64:
+  // 98.0 → 110.9 ms for 10 cold iterations overlapped, 95.4 ms not; docs/benchmarks.md).
+  return TERMS == 3 && KS <= 4;
 }
 
 template <int KS, int TERMS, bool LSE>
