@@ -7,6 +7,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "flashot/io/anndata.hpp"
 #include "flashot/io/errors.hpp"
@@ -58,7 +59,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     guarded([&] {
       for (const auto& key : r.obsm_keys()) {
         guarded([&] {
-          if (small(r.obsm_info(key))) (void)r.read_obsm(key);
+          const auto info = r.obsm_info(key);
+          if (!small(info)) return;
+          (void)r.read_obsm(key);
+          // The caller-memory read takes another route through HDF5 (one read into `out`): fuzz it too, with the
+          // size obsm_info announced (a wrong size must throw before anything is read).
+          std::vector<float> out(info->rows * info->cols);
+          guarded([&] { r.read_obsm_into(key, out); });
+          std::vector<float> wrong(out.size() + 1);
+          guarded([&] { r.read_obsm_into(key, wrong); });
         });
       }
     });
