@@ -13,8 +13,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "cli.hpp"
 #include "flashot/flashot.hpp"
 
@@ -82,15 +80,28 @@ int end_to_end(std::size_t n, std::size_t m, std::size_t d, double eps, double t
   double checksum = 0;
   for (float v : projected) checksum += v;
   const DeviceMemory memory = device_memory();
-  nlohmann::json report = {
-      {"method", "flashot_" + problem.backend_name()}, {"device", problem.device_name()},
-      {"n", n}, {"m", m}, {"d", d}, {"epsilon", eps}, {"scaling", scaling}, {"scheme", to_string(scheme)}, {"tolerance", tolerance},
-      {"iterations", result.iterations}, {"stages", result.stages.size()}, {"converged", result.converged},
-      {"marginal_error", result.marginal_error}, {"upload_s", upload}, {"solve_s", solve_seconds},
-      {"barycentric_s", project_seconds}, {"total_s", total}, {"projection_sum", checksum},
-      {"device_peak_bytes", memory.peak_bytes},
-      {"device_peak_bytes_per_point_dim", double(memory.peak_bytes) / (double(n + m) * double(d))}};
-  std::cout << report.dump() << std::endl;
+  // One JSON object, written by hand: `bench` is the engine-only part of the CLI (FLASHOT_IO=OFF builds on a GPU
+  // machine have no JSON library).
+  const auto text = [](const std::string& v) {
+    std::string quoted = "\"";
+    for (char c : v) {
+      if (c == '"' || c == '\\') quoted += '\\';
+      quoted += c;
+    }
+    return quoted + "\"";
+  };
+  const auto number = [](double v) { return std::isfinite(v) ? format_double(v) : std::string("null"); };
+  std::cout << "{\"method\":" << text("flashot_" + problem.backend_name()) << ",\"device\":"
+            << text(problem.device_name()) << ",\"n\":" << n << ",\"m\":" << m << ",\"d\":" << d
+            << ",\"epsilon\":" << number(eps) << ",\"scaling\":" << number(scaling)
+            << ",\"scheme\":" << text(to_string(scheme)) << ",\"tolerance\":" << number(tolerance)
+            << ",\"iterations\":" << result.iterations << ",\"stages\":" << result.stages.size()
+            << ",\"converged\":" << (result.converged ? "true" : "false")
+            << ",\"marginal_error\":" << number(result.marginal_error) << ",\"upload_s\":" << number(upload)
+            << ",\"solve_s\":" << number(solve_seconds) << ",\"barycentric_s\":" << number(project_seconds)
+            << ",\"total_s\":" << number(total) << ",\"projection_sum\":" << number(checksum)
+            << ",\"device_peak_bytes\":" << memory.peak_bytes << ",\"device_peak_bytes_per_point_dim\":"
+            << number(double(memory.peak_bytes) / (double(n + m) * double(d))) << "}" << std::endl;
   return 0;
 }
 
