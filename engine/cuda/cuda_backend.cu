@@ -79,6 +79,13 @@ HostOperands convert_operands(const std::vector<float>& points, std::size_t coun
   return out;
 }
 
+/// The tensor-core operands' convention: a power of two that puts the largest |coordinate| in [128, 256) — far from
+/// fp16's overflow (65504) and keeping the low halves of a split out of the subnormal range. Only the exponent
+/// changes. 1 when there is nothing finite to scale.
+float operand_scale(float largest) {
+  return largest > 0 && std::isfinite(largest) ? std::ldexp(1.0f, 7 - std::ilogb(largest)) : 1.0f;
+}
+
 struct GraphKey {
   double epsilon = 0, cost_scale = 0, damping_f = 0, damping_g = 0;
   Scheme scheme = Scheme::kSymmetric;
@@ -207,12 +214,10 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
     const MmaMode mode = precision_ == Precision::kBf16   ? MmaMode::kBf16
                          : precision_ == Precision::kTf32 ? MmaMode::kFp16
                                                           : MmaMode::kSplitFp16;
-    // A power of two puts the largest coordinate in [128, 256): far from fp16's overflow (65504) and keeps the
-    // low halves of the split out of the subnormal range. It changes nothing but the exponent.
     float largest = 0;
     for (const auto* v : {&hx.points, &hy.points})
       for (float c : *v) largest = std::max(largest, std::abs(c));
-    const float scale = largest > 0 ? std::ldexp(1.0f, 7 - std::ilogb(largest)) : 1.0f;
+    const float scale = operand_scale(largest);
     const int padded = (d_ + 15) / 16 * 16;
     const HostOperands ox = convert_operands(hx.points, n_, d_, padded, scale, mode);
     const HostOperands oy = convert_operands(hy.points, m_, d_, padded, scale, mode);
@@ -472,8 +477,7 @@ void CudaBackend::apply_mma_pass(bool source, const Scale& sc, const float* lse,
 }
 
 namespace {
-/// Largest Euclidean norm of the rows of a (count × e) matrix, and the power of two that puts its largest |entry|
-/// in [128, 256) (the tensor-core operands' convention, as in the constructor).
+/// Largest Euclidean norm of the rows of a (count × e) matrix, and its operand_scale.
 struct RowBounds {
   double norm = 0;
   float scale = 1;
@@ -490,7 +494,7 @@ RowBounds row_bounds(std::span<const float> a, std::size_t e) {
     }
     out.norm = std::max(out.norm, std::sqrt(n2));
   }
-  out.scale = largest > 0 && std::isfinite(largest) ? std::ldexp(1.0f, 7 - std::ilogb(largest)) : 1.0f;
+  out.scale = operand_scale(largest);
   return out;
 }
 }  // namespace
