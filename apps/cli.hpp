@@ -59,6 +59,15 @@ BackendOptions backend_options(const po::variables_map& vm);
 /// Inputs are never changed unless asked: throws UsageError when `output` already exists and is one of `inputs`.
 void refuse_to_overwrite(const std::filesystem::path& output, std::initializer_list<std::filesystem::path> inputs);
 
+/// SOURCE.ply and TARGET.ply, the positional arguments of the point-cloud commands (register, flow); their -o is
+/// the command's own option "output". In ply_pair.cpp (builds with io only).
+void add_ply_pair_options(po::options_description& options, po::positional_options_description& positional);
+struct PlyPair {
+  std::filesystem::path source, target, output;
+};
+/// The three paths, each required to be .ply, and -o refused when it would overwrite SOURCE or TARGET.
+PlyPair ply_pair(const po::variables_map& vm);
+
 /// Reads an option that must be ≥ 0 (reach, …); throws UsageError naming it.
 double require_non_negative_double(const po::variables_map& vm, const std::string& option);
 

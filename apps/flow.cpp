@@ -234,12 +234,10 @@ int flow_main(const std::vector<std::string>& args) {
       ("cg-max-iterations", po::value<long long>()->default_value(200), "iteration budget of each Hessian-vector CG")
       ("save-every", po::value<long long>()->default_value(1), "keep positions every K steps")
       ("report", po::value<std::string>(), "FILE.json: per-step loss, gradient norm, displacement, iterations")
-      ("quiet,q", "no progress on stderr")
-      ("source", po::value<std::string>()->required(), "SOURCE.ply (moved)")
-      ("target", po::value<std::string>()->required(), "TARGET.ply (fixed)");
+      ("quiet,q", "no progress on stderr");
   add_backend_options(options);
   po::positional_options_description positional;
-  positional.add("source", 1).add("target", 1);
+  add_ply_pair_options(options, positional);
   const po::variables_map vm = parse(args, options, positional);
   if (vm.count("help")) {
     print_help("flashot flow SOURCE.ply TARGET.ply -o OUT.ply [--steps N] [--step-size T] [--newton]",
@@ -252,19 +250,16 @@ int flow_main(const std::vector<std::string>& args) {
                options);
     return 0;
   }
-  const std::filesystem::path source_path = vm["source"].as<std::string>();
-  const std::filesystem::path target_path = vm["target"].as<std::string>();
-  const std::filesystem::path out_path = vm["output"].as<std::string>();
+  const PlyPair paths = ply_pair(vm);
+  const std::filesystem::path& source_path = paths.source;
+  const std::filesystem::path& target_path = paths.target;
+  const std::filesystem::path& out_path = paths.output;
   app::FlowOptions fo;
   try {
-    for (const auto& [path, what] : {std::pair{source_path, "SOURCE"}, std::pair{target_path, "TARGET"},
-                                     std::pair{out_path, "-o"}})
-      if (app::file_kind(path) != app::FileKind::kPly) throw UsageError(std::string(what) + " must be a .ply file");
     fo.loss = app::parse_flow_loss(vm["loss"].as<std::string>());
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  refuse_to_overwrite(out_path, {source_path, target_path});
   const long long steps = require_positive(vm, "steps");
   if (steps > 1'000'000) throw UsageError("--steps is too large (got " + std::to_string(steps) + ")");
   fo.steps = static_cast<int>(steps);

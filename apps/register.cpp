@@ -96,12 +96,10 @@ int register_main(const std::vector<std::string>& args) {
       ("reach-source", po::value<double>()->default_value(0), "reach on SOURCE only (0 = --reach)")
       ("reach-target", po::value<double>()->default_value(0), "reach on TARGET only (0 = --reach)")
       ("report", po::value<std::string>(), "FILE.json: transform, RMS, rounds, convergence, timings")
-      ("quiet,q", "print only the transform and RMS")
-      ("source", po::value<std::string>()->required(), "SOURCE.ply (moved)")
-      ("target", po::value<std::string>()->required(), "TARGET.ply (fixed)");
+      ("quiet,q", "print only the transform and RMS");
   add_backend_options(options);
   po::positional_options_description positional;
-  positional.add("source", 1).add("target", 1);
+  add_ply_pair_options(options, positional);
   const po::variables_map vm = parse(args, options, positional);
   if (vm.count("help")) {
     print_help("flashot register SOURCE.ply TARGET.ply -o OUT.ply [--model rigid|similarity|affine|nonrigid]",
@@ -114,20 +112,16 @@ int register_main(const std::vector<std::string>& args) {
                options);
     return 0;
   }
-  const std::filesystem::path source_path = vm["source"].as<std::string>();
-  const std::filesystem::path target_path = vm["target"].as<std::string>();
-  const std::filesystem::path out_path = vm["output"].as<std::string>();
+  const PlyPair paths = ply_pair(vm);
+  const std::filesystem::path& source_path = paths.source;
+  const std::filesystem::path& target_path = paths.target;
+  const std::filesystem::path& out_path = paths.output;
   app::RegistrationOptions reg;
   try {
-    for (const auto& [path, what] : {std::pair{source_path, "SOURCE"}, std::pair{target_path, "TARGET"},
-                                     std::pair{out_path, "-o"}}) {
-      if (app::file_kind(path) != app::FileKind::kPly) throw UsageError(std::string(what) + " must be a .ply file");
-    }
     if (vm["model"].as<std::string>() != "nonrigid") reg.model = app::parse_transform_model(vm["model"].as<std::string>());
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  refuse_to_overwrite(out_path, {source_path, target_path});
   if (vm.count("blur")) reg.blur = require_positive_double(vm, "blur");
   if (vm.count("start-blur")) reg.start_blur = require_positive_double(vm, "start-blur");
   reg.anneal = require_positive_double(vm, "anneal");
