@@ -59,6 +59,8 @@ void add_backend_options(po::options_description& options) {
       ("threads", po::value<long long>()->default_value(0), "CPU threads (0 = all)")
       ("precision", po::value<std::string>()->default_value("default"),
        "CUDA score arithmetic: default | fp32 | tf32 | bf16 (default meets docs/engine.md's accuracy)")
+      ("screening", po::value<std::string>()->default_value("auto"),
+       "CUDA tile screening of the default tensor-core scores: auto | off | on (docs/engine.md)")
       ("gpus", po::value<long long>()->default_value(1),
        "CUDA devices to shard the source rows over (docs/multi-gpu.md); 1 = one device");
 }
@@ -77,6 +79,7 @@ BackendOptions backend_options(const po::variables_map& vm) {
   backend.threads = static_cast<int>(threads);
   try {
     backend.precision = parse_precision(vm["precision"].as<std::string>());
+    backend.screening = parse_screening(vm["screening"].as<std::string>());
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }

@@ -57,7 +57,7 @@ if [[ ${TESTS:-1} == 1 ]]; then
 fi
 
 if [[ ${SANITIZE:-1} == 1 ]]; then
-  small='Backends/ReferenceTest.*/cuda_balanced_symmetric_scaling_d3:Backends/ReferenceTest.*/cuda_embedding_d50:Dimensions/CudaStartFarTest.*:CudaBackend.Apply*'
+  small='Backends/ReferenceTest.*/cuda_balanced_symmetric_scaling_d3:Backends/ReferenceTest.*/cuda_embedding_d50:Dimensions/CudaStartFarTest.*:CudaBackend.Apply*:CudaBackend.ScreenedSmall*'
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     step "compute-sanitizer $tool"
     FLASHOT_REQUIRE_CUDA=1 timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 3 "$tests" --gtest_filter="$small" \

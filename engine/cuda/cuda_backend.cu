@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -146,6 +148,11 @@ class CudaBackend final : public Backend {
   bool use_mma_ = false;  // tensor-core scores for the soft c-transforms
   DeviceBuffer<std::uint16_t> xhi_, xlo_, yhi_, ylo_;
   MmaOperands xop_, yop_;
+  // Screened sites of the split operands (ScreenState; empty otherwise): 0 rows' LSE, 1 columns' LSE, 2 sums.
+  mutable DeviceBuffer<cuda::ScreenState> screen_;
+  mutable DeviceBuffer<int> seeds_x_, seeds_y_;  // each row's best column so far (launch_lse_mma)
+  float sums_reach_ = 0;
+  cuda::ScreenState* screen_site(int site) const { return screen_.size() > 0 ? screen_.get() + site : nullptr; }
 
   DeviceBuffer<float> x_, y_, xn_, yn_, loga_, logb_, a_, b_, f_, g_;
   // Iteration scratch, sized once so that captured graphs stay valid.
@@ -225,8 +232,26 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
     yhi_.upload(std::span<const std::uint16_t>(oy.hi), stream_);
     xlo_.upload(std::span<const std::uint16_t>(ox.lo), stream_);
     ylo_.upload(std::span<const std::uint16_t>(oy.lo), stream_);
-    xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode};
-    yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode};
+    const auto max_norm = [](const std::vector<float>& norm2) {
+      float top = 0;
+      for (float v : norm2) top = std::max(top, v);
+      return std::sqrt(top);
+    };
+    xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode, max_norm(hx.norm2)};
+    yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode, max_norm(hy.norm2)};
+    if (mode == MmaMode::kSplitFp16 && options.screening != Screening::kOff) {
+      // Three sites (rows' and columns' LSE, the one-pass sums), each starting with the screened kernel.
+      std::vector<cuda::ScreenState> fresh(3);
+      for (auto& site : fresh) site.pinned = options.screening == Screening::kOn ? 1 : 0;
+      screen_.upload(std::span<const cuda::ScreenState>(fresh), stream_);
+      seeds_x_.reserve(n_);
+      seeds_y_.reserve(m_);
+      FLASHOT_CUDA_CHECK(cudaMemsetAsync(seeds_x_.get(), 0, sizeof(int) * n_, stream_));
+      FLASHOT_CUDA_CHECK(cudaMemsetAsync(seeds_y_.get(), 0, sizeof(int) * m_, stream_));
+      float smallest_b = 1;
+      for (float w : data.b) smallest_b = std::min(smallest_b, w);
+      sums_reach_ = std::ceil(std::log2(std::max(double(m_), smallest_b > 0 ? 1.0 / smallest_b : 1.0)));
+    }
     plan_rows_ = plan_lse_mma(x_side(), y_side(), resident_blocks_);
     plan_cols_ = plan_lse_mma(y_side(), x_side(), resident_blocks_);
     plan_sums_ = plan_symmetric_mma(x_side(), y_side(), resident_blocks_);
@@ -248,7 +273,8 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
 
 std::string CudaBackend::device() const {
   const char* scores = !use_mma_                         ? "fp32 FMA scores"
-                       : xop_.mode == MmaMode::kSplitFp16 ? "split-fp16 tensor-core scores"
+                       : xop_.mode == MmaMode::kSplitFp16 ? (screen_.size() > 0 ? "split-fp16 tensor-core scores, screened"
+                                                                                : "split-fp16 tensor-core scores")
                        : xop_.mode == MmaMode::kFp16      ? "fp16 tensor-core scores"
                                                           : "bf16 tensor-core scores";
   return device_name_ + ", " + scores;
@@ -260,6 +286,18 @@ CudaBackend::~CudaBackend() {
   cudaGetDevice(&previous);
   cudaSetDevice(device_);
   cudaStreamSynchronize(stream_);
+  if (screen_.size() > 0 && std::getenv("FLASHOT_SCREEN_REPORT") != nullptr) {
+    // Diagnostic (docs/engine.md): how much of each site's work the tile screen dropped over this backend's life.
+    cuda::ScreenState sites[3];
+    if (cudaMemcpy(sites, screen_.get(), sizeof sites, cudaMemcpyDeviceToHost) == cudaSuccess) {
+      const char* names[3] = {"rows LSE", "columns LSE", "one-pass sums"};
+      for (int i = 0; i < 3; ++i)
+        std::fprintf(stderr, "flashot screening, %s: %llu of %llu warp tiles kept (%.1f%%), next launch %s\n",
+                     names[i], sites[i].kept_total, sites[i].seen_total,
+                     sites[i].seen_total > 0 ? 100.0 * double(sites[i].kept_total) / double(sites[i].seen_total) : 0.0,
+                     sites[i].use != 0 ? "screened" : "dense");
+    }
+  }
   if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
   cudaStreamDestroy(stream_);
   cudaSetDevice(previous);
@@ -303,7 +341,7 @@ void CudaBackend::enqueue_iteration(const IterationParams& p, int index, int cou
     int* next_skip = index + 1 < count ? flags_.get() + 1 + count + index + 1 : nullptr;
     if (use_mma_) {
       launch_symmetric_sums_mma(x, y, xop_, yop_, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), skip,
-                                stream_);
+                                screen_site(2), sums_reach_, stream_);
     } else {
       launch_symmetric_sums(x, y, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), skip, stream_);
     }
@@ -319,7 +357,8 @@ void CudaBackend::side_lse(bool x_rows, const float* h, const Scale& sc, const R
                            float2* partials, const int* guard) const {
   const DevSide r = x_rows ? x_side() : y_side(), c = x_rows ? y_side() : x_side();
   if (use_mma_) {
-    launch_lse_mma(r, c, x_rows ? xop_ : yop_, x_rows ? yop_ : xop_, h, sc, plan, partials, guard, stream_);
+    launch_lse_mma(r, c, x_rows ? xop_ : yop_, x_rows ? yop_ : xop_, h, sc, plan, partials, guard,
+                   screen_site(x_rows ? 0 : 1), x_rows ? seeds_x_.get() : seeds_y_.get(), stream_);
   } else {
     launch_lse(r, c, h, sc, plan, partials, guard, stream_);
   }

@@ -19,6 +19,7 @@
 // ldmatrix.x4 (two k16 steps per instruction) where that still fits, 32-bit shared loads elsewhere (overlap_fits,
 // ldmatrix_pairs).
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <type_traits>
@@ -36,10 +37,9 @@ constexpr int kWarpRows = 32;                      // two m16 subtiles per warp
 constexpr int kMmaBlockRows = 4 * kWarpRows;       // (BM) 128
 constexpr int kMmaTile = 64;                       // (BN) columns per shared-memory tile: eight n8 subtiles
 
-/// Dynamic shared memory of one kernel instantiation: two stages of the column tile.
-constexpr int mma_shared_bytes(int ks, int terms) {
-  return 2 * (terms == 3 ? 2 : 1) * kMmaTile * (16 * ks + 8) * 2;
-}
+/// Dynamic shared memory of one kernel instantiation: two stages of the column tile, with `arrays` operand arrays
+/// (the split operands' hi and lo; the screened kernels stage only hi).
+constexpr int mma_shared_bytes(int ks, int arrays) { return 2 * arrays * kMmaTile * (16 * ks + 8) * 2; }
 
 /// Loads four 8×8 b16 matrices from shared memory (ldmatrix .x4): lane L gives the address of row L % 8 of matrix
 /// L / 8, and register q of lane (g, t) = (L / 4, L % 4) receives row g, elements 2t and 2t + 1 of matrix q — the
@@ -52,18 +52,24 @@ __device__ __forceinline__ void load_matrices_x4(const std::uint16_t* row, std::
                : "memory");
 }
 
+/// Which products a score pass issues (split operands: x·y ≈ hi·hi + hi·lo + lo·hi; kHi: hi·hi alone).
+enum class Products { kAll, kHi };
+
 /// The operands of one warp's 32 rows and the double-buffered column tiles, shared by the LSE and the one-pass sums
-/// kernels. KS = padded d / 16; TERMS = 1 (one operand type) or 3 (hi·hi + hi·lo + lo·hi).
-template <int KS, int TERMS, bool BF16>
+/// kernels. KS = padded d / 16; TERMS = 1 (one operand type) or 3 (hi·hi + hi·lo + lo·hi). LO_REGS = false (the
+/// screened kernels, which rarely need them): the rows' lo halves stay in global memory (L2), not in registers, and
+/// add_cross reads them when a tile is kept.
+template <int KS, int TERMS, bool BF16, bool LO_REGS = true>
 struct MmaTileCore {
   static constexpr int DP = 16 * KS;      // padded dimension (halves per point)
   static constexpr int kStride = DP + 8;  // halves per shared row: an odd number of 16-byte units, so the 8 rows
                                           // of one ldmatrix phase fall in 8 distinct bank groups
+  static constexpr bool kLoInRegs = TERMS == 3 && LO_REGS;
   static constexpr int kArrays = TERMS == 3 ? 2 : 1;
   static constexpr int kStage = kArrays * kMmaTile * kStride;  // halves per pipeline stage
 
   // A fragments of this warp's 32 rows, kept in registers for the whole column range: (2 m16, KS k16, 4 regs).
-  std::uint32_t a_hi[2][KS][4], a_lo[TERMS == 3 ? 2 : 1][KS][4];
+  std::uint32_t a_hi[2][KS][4], a_lo[kLoInRegs ? 2 : 1][kLoInRegs ? KS : 1][4];
 
   __device__ __forceinline__ void load_rows(const MmaOperands& rop, int row0, int count) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -77,7 +83,7 @@ struct MmaTileCore {
           const int k = ks * 16 + 2 * t + (q >> 1) * 8;
           const bool ok = r < count;
           a_hi[mt][ks][q] = ok ? *reinterpret_cast<const std::uint32_t*>(rop.hi + std::size_t(r) * DP + k) : 0u;
-          if constexpr (TERMS == 3)
+          if constexpr (kLoInRegs)
             a_lo[mt][ks][q] = ok ? *reinterpret_cast<const std::uint32_t*>(rop.lo + std::size_t(r) * DP + k) : 0u;
         }
   }
@@ -105,12 +111,14 @@ struct MmaTileCore {
     load_matrices_x4(array + (nt * 8 + lane % 8) * kStride + ks * 16 + (m >> 1) * 16 + (m & 1) * 8, b);
   }
 
-  /// The products of k16 step ks into C fragments s[·][nt], in the order hi·hi, hi·lo, lo·hi.
+  /// The products of k16 step ks into C fragments s[·][nt]: all of them (hi·hi, then hi·lo and lo·hi for split
+  /// operands) or the hi·hi product alone (the screened kernels' first half; add_cross is the second).
+  template <Products P>
   __device__ __forceinline__ void mma_step(float (&s)[2][8][4], int nt, int ks, std::uint32_t b0, std::uint32_t b1,
                                            std::uint32_t l0, std::uint32_t l1) const {
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) mma_16816(s[mt][nt], a_hi[mt][ks], b0, b1, BF16);
-    if constexpr (TERMS == 3) {
+    if constexpr (kLoInRegs && P == Products::kAll) {
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         mma_16816(s[mt][nt], a_hi[mt][ks], l0, l1, BF16);
@@ -119,12 +127,13 @@ struct MmaTileCore {
     }
   }
 
-  /// s = ⟨row, column⟩ (scaled operands) of the warp's 32 × 64 tile: (m16, n8, C fragment). PAIRS loads the B
-  /// fragments of two k16 steps per ldmatrix (a quarter of the shared loads, more live registers); otherwise two
-  /// 32-bit loads per k16 step and array.
-  template <bool PAIRS>
+  /// s = ⟨row, column⟩ (scaled operands) of the warp's 32 × 64 tile: (m16, n8, C fragment), with the products P.
+  /// PAIRS loads the B fragments of two k16 steps per ldmatrix (a quarter of the shared loads, more live
+  /// registers); otherwise two 32-bit loads per k16 step and array.
+  template <bool PAIRS, Products P = Products::kAll>
   __device__ __forceinline__ void scores(const std::uint16_t* stage_base, float (&s)[2][8][4]) const {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    constexpr bool kLoArray = kLoInRegs && P == Products::kAll;
     const std::uint16_t* ytile_hi = stage_base;
     const std::uint16_t* ytile_lo = stage_base + kMmaTile * kStride;
 #pragma unroll
@@ -138,9 +147,9 @@ struct MmaTileCore {
       for (int ks = 0; ks < kPaired; ks += 2) {
         std::uint32_t b[4], l[4] = {0u, 0u, 0u, 0u};
         load_b_pair(ytile_hi, nt, ks, b);
-        if constexpr (TERMS == 3) load_b_pair(ytile_lo, nt, ks, l);
-        mma_step(s, nt, ks, b[0], b[1], l[0], l[1]);
-        mma_step(s, nt, ks + 1, b[2], b[3], l[2], l[3]);
+        if constexpr (kLoArray) load_b_pair(ytile_lo, nt, ks, l);
+        mma_step<P>(s, nt, ks, b[0], b[1], l[0], l[1]);
+        mma_step<P>(s, nt, ks + 1, b[2], b[3], l[2], l[3]);
       }
 #pragma unroll
       for (int ks = kPaired; ks < KS; ++ks) {
@@ -148,19 +157,59 @@ struct MmaTileCore {
         const std::uint32_t b0 = *reinterpret_cast<const std::uint32_t*>(&ytile_hi[o]);
         const std::uint32_t b1 = *reinterpret_cast<const std::uint32_t*>(&ytile_hi[o + 8]);
         std::uint32_t l0 = 0u, l1 = 0u;
-        if constexpr (TERMS == 3) {
+        if constexpr (kLoArray) {
           l0 = *reinterpret_cast<const std::uint32_t*>(&ytile_lo[o]);
           l1 = *reinterpret_cast<const std::uint32_t*>(&ytile_lo[o + 8]);
         }
-        mma_step(s, nt, ks, b0, b1, l0, l1);
+        mma_step<P>(s, nt, ks, b0, b1, l0, l1);
+      }
+    }
+  }
+
+  /// s += hi·lo + lo·hi of the tile in `stage_base` (after scores<·, kHi>), for split operands whose rows' lo halves
+  /// are not in registers (LO_REGS = false): those (rows lo from row0, count rows) are read from global memory one
+  /// k16 step at a time; the columns' come from the stage.
+  __device__ __forceinline__ void add_cross(const std::uint16_t* stage_base, const std::uint16_t* rows_lo, int row0,
+                                            int count, float (&s)[2][8][4]) const {
+    static_assert(TERMS == 3 && !LO_REGS, "cross products on demand need split operands with lo in global memory");
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const std::uint16_t* ytile_hi = stage_base;
+    const std::uint16_t* ytile_lo = stage_base + kMmaTile * kStride;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      // Keeps ptxas from hoisting every step's loads to the top (240+ registers, two blocks per SM instead of
+      // three, for a path that runs on a minority of the tiles).
+      __syncwarp();
+      std::uint32_t alo[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int r = row0 + mt * 16 + g + (q & 1) * 8;
+          const int k = ks * 16 + 2 * t + (q >> 1) * 8;
+          alo[mt][q] = r < count ? *reinterpret_cast<const std::uint32_t*>(rows_lo + std::size_t(r) * DP + k) : 0u;
+        }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int o = (nt * 8 + g) * kStride + ks * 16 + 2 * t;
+        const std::uint32_t b0 = *reinterpret_cast<const std::uint32_t*>(&ytile_hi[o]);
+        const std::uint32_t b1 = *reinterpret_cast<const std::uint32_t*>(&ytile_hi[o + 8]);
+        const std::uint32_t l0 = *reinterpret_cast<const std::uint32_t*>(&ytile_lo[o]);
+        const std::uint32_t l1 = *reinterpret_cast<const std::uint32_t*>(&ytile_lo[o + 8]);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          mma_16816(s[mt][nt], a_hi[mt][ks], l0, l1, BF16);
+          mma_16816(s[mt][nt], alo[mt], b0, b1, BF16);
+        }
       }
     }
   }
 
   /// The pipeline over this block's column tiles it = 0 .. tiles − 1 (tile it starts at column tile_start(it);
-  /// columns ≥ j_end are masked; bias_at(j) is column j's bias). epilogue(s, vt, parity, it) consumes the scores s
-  /// of tile it with its biases vt[0, BN); after the tile's barrier, drain(parity, it) may read what that epilogue
-  /// wrote to shared memory (buffers indexed by parity = it % 2 are rewritten two tiles later, after a barrier).
+  /// columns ≥ j_end are masked; bias_at(j) is column j's bias). epilogue(s, vt, parity, it, stage) consumes the
+  /// scores s of tile it with its biases vt[0, BN) (stage: the tile's shared-memory operands, which the epilogue may
+  /// read only without OVERLAP, where FIRST = kHi leaves the cross products to it); after the tile's barrier,
+  /// drain(parity, it) may read what that epilogue wrote to shared memory (buffers indexed by parity = it % 2 are rewritten two tiles later, after a barrier).
   ///
   /// OVERLAP: step it holds the scores of tile it, computes those of tile it + 1 into the other array, then runs
   /// the epilogue of tile it. Stage it % 2 holds tile it; tile it + 2 is copied into it during step it (tile it
@@ -169,7 +218,8 @@ struct MmaTileCore {
   /// Either way vtile[p] (biases of tile it, p = it % 2; 128 entries, so that every thread stores without a
   /// branch) is written before the barrier that precedes its reader, and after the barrier that follows the
   /// previous reader of the same buffer. PAIRS: the overlapped loop's scores use ldmatrix pairs.
-  template <bool OVERLAP, bool PAIRS, typename TileStart, typename Bias, typename Epilogue, typename Drain>
+  template <bool OVERLAP, bool PAIRS, Products FIRST, typename TileStart, typename Bias, typename Epilogue,
+            typename Drain>
   __device__ __forceinline__ void run_tiles(std::uint16_t* smem, float (&vtile)[2][kMmaThreads],
                                             const MmaOperands& cop, int tiles, int j_end, TileStart tile_start,
                                             Bias bias_at, Epilogue epilogue, Drain drain) const {
@@ -191,8 +241,9 @@ struct MmaTileCore {
         const int parity = it & 1;
         if (it + 1 < tiles) load_tile(smem, cop, parity ^ 1, tile_start(it + 1), j_end);
         float s[2][8][4];
-        scores<false>(smem + parity * kStage, s);
-        epilogue(s, vtile[parity], parity, it);
+        const std::uint16_t* stage = smem + parity * kStage;
+        scores<false, FIRST>(stage, s);
+        epilogue(s, vtile[parity], parity, it, stage);
         vtile[parity ^ 1][threadIdx.x] = bias_of(it + 1);
         asm volatile("cp.async.wait_group 0;\n" ::);  // tile it + 1
         __syncthreads();
@@ -204,14 +255,14 @@ struct MmaTileCore {
       if (it + 2 < tiles) load_tile(smem, cop, parity, tile_start(it + 2), j_end);
       const float next_bias = bias_of(it + 1);
       scores<PAIRS>(smem + (parity ^ 1) * kStage, s_next);
-      epilogue(s, vtile[parity], parity, it);
+      epilogue(s, vtile[parity], parity, it, nullptr);
       vtile[parity ^ 1][threadIdx.x] = next_bias;
       asm volatile("cp.async.wait_group 0;\n" ::);  // tile it + 2, read by the next step
       __syncthreads();
       drain(parity, it);
     };
     const auto finish = [&](float (&s)[2][8][4], int it, int parity) {
-      epilogue(s, vtile[parity], parity, it);
+      epilogue(s, vtile[parity], parity, it, nullptr);
       __syncthreads();
       drain(parity, it);
     };
@@ -255,80 +306,247 @@ constexpr bool ldmatrix_pairs() {
   return TERMS == 1 && KS <= (LSE ? 7 : 5);
 }
 
-template <int KS, int TERMS, bool BF16>
-__global__ void __launch_bounds__(kMmaThreads) lse_mma_kernel(PointSet rows, PointSet cols, MmaOperands rop,
-                                                              MmaOperands cop, const float* __restrict__ h,
-                                                              Scale sc, float alpha, int cols_per_split,
-                                                              float2* __restrict__ partials, const int* guard) {
-  if (guard != nullptr && *guard == 0) return;
-  using Core = MmaTileCore<KS, TERMS, BF16>;
-  extern __shared__ __align__(16) std::uint16_t smem[];  // (2 stages, arrays, BN, DP + 8)
-  __shared__ __align__(8) float vtile[2][kMmaThreads];  // (2 tiles, BN used of 128) column biases
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-  const int row0 = blockIdx.x * kMmaBlockRows + warp * kWarpRows;
-  Core core;
-  core.load_rows(rop, row0, rows.count);
-
-  float run_max[2][2], run_sum[2][2];  // (m16 subtile, row g / g+8)
+/// The screen of a warp's 32 × 64 tile from its hi·hi scores s: whether some entry reaches its row's floor,
+/// α·s + v_j ≥ floor (cut, margin included, is already in the floor; NaN counts as reaching). Warp-uniform.
+__device__ __forceinline__ bool screen_keeps(const float (&s)[2][8][4], const float* vt, float alpha,
+                                             const float (&floor)[2][2]) {
+  const int t = threadIdx.x % 4;
+  float top[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};  // (m16, row g / g + 8)
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        top[mt][hh] = fmaxf(top[mt][hh], fmaf(alpha, s[mt][nt][2 * hh], b2.x));
+        top[mt][hh] = fmaxf(top[mt][hh], fmaf(alpha, s[mt][nt][2 * hh + 1], b2.y));
+      }
+  }
+  bool near = false;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) run_max[mt][hh] = kNoMax, run_sum[mt][hh] = 0.f;
+    for (int hh = 0; hh < 2; ++hh) near |= !(top[mt][hh] < floor[mt][hh]);
+  return __any_sync(0xffffffffu, near);
+}
 
-  const int j_begin = blockIdx.y * cols_per_split;
-  const int j_end = min(cols.count, j_begin + cols_per_split);
-  const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
-  const auto tile_start = [&](int it) { return j_begin + it * kMmaTile; };
-  const auto bias_at = [&](int j) { return column_bias(cols, h, sc, j); };
-  // Online log-sum-exp of rows g and g + 8 of each m16 subtile; the 4 lanes of a row share its max.
-  const auto epilogue = [&](float (&s)[2][8][4], const float* vt, int, int) {
-    float bias[8][2];  // (n8, 2) this lane's columns nt·8 + 2t + q
+/// Warp tiles kept / looked at by one warp of a screened site (lane-uniform: every count follows a warp vote).
+struct TileCounts {
+  unsigned kept = 0, seen = 0;
+  __device__ __forceinline__ void add(bool kept_tile) {
+    ++seen;
+    kept += kept_tile ? 1u : 0u;
+  }
+};
+
+/// Whether a block of the SCREEN (or dense) kernel of a site runs: without a state only the dense kernel exists;
+/// with one, the kernel that `use` names. `use` changes only in the dense launch's last block, after every block
+/// of that launch has read it, and the screened launch of a pair always precedes the dense one.
+template <bool SCREEN>
+__device__ __forceinline__ bool site_runs(const ScreenState* st) {
+  if (st == nullptr) return !SCREEN;
+  return (*reinterpret_cast<const volatile int*>(&st->use) != 0) == SCREEN;
+}
+
+/// End of every block of a screened site's kernels: the screened launch's warps add their counts; the dense
+/// launch's last block (whichever kernel ran) chooses the kernel of the next launch. After a screened launch: keep
+/// screening while at most half of the warp tiles were kept — and once more after the first launch, whose seeds
+/// were column 0 — else run dense for kProbeAfter launches and then screen once again to re-measure (the plan
+/// sharpens as ε falls). The dense kernels count nothing: their running max is not seeded, so their count would
+/// not predict the screened kernel's.
+inline constexpr int kProbeAfter = 8;
+
+template <bool SCREEN>
+__device__ __forceinline__ void close_site(ScreenState* st, bool ran, const TileCounts& counts) {
+  if (st == nullptr) return;
+  if (SCREEN && ran && threadIdx.x % 32 == 0 && counts.seen > 0) {
+    atomicAdd(&st->kept, static_cast<unsigned long long>(counts.kept));
+    atomicAdd(&st->seen, static_cast<unsigned long long>(counts.seen));
+  }
+  if constexpr (!SCREEN) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      if (atomicAdd(&st->done, 1u) == gridDim.x * gridDim.y - 1) {
+        __threadfence();
+        const unsigned long long kept = atomicAdd(&st->kept, 0ull), seen = atomicAdd(&st->seen, 0ull);
+        if (st->pinned == 0) {
+          if (seen > 0) {  // the screened kernel ran
+            ++st->screened_runs;
+            const bool pays = 2 * kept <= seen || st->screened_runs == 1;
+            st->use = pays ? 1 : 0;
+            st->dense_left = pays ? 0 : kProbeAfter;
+          } else if (st->use == 0 && --st->dense_left <= 0) {
+            st->use = 1;
+          }
+        }
+        st->kept_total += kept;
+        st->seen_total += seen;
+        st->kept = 0;
+        st->seen = 0;
+        st->done = 0;
+      }
+    }
+  }
+}
+
+/// SCREEN (split operands only): each tile's scores start as hi·hi alone; a warp keeps the tile — adds the cross
+/// products and sums it — only if some entry, raised by the hi·hi error bound, reaches within `cut` (log2 units) of
+/// its row's running max (so a dropped tile adds less than 2^-cut of the max per entry; ScreenState). The dense
+/// kernel of a screened site counts the tiles it would have kept.
+template <int KS, int TERMS, bool BF16, bool SCREEN>
+__global__ void __launch_bounds__(kMmaThreads) lse_mma_kernel(PointSet rows, PointSet cols, MmaOperands rop,
+                                                              MmaOperands cop, const float* __restrict__ h,
+                                                              Scale sc, float alpha, int cols_per_split,
+                                                              float2* __restrict__ partials, const int* guard,
+                                                              int* seeds, ScreenState* screen, float cut) {
+  static_assert(!SCREEN || TERMS == 3, "only split operands are screened");
+  if (guard != nullptr && *guard == 0) return;
+  using Core = MmaTileCore<KS, TERMS, BF16, !SCREEN>;
+  extern __shared__ __align__(16) std::uint16_t smem[];  // (2 stages, arrays, BN, DP + 8)
+  __shared__ __align__(8) float vtile[2][kMmaThreads];  // (2 tiles, BN used of 128) column biases
+  const bool runs = site_runs<SCREEN>(screen);
+  TileCounts counts;
+  if (runs) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int row0 = blockIdx.x * kMmaBlockRows + warp * kWarpRows;
+    Core core;
+    core.load_rows(rop, row0, rows.count);
+
+    float run_max[2][2], run_sum[2][2];  // (m16 subtile, row g / g+8)
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
-      bias[nt][0] = b2.x;
-      bias[nt][1] = b2.y;
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) run_max[mt][hh] = kNoMax, run_sum[mt][hh] = 0.f;
+    // Screened: each row's running max starts at an actual entry of its row — column seeds[r], the best column a
+    // screened pass last found for it (any column is valid; 0 at first) — less one for the rounding between this
+    // fp32 dot product and the tensor cores'. Without it the first tiles would set the max, and a warp would keep
+    // every tile in which one of its 32 rows meets a new near-maximum.
+    float best[2][2];  // (m16, row) best score among the kept tiles, and its column
+    int best_col[2][2];
+    if constexpr (SCREEN) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          best[mt][hh] = -INFINITY;
+          best_col[mt][hh] = -1;
+          const int r = row0 + mt * 16 + g + hh * 8;
+          const int j = r < rows.count ? min(max(seeds[r], 0), cols.count - 1) : 0;
+          float dot = 0.f;
+          if (r < rows.count)
+            for (int k = t; k < sc.d; k += 4)
+              dot = fmaf(rows.points[std::size_t(r) * sc.d + k], cols.points[std::size_t(j) * sc.d + k], dot);
+          dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+          dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+          run_max[mt][hh] = fmaxf(fmaf(sc.alpha, dot, column_bias(cols, h, sc, j)) - 1.f, kNoMax);
+        }
+    }
+
+    const int j_begin = blockIdx.y * cols_per_split;
+    const int j_end = min(cols.count, j_begin + cols_per_split);
+    const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
+    const auto tile_start = [&](int it) { return j_begin + it * kMmaTile; };
+    const auto bias_at = [&](int j) { return column_bias(cols, h, sc, j); };
+    // Online log-sum-exp of rows g and g + 8 of each m16 subtile; the 4 lanes of a row share its max.
+    const auto epilogue = [&](float (&s)[2][8][4], const float* vt, int, int it, const std::uint16_t* stage) {
+      if constexpr (SCREEN) {
+        float floor[2][2];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) floor[mt][hh] = run_max[mt][hh] - cut;
+        const bool keep = screen_keeps(s, vt, alpha, floor);
+        counts.add(keep);
+        if (!keep) return;
+        core.add_cross(stage, rop.lo, row0, rows.count, s);
+      }
+      // Scores v = α·s + v_j in place, then per row the tile's max, the rescaled running sum, the exponentials.
+      // Screened: the biases are read per n8 subtile (all 16 held beside the cross products' operands cost that
+      // kernel 40 registers: 208 instead of 168, two blocks per SM instead of three).
+      float bias[SCREEN ? 1 : 8][2];  // (n8, 2) this lane's columns nt·8 + 2t + q
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
+        if constexpr (SCREEN) {
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              s[mt][nt][2 * hh] = fmaf(alpha, s[mt][nt][2 * hh], b2.x);
+              s[mt][nt][2 * hh + 1] = fmaf(alpha, s[mt][nt][2 * hh + 1], b2.y);
+            }
+        } else {
+          bias[nt][0] = b2.x;
+          bias[nt][1] = b2.y;
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          float top = kNoMax;
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+              float v = s[mt][nt][2 * hh + q];
+              if constexpr (SCREEN) {
+                if (v > best[mt][hh]) best[mt][hh] = v, best_col[mt][hh] = tile_start(it) + nt * 8 + 2 * t + q;
+              } else {
+                v = fmaf(alpha, v, bias[nt][q]);
+                s[mt][nt][2 * hh + q] = v;
+              }
+              top = fmaxf(top, v);
+            }
+          top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
+          top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
+          if (top > run_max[mt][hh]) {
+            run_sum[mt][hh] *= fast_exp2(run_max[mt][hh] - top);
+            run_max[mt][hh] = top;
+          }
+          float sum = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int q = 0; q < 2; ++q) sum += fast_exp2(s[mt][nt][2 * hh + q] - run_max[mt][hh]);
+          run_sum[mt][hh] += sum;
+        }
+    };
+    if constexpr (SCREEN) {
+      core.template run_tiles<false, false, Products::kHi>(smem, vtile, cop, tiles, j_end, tile_start, bias_at,
+                                                           epilogue, [](int, int) {});
+    } else {
+      core.template run_tiles<overlap_fits<KS, TERMS>(), ldmatrix_pairs<KS, TERMS, true>(), Products::kAll>(
+          smem, vtile, cop, tiles, j_end, tile_start, bias_at, epilogue, [](int, int) {});
     }
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        float top = kNoMax;
+        float sum = run_sum[mt][hh];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int r = row0 + mt * 16 + g + hh * 8;
+        if (t == 0 && r < rows.count)
+          partials[std::size_t(blockIdx.y) * rows.count + r] = make_float2(run_max[mt][hh], sum);
+        if constexpr (SCREEN) {
+          // The row's best column for the next pass. Column splits of one row race to store theirs: whichever
+          // lands, it is a column of that row, which is all a seed must be.
+          float b = best[mt][hh];
+          int c = best_col[mt][hh];
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            const float v = fmaf(alpha, s[mt][nt][2 * hh + q], bias[nt][q]);
-            s[mt][nt][2 * hh + q] = v;
-            top = fmaxf(top, v);
+          for (int off = 1; off < 4; off <<= 1) {
+            const float ob = __shfl_xor_sync(0xffffffffu, b, off);
+            const int oc = __shfl_xor_sync(0xffffffffu, c, off);
+            if (ob > b) b = ob, c = oc;
           }
-        top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
-        top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
-        if (top > run_max[mt][hh]) {
-          run_sum[mt][hh] *= fast_exp2(run_max[mt][hh] - top);
-          run_max[mt][hh] = top;
+          if (t == 0 && r < rows.count && c >= 0) seeds[r] = c;
         }
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int q = 0; q < 2; ++q) sum += fast_exp2(s[mt][nt][2 * hh + q] - run_max[mt][hh]);
-        run_sum[mt][hh] += sum;
       }
-  };
-  core.template run_tiles<overlap_fits<KS, TERMS>(), ldmatrix_pairs<KS, TERMS, true>()>(
-      smem, vtile, cop, tiles, j_end, tile_start, bias_at, epilogue, [](int, int) {});
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float sum = run_sum[mt][hh];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const int r = row0 + mt * 16 + g + hh * 8;
-      if (t == 0 && r < rows.count)
-        partials[std::size_t(blockIdx.y) * rows.count + r] = make_float2(run_max[mt][hh], sum);
-    }
+  }
+  close_site<SCREEN>(screen, runs, counts);
 }
 
 /// One halving step of the column transpose-sum: of v[0, 2W) a lane keeps the upper half when `upper`, the lower
@@ -345,88 +563,116 @@ __device__ __forceinline__ void column_halving(float (&v)[16], bool upper) {
 
 /// The one-pass symmetric step on tensor cores (symmetric.cu has the contract and the fp32 kernels): each plan
 /// entry E_ij = exp2(α⟨x_i,y_j⟩ + u_i + v_j) is evaluated once and feeds both the row sum Σ_j E_ij and the column
-/// sum Σ_i a_i E_ij.
-template <int KS, int TERMS, bool BF16>
+/// sum Σ_i a_i E_ij. SCREEN as for lse_mma_kernel, with the fixed bound 2^-cut on every entry in place of the
+/// running max (the sums are kept down to 2^-70, so cut covers that, the count of terms and the weights).
+template <int KS, int TERMS, bool BF16, bool SCREEN>
 __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, PointSet y, MmaOperands xop,
                                                                MmaOperands yop, const float* __restrict__ f,
                                                                const float* __restrict__ g, Scale sc, float alpha,
                                                                int cols_per_split, float* __restrict__ rsum,
-                                                               float* __restrict__ csum, const int* skip) {
+                                                               float* __restrict__ csum, const int* skip,
+                                                               ScreenState* screen, float cut) {
+  static_assert(!SCREEN || TERMS == 3, "only split operands are screened");
   if (skip != nullptr && *skip != 0) return;
-  using Core = MmaTileCore<KS, TERMS, BF16>;
+  using Core = MmaTileCore<KS, TERMS, BF16, !SCREEN>;
   extern __shared__ __align__(16) std::uint16_t smem[];                 // (2 stages, arrays, BN, DP + 8)
   __shared__ __align__(8) float vtile[2][kMmaThreads];                  // (2 tiles, BN used of 128) biases v_j
   __shared__ __align__(8) float colbuf[2][kMmaThreads / 32][kMmaTile];  // (2 tiles, warps, BN) column sums
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gr = lane / 4, t = lane % 4;
-  const int row0 = blockIdx.x * kMmaBlockRows + warp * kWarpRows;
-  Core core;
-  core.load_rows(xop, row0, x.count);
+  const bool runs = site_runs<SCREEN>(screen);
+  TileCounts counts;
+  if (runs) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gr = lane / 4, t = lane % 4;
+    const int row0 = blockIdx.x * kMmaBlockRows + warp * kWarpRows;
+    Core core;
+    core.load_rows(xop, row0, x.count);
 
-  float u[2][2], ar[2][2], rs[2][2];  // (m16 subtile, row g / g+8)
+    float u[2][2], ar[2][2], rs[2][2];  // (m16 subtile, row g / g+8)
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = row0 + mt * 16 + gr + hh * 8;
-      const bool valid = i < x.count;
-      u[mt][hh] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) : -INFINITY;
-      ar[mt][hh] = valid ? x.weight[i] : 0.f;
-      rs[mt][hh] = 0.f;
-    }
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = row0 + mt * 16 + gr + hh * 8;
+        const bool valid = i < x.count;
+        u[mt][hh] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) : -INFINITY;
+        ar[mt][hh] = valid ? x.weight[i] : 0.f;
+        rs[mt][hh] = 0.f;
+      }
 
-  const int j_begin = blockIdx.y * cols_per_split;
-  const int j_end = min(y.count, j_begin + cols_per_split);
-  const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
-  // Blocks of one split start at different tiles so that their column atomics do not all hit one address range.
-  const auto tile_start = [&](int it) { return j_begin + ((it + blockIdx.x) % tiles) * kMmaTile; };
-  const auto bias_at = [&](int j) { return column_bias(y, g, sc, j); };
-  const auto epilogue = [&](float (&s)[2][8][4], const float* vt, int parity, int) {
-    float col[16];  // (n8, 2): Σ over this lane's four rows of a_i E_ij, columns nt·8 + 2t + q
+    const int j_begin = blockIdx.y * cols_per_split;
+    const int j_end = min(y.count, j_begin + cols_per_split);
+    const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
+    // Blocks of one split start at different tiles so that their column atomics do not all hit one address range.
+    const auto tile_start = [&](int it) { return j_begin + ((it + blockIdx.x) % tiles) * kMmaTile; };
+    const auto bias_at = [&](int j) { return column_bias(y, g, sc, j); };
+    const auto epilogue = [&](float (&s)[2][8][4], const float* vt, int parity, int, const std::uint16_t* stage) {
+      if constexpr (SCREEN) {
+        float floor[2][2];  // an invalid row (u = −∞) has floor +∞: never kept
 #pragma unroll
-    for (int c = 0; c < 16; ++c) col[c] = 0.f;
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const float e0 = fast_exp2(fmaf(alpha, s[mt][nt][2 * hh], b2.x + u[mt][hh]));
-          const float e1 = fast_exp2(fmaf(alpha, s[mt][nt][2 * hh + 1], b2.y + u[mt][hh]));
-          rs[mt][hh] += e0 + e1;
-          col[2 * nt] = fmaf(ar[mt][hh], e0, col[2 * nt]);
-          col[2 * nt + 1] = fmaf(ar[mt][hh], e1, col[2 * nt + 1]);
+          for (int hh = 0; hh < 2; ++hh) floor[mt][hh] = -cut - u[mt][hh];
+        const bool keep = screen_keeps(s, vt, alpha, floor);
+        counts.add(keep);
+        if (!keep) {
+          *reinterpret_cast<float2*>(&colbuf[parity][warp][gr * 8 + 2 * t]) = make_float2(0.f, 0.f);
+          return;
         }
-    }
-    // The 8 lanes g = 0..7 with the same t hold the same 16 columns: halve over lane bits 4, 3, 2 so that lane
-    // (g, t) ends with the totals of columns g·8 + 2t + {0, 1}.
-    column_halving<8, 16>(col, lane & 16);
-    column_halving<4, 8>(col, lane & 8);
-    column_halving<2, 4>(col, lane & 4);
-    *reinterpret_cast<float2*>(&colbuf[parity][warp][gr * 8 + 2 * t]) = make_float2(col[0], col[1]);
-  };
-  // After the tile's barrier: the four warps' column sums of tile it, one atomic per column.
-  const auto drain = [&](int parity, int it) {
-    if (threadIdx.x < kMmaTile) {
-      const int j = tile_start(it) + threadIdx.x;
-      float total = 0.f;
+        core.add_cross(stage, xop.lo, row0, x.count, s);
+      }
+      float col[16];  // (n8, 2): Σ over this lane's four rows of a_i E_ij, columns nt·8 + 2t + q
 #pragma unroll
-      for (int w = 0; w < kMmaThreads / 32; ++w) total += colbuf[parity][w][threadIdx.x];
-      if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
-    }
-  };
-  core.template run_tiles<overlap_fits<KS, TERMS>(), ldmatrix_pairs<KS, TERMS, false>()>(
-      smem, vtile, yop, tiles, j_end, tile_start, bias_at, epilogue, drain);
+      for (int c = 0; c < 16; ++c) col[c] = 0.f;
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+      for (int nt = 0; nt < 8; ++nt) {
+        const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float sum = rs[mt][hh];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const int i = row0 + mt * 16 + gr + hh * 8;
-      if (t == 0 && i < x.count) atomicAdd(&rsum[i], sum);
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const float p0 = fmaf(alpha, s[mt][nt][2 * hh], b2.x + u[mt][hh]);
+            const float p1 = fmaf(alpha, s[mt][nt][2 * hh + 1], b2.y + u[mt][hh]);
+            const float e0 = fast_exp2(p0), e1 = fast_exp2(p1);
+            rs[mt][hh] += e0 + e1;
+            col[2 * nt] = fmaf(ar[mt][hh], e0, col[2 * nt]);
+            col[2 * nt + 1] = fmaf(ar[mt][hh], e1, col[2 * nt + 1]);
+          }
+      }
+      // The 8 lanes g = 0..7 with the same t hold the same 16 columns: halve over lane bits 4, 3, 2 so that lane
+      // (g, t) ends with the totals of columns g·8 + 2t + {0, 1}.
+      column_halving<8, 16>(col, lane & 16);
+      column_halving<4, 8>(col, lane & 8);
+      column_halving<2, 4>(col, lane & 4);
+      *reinterpret_cast<float2*>(&colbuf[parity][warp][gr * 8 + 2 * t]) = make_float2(col[0], col[1]);
+    };
+    // After the tile's barrier: the four warps' column sums of tile it, one atomic per column.
+    const auto drain = [&](int parity, int it) {
+      if (threadIdx.x < kMmaTile) {
+        const int j = tile_start(it) + threadIdx.x;
+        float total = 0.f;
+#pragma unroll
+        for (int w = 0; w < kMmaThreads / 32; ++w) total += colbuf[parity][w][threadIdx.x];
+        if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
+      }
+    };
+    if constexpr (SCREEN) {
+      core.template run_tiles<false, false, Products::kHi>(smem, vtile, yop, tiles, j_end, tile_start, bias_at,
+                                                           epilogue, drain);
+    } else {
+      core.template run_tiles<overlap_fits<KS, TERMS>(), ldmatrix_pairs<KS, TERMS, false>(), Products::kAll>(
+          smem, vtile, yop, tiles, j_end, tile_start, bias_at, epilogue, drain);
     }
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float sum = rs[mt][hh];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int i = row0 + mt * 16 + gr + hh * 8;
+        if (t == 0 && i < x.count) atomicAdd(&rsum[i], sum);
+      }
+  }
+  close_site<SCREEN>(screen, runs, counts);
 }
 
 /// Calls fn(std::integral_constant<int, KS>{}) for the run-time KS = padded d / 16 (1..8).
@@ -463,18 +709,51 @@ ReductionPlan plan_lse_mma(const PointSet& rows, const PointSet& cols, int resid
   return plan_reduction(rows.count, cols.count, kMmaBlockRows, kMmaTile, resident_blocks);
 }
 
+
+namespace {
+
+/// log2 units by which a hi·hi score may fall short of (or exceed) the split one: |Δ⟨x̃,ỹ⟩| ≤ 2^-10·Σ|x̃_k||ỹ_k|
+/// (each half rounded to 11 bits) plus the subnormal halves' 2^-25 per coordinate, bounded with the largest norms
+/// (Cauchy–Schwarz) and a factor of two to spare, times the score's factor α/(scale_x·scale_y).
+float screen_margin(const MmaOperands& a, const MmaOperands& b, float alpha) {
+  const double xa = double(a.scale) * a.max_norm, yb = double(b.scale) * b.max_norm;
+  const double bound = std::ldexp(xa * yb, -9) + std::ldexp(std::sqrt(double(a.padded_d)) * (xa + yb + 1), -18);
+  return static_cast<float>(std::abs(double(alpha)) * bound);
+}
+
+/// A screened site launches its screened kernel, then its dense one (ScreenState); otherwise the dense one alone.
+template <auto Screened, auto Dense, typename... Args>
+void launch_site(dim3 grid, int bytes, cudaStream_t stream, ScreenState* screen, float cut, Args... args) {
+  if constexpr (Screened != nullptr) {
+    if (screen != nullptr) {
+      allow_shared_bytes<Screened>(bytes);
+      Screened<<<grid, kMmaThreads, bytes, stream>>>(args..., screen, cut);
+    }
+  } else {
+    screen = nullptr;
+  }
+  allow_shared_bytes<Dense>(bytes);
+  Dense<<<grid, kMmaThreads, bytes, stream>>>(args..., screen, cut);
+}
+
+}  // namespace
+
 void launch_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperands& rop, const MmaOperands& cop,
                     const float* h, const Scale& scale, const ReductionPlan& plan, float2* partials,
-                    const int* guard, cudaStream_t stream) {
+                    const int* guard, ScreenState* screen, int* seeds, cudaStream_t stream) {
   const dim3 grid(plan.row_blocks, plan.splits);
   const float alpha = scale.alpha / (rop.scale * cop.scale);
+  // A dropped tile's entries are each below 2^-reach of the row max: at most cols.count·2^-reach < 2^-26 of the sum.
+  const float cut = 26.f + std::ceil(std::log2(float(std::max(cols.count, 1)))) + screen_margin(rop, cop, alpha);
   dispatch_mode(rop.mode, [&](auto terms, auto bf16) {
     dispatch_ks(rop.padded_d / 16, [&](auto ks) {
-      constexpr auto kernel = lse_mma_kernel<decltype(ks)::value, decltype(terms)::value, decltype(bf16)::value>;
-      constexpr int bytes = mma_shared_bytes(decltype(ks)::value, decltype(terms)::value);
-      allow_shared_bytes<kernel>(bytes);
-      kernel<<<grid, kMmaThreads, bytes, stream>>>(rows, cols, rop, cop, h, scale, alpha, plan.cols_per_split,
-                                                   partials, guard);
+      constexpr int kKs = decltype(ks)::value, kTerms = decltype(terms)::value;
+      constexpr bool kBf16 = decltype(bf16)::value;
+      constexpr auto screened = kTerms == 3 ? lse_mma_kernel<kKs, 3, false, true> : nullptr;
+      launch_site<screened, lse_mma_kernel<kKs, kTerms, kBf16, false>>(
+          grid, mma_shared_bytes(kKs, kTerms == 3 ? 2 : 1), stream, screen, cut,
+          rows, cols, rop, cop, h, scale, alpha,
+          plan.cols_per_split, partials, guard, seeds);
     });
   });
   FLASHOT_CUDA_CHECK_LAUNCH();
@@ -486,16 +765,22 @@ ReductionPlan plan_symmetric_mma(const PointSet& x, const PointSet& y, int resid
 
 void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOperands& xop, const MmaOperands& yop,
                                const float* f, const float* g, const Scale& scale, const ReductionPlan& plan,
-                               float* rsum, float* csum, const int* skip, cudaStream_t stream) {
+                               float* rsum, float* csum, const int* skip, ScreenState* screen, float sums_reach,
+                               cudaStream_t stream) {
   const dim3 grid(plan.row_blocks, plan.splits);
   const float alpha = scale.alpha / (xop.scale * yop.scale);
+  // The finish kernel keeps sums down to 2^-70; dropped entries are each below 2^-reach, at most m of them per row
+  // sum and total weight 1 per column sum (≥ 2^-70·b_j): reach = 70 + 26 + log2 max(m, 1/min b) keeps them < 2^-26.
+  const float cut = 96.f + sums_reach + screen_margin(xop, yop, alpha);
   dispatch_mode(xop.mode, [&](auto terms, auto bf16) {
     dispatch_ks(xop.padded_d / 16, [&](auto ks) {
-      constexpr auto kernel = sums_mma_kernel<decltype(ks)::value, decltype(terms)::value, decltype(bf16)::value>;
-      constexpr int bytes = mma_shared_bytes(decltype(ks)::value, decltype(terms)::value);
-      allow_shared_bytes<kernel>(bytes);
-      kernel<<<grid, kMmaThreads, bytes, stream>>>(x, y, xop, yop, f, g, scale, alpha, plan.cols_per_split, rsum,
-                                                   csum, skip);
+      constexpr int kKs = decltype(ks)::value, kTerms = decltype(terms)::value;
+      constexpr bool kBf16 = decltype(bf16)::value;
+      constexpr auto screened = kTerms == 3 ? sums_mma_kernel<kKs, 3, false, true> : nullptr;
+      launch_site<screened, sums_mma_kernel<kKs, kTerms, kBf16, false>>(
+          grid, mma_shared_bytes(kKs, kTerms == 3 ? 2 : 1), stream, screen, cut,
+          x, y, xop, yop, f, g, scale, alpha,
+          plan.cols_per_split, rsum, csum, skip);
     });
   });
   FLASHOT_CUDA_CHECK_LAUNCH();

@@ -20,22 +20,44 @@ struct MmaOperands {
   int padded_d = 0;
   float scale = 1;  // power of two applied to the coordinates before conversion
   MmaMode mode = MmaMode::kSplitFp16;
+  float max_norm = 0;  // largest Euclidean norm of the (centred, unscaled) points: bounds the hi·hi product's error
+};
+
+/// Adaptive state of one screened launch site (device memory, zero but for `use`; mma.cu has the contract). Split
+/// operands only: a column tile of a warp's rows is first multiplied with the hi halves alone; when no entry can
+/// come within `reach` (log2 units) of what the sums keep — after allowing for the hi·hi product's error bound — the
+/// tile is dropped, otherwise its hi·lo + lo·hi products are added and it is summed as usual. The result equals the
+/// unscreened one up to fp32 rounding (dropped mass ≤ 2^-26 of every sum, by the choice of reach). Both a screened
+/// and a dense kernel are launched; each reads `use` and only one runs; the dense launch's last block sets `use` for
+/// the next launch from the fraction of tiles the screened one kept (close_site in mma.cu has the rule).
+struct ScreenState {
+  unsigned long long kept = 0, seen = 0;  // warp tiles summed / looked at by the launch that ran
+  unsigned done = 0;                      // blocks of the current dense launch that finished
+  int use = 1;                            // 1: the screened kernel runs; 0: the dense one
+  int pinned = 0;                         // 1: `use` never changes (Screening::kOn)
+  int screened_runs = 0;                  // screened launches so far
+  int dense_left = 0;                     // dense launches before the screen is tried again
+  // Totals over the site's life, for FLASHOT_SCREEN_REPORT=1 (printed when the backend is destroyed).
+  unsigned long long kept_total = 0, seen_total = 0;
 };
 
 /// Tensor cores serve 16 ≤ d ≤ 128 (smaller d is cheaper on the FMA pipe; larger needs the generic path).
 inline bool mma_supports(int d) { return d >= 16 && d <= 128; }
 
 ReductionPlan plan_lse_mma(const PointSet& rows, const PointSet& cols, int resident_blocks);
-/// Same contract as launch_lse, with the scores from the tensor cores.
+/// Same contract as launch_lse, with the scores from the tensor cores. screen (may be null): the site's ScreenState;
+/// seeds (rows.count column indices, read and written by the screened kernel): each row's best column so far.
 void launch_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperands& rop, const MmaOperands& cop,
                     const float* h, const Scale& scale, const ReductionPlan& plan, float2* partials,
-                    const int* guard, cudaStream_t stream);
+                    const int* guard, ScreenState* screen, int* seeds, cudaStream_t stream);
 
 /// The one-pass symmetric step on tensor cores: the contract of launch_symmetric_sums (kernels.cuh), scores from
-/// the operands' tensor-core products (skip as there).
+/// the operands' tensor-core products (skip as there). sums_reach: log2 of the largest of m and 1/min b_j, the
+/// weight range that the screen's reach must cover (the sums may be as small as 2^-70 and still be kept).
 ReductionPlan plan_symmetric_mma(const PointSet& x, const PointSet& y, int resident_blocks);
 void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOperands& xop, const MmaOperands& yop,
                                const float* f, const float* g, const Scale& scale, const ReductionPlan& plan,
-                               float* rsum, float* csum, const int* skip, cudaStream_t stream);
+                               float* rsum, float* csum, const int* skip, ScreenState* screen, float sums_reach,
+                               cudaStream_t stream);
 
 }  // namespace flashot::detail::cuda

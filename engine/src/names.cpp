@@ -31,6 +31,15 @@ std::string to_string(Precision p) {
   return "unknown";
 }
 
+std::string to_string(Screening s) {
+  switch (s) {
+    case Screening::kAuto: return "auto";
+    case Screening::kOff: return "off";
+    case Screening::kOn: return "on";
+  }
+  return "unknown";
+}
+
 std::string to_string(StopReason r) {
   switch (r) {
     case StopReason::kTolerance: return "tolerance";
@@ -58,6 +67,12 @@ Precision parse_precision(const std::string& text) {
   for (Precision p : {Precision::kDefault, Precision::kFp32, Precision::kTf32, Precision::kBf16})
     if (to_string(p) == text) return p;
   throw std::invalid_argument("precision must be default, fp32, tf32 or bf16 (got '" + text + "')");
+}
+
+Screening parse_screening(const std::string& text) {
+  for (Screening s : {Screening::kAuto, Screening::kOff, Screening::kOn})
+    if (to_string(s) == text) return s;
+  throw std::invalid_argument("screening must be auto, off or on (got '" + text + "')");
 }
 
 }  // namespace flashot

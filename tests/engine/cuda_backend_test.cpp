@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "../../engine/cuda/tiling.hpp"
@@ -206,6 +207,94 @@ TEST_P(CudaManyTilesTest, ManyColumnTilesPerBlockMatchTheCpuBackend) {
 
 INSTANTIATE_TEST_SUITE_P(Dimensions, CudaManyTilesTest, ::testing::Values(16, 64, 100, 128),
                          [](const auto& info) { return "d" + std::to_string(info.param); });
+
+// Tile screening (Screening, docs/engine.md): a small blur makes the plan sparse — most warp tiles are dropped after
+// their hi·hi product — a large one keeps every tile. Pinned on, pinned off and adaptive must all give the fp64
+// reference's potentials within the default precision's tolerance, and screened and unscreened runs must agree to
+// fp32 rounding (the dropped entries are below 2^-26 of every sum).
+class CudaScreeningTest : public ::testing::TestWithParam<std::tuple<std::size_t, double>> {};
+
+TEST_P(CudaScreeningTest, ScreenedUnscreenedAndAdaptiveMatchTheReference) {
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const auto [d, blur] = GetParam();
+  const TestProblem p = make_problem({.n = 2000, .m = 1800, .d = d, .seed = 41, .random_weights = true});
+  SolveOptions o;
+  o.blur = blur;
+  o.scaling = 0.5;
+  o.tolerance = 0;
+  o.max_iterations = 30;
+  const ReferenceResult ref = reference_solve(p.xv(), p.yv(), p.a, p.b, o);
+  std::vector<SolveResult> results;
+  for (Screening screening : {Screening::kOn, Screening::kOff, Screening::kAuto}) {
+    BackendOptions options = backend_options("cuda");
+    options.screening = screening;
+    Problem problem(p.xv(), p.yv(), p.a, p.b, options);
+    results.push_back(problem.solve(o));
+    const SolveResult& r = results.back();
+    ASSERT_NE(r.reason, StopReason::kNonFinite) << to_string(screening) << ": " << r.message;
+    EXPECT_EQ(r.iterations, ref.iterations) << to_string(screening);
+    EXPECT_LE(rel_max_diff(r.f, ref.f), kDefaultPrecisionRelTol) << to_string(screening);
+    EXPECT_LE(rel_max_diff(r.g, ref.g), kDefaultPrecisionRelTol) << to_string(screening);
+    std::printf("[ screening] d=%zu blur=%g %s: f %.3g g %.3g relative to the fp64 reference\n", d, blur,
+                to_string(screening).c_str(), rel_max_diff(r.f, ref.f), rel_max_diff(r.g, ref.g));
+  }
+  const std::vector<double> f_off(results[1].f.begin(), results[1].f.end());
+  const std::vector<double> g_off(results[1].g.begin(), results[1].g.end());
+  EXPECT_LE(rel_max_diff(results[0].f, f_off), kRerunRelTol);
+  EXPECT_LE(rel_max_diff(results[0].g, g_off), kRerunRelTol);
+}
+
+INSTANTIATE_TEST_SUITE_P(DimensionsAndBlurs, CudaScreeningTest,
+                         ::testing::Combine(::testing::Values(16, 64, 128), ::testing::Values(0.05, 3.0)),
+                         [](const auto& info) {
+                           const double blur = std::get<1>(info.param);
+                           return "d" + std::to_string(std::get<0>(info.param)) + (blur < 1 ? "_sparse" : "_dense");
+                         });
+
+// A small sparse problem with screening pinned on: the case compute-sanitizer runs (scripts/gpu-check.sh) — dropped
+// and kept tiles, seeded running maxima, the last-block state update — against the fp64 reference.
+TEST(CudaBackend, ScreenedSmallSparseProblemMatchesTheReference) {
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const TestProblem p = make_problem({.n = 300, .m = 260, .d = 64, .seed = 44, .random_weights = true});
+  SolveOptions o;
+  o.blur = 0.05;
+  o.scaling = 0.5;
+  o.tolerance = 0;
+  o.max_iterations = 12;
+  BackendOptions options = backend_options("cuda");
+  options.screening = Screening::kOn;
+  Problem problem(p.xv(), p.yv(), p.a, p.b, options);
+  const SolveResult r = problem.solve(o);
+  const ReferenceResult ref = reference_solve(p.xv(), p.yv(), p.a, p.b, o);
+  ASSERT_NE(r.reason, StopReason::kNonFinite) << r.message;
+  EXPECT_LE(rel_max_diff(r.f, ref.f), kDefaultPrecisionRelTol);
+  EXPECT_LE(rel_max_diff(r.g, ref.g), kDefaultPrecisionRelTol);
+}
+
+// Screening pinned on with tens of column tiles per block, rows and columns of several row blocks and splits, and
+// a sparse plan: the dropped-tile branch (zero column sums, untouched running max) runs in the pipelines' steady
+// state, against the CPU backend.
+TEST(CudaBackend, ScreenedManyTilesMatchTheCpuBackend) {
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const TestProblem p = make_problem({.n = 12007, .m = 11003, .d = 64, .seed = 43, .random_weights = true});
+  SolveOptions o;
+  o.blur = 0.05;
+  o.scaling = 0.5;
+  o.tolerance = 0;
+  o.max_iterations = 25;
+  BackendOptions options = backend_options("cuda");
+  options.screening = Screening::kOn;
+  Problem gpu(p.xv(), p.yv(), p.a, p.b, options);
+  Problem cpu(p.xv(), p.yv(), p.a, p.b, backend_options("cpu"));
+  const SolveResult rg = gpu.solve(o);
+  const SolveResult rc = cpu.solve(o);
+  ASSERT_NE(rg.reason, StopReason::kNonFinite) << rg.message;
+  ASSERT_EQ(rg.iterations, rc.iterations);
+  const std::vector<double> fc(rc.f.begin(), rc.f.end()), gc(rc.g.begin(), rc.g.end());
+  EXPECT_LE(rel_max_diff(rg.f, fc), 2 * kDefaultPrecisionRelTol);
+  EXPECT_LE(rel_max_diff(rg.g, gc), 2 * kDefaultPrecisionRelTol);
+  EXPECT_NE(rg.device.find("screened"), std::string::npos) << rg.device;
+}
 
 TEST(CudaBackend, ApplyWithThousandsOfColumnsMatchesTheDensePlan) {
   FLASHOT_REQUIRE_BACKEND(std::string("cuda"));

@@ -139,9 +139,11 @@ TEST(Registry, NamesRoundTripAndUnknownNamesAreRefused) {
   for (Scheme s : {Scheme::kSymmetric, Scheme::kAlternating}) EXPECT_EQ(parse_scheme(to_string(s)), s);
   for (Precision p : {Precision::kDefault, Precision::kFp32, Precision::kTf32, Precision::kBf16})
     EXPECT_EQ(parse_precision(to_string(p)), p);
+  for (Screening s : {Screening::kAuto, Screening::kOff, Screening::kOn}) EXPECT_EQ(parse_screening(to_string(s)), s);
   expect_invalid([] { parse_backend("gpu"); }, {"backend", "'gpu'"});
   expect_invalid([] { parse_scheme("jacobi"); }, {"scheme", "'jacobi'"});
   expect_invalid([] { parse_precision("fp8"); }, {"precision", "'fp8'"});
+  expect_invalid([] { parse_screening("yes"); }, {"screening", "'yes'"});
   EXPECT_FALSE(version().empty());
 }
 

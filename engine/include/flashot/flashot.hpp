@@ -32,6 +32,12 @@ enum class BackendKind { kAuto, kCpu, kCuda };
 /// Arithmetic of the score dot products on the CUDA backend (the CPU backend always uses fp32 with fp32/fp64
 /// accumulation). kDefault picks per d what meets the documented accuracy (docs/accuracy.md).
 enum class Precision { kDefault, kFp32, kTf32, kBf16 };
+/// Tile screening of the CUDA backend's default (split fp16) tensor-core scores, 16 ≤ d ≤ 128 (docs/engine.md):
+/// a tile whose every entry provably lies 2^26+ below what its sums keep is dropped after one of its three
+/// products. Results equal the unscreened ones to fp32 rounding. kAuto screens while at most half of the tiles
+/// are kept (small ε relative to the spread of the costs) and runs the unscreened kernels otherwise; kOff never
+/// screens; kOn always does. Other paths and the CPU backend ignore it.
+enum class Screening { kAuto, kOff, kOn };
 /// Why a solve stopped.
 enum class StopReason {
   kTolerance,        ///< marginal error ≤ tolerance at a check of the final ε stage: converged
@@ -46,11 +52,13 @@ std::string to_string(Cost);
 std::string to_string(Scheme);
 std::string to_string(BackendKind);
 std::string to_string(Precision);
+std::string to_string(Screening);
 std::string to_string(StopReason);
 /// Parse the names printed by to_string ("cpu", "symmetric", …). Throws std::invalid_argument naming the text.
 BackendKind parse_backend(const std::string&);
 Scheme parse_scheme(const std::string&);
 Precision parse_precision(const std::string&);
+Screening parse_screening(const std::string&);
 
 /// Reported to the progress callback at every marginal-error check.
 struct Progress {
@@ -70,6 +78,7 @@ struct BackendOptions {
   int threads = 0;                           ///< CPU threads; 0 = all hardware threads
   int device = 0;                            ///< CUDA device ordinal
   Precision precision = Precision::kDefault;
+  Screening screening = Screening::kAuto;
   // ---- Sharding one problem over several devices (docs/multi-gpu.md) ----------------------------------------
   /// CUDA device ordinals to spread one problem over. Empty or one entry: one device (`device`, or that entry).
   /// Several: the rows of x are cut into devices.size() contiguous balanced shards, one per device; each device
