@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
@@ -52,6 +53,25 @@ Matrix from_dense(io::DenseMatrix&& dense) {
 }
 
 const char* kind_text(app::FileKind kind) { return kind == app::FileKind::kPly ? "PLY" : ".h5ad"; }
+
+// obsm[key] as the CLI reads it (app read_obsm_points): sized by obsm_info, then HDF5 writes the values straight
+// into memory nobody zero-filled. `cells` is the row count the file had when it was opened.
+Matrix read_obsm_matrix(const io::H5adReader& reader, const std::string& key, std::size_t cells) {
+  const std::string where = reader.path().string() + ": obsm['" + key + "']";
+  const std::optional<io::ArrayInfo> info = reader.obsm_info(key);
+  if (!info) throw std::invalid_argument(where + " cannot be read (no such entry now)");
+  if (info->rows != cells) {
+    throw std::invalid_argument(where + " has " + std::to_string(info->rows) + " rows but the file has " +
+                                std::to_string(cells) + " cells");
+  }
+  if (info->cols != 0 && info->rows > std::numeric_limits<std::size_t>::max() / sizeof(float) / info->cols) {
+    throw std::invalid_argument(where + " has shape (" + std::to_string(info->rows) + ", " +
+                                std::to_string(info->cols) + "), too large to hold");
+  }
+  Matrix m{info->rows, info->cols, FloatBuffer::uninitialized(info->rows * info->cols)};
+  reader.read_obsm_into(key, {m.values.data(), m.values.size()});
+  return m;
+}
 
 }  // namespace
 
@@ -149,7 +169,7 @@ Matrix Dataset::read_space(const std::string& key) const {
   if (std::find(obsm_keys_.begin(), obsm_keys_.end(), key) == obsm_keys_.end()) {
     throw std::invalid_argument(path_.string() + ": no obsm entry '" + key + "' (obsm: " + join(obsm_keys_) + ")");
   }
-  return from_dense(reader.read_obsm(key));
+  return read_obsm_matrix(reader, key, n_);
 }
 
 std::vector<std::string> Dataset::var_names() const {

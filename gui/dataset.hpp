@@ -3,11 +3,14 @@
 // spaces to align in, spaces to show, columns to color by. Reading happens on the UI thread, before a solve;
 // the solve gets plain matrices (alignment.hpp).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flashot/app/dataset.hpp"
@@ -16,11 +19,64 @@
 
 namespace flashot::gui {
 
+/// Owned float32 values: adopted from a std::vector (X and PLY reads hand theirs over, no copy), or allocated
+/// without zero-filling for an obsm entry HDF5 writes straight into (H5adReader::read_obsm_into), so a 1M × 50
+/// space is written once, by the read — a zero-filled std::vector costs a second pass over it (docs/benchmarks.md).
+class FloatBuffer {
+ public:
+  FloatBuffer() = default;
+  /// Takes `values` over (implicit, so a std::vector can stand where a buffer is expected).
+  FloatBuffer(std::vector<float> values) : vector_(std::move(values)), size_(vector_.size()) {}
+  /// `count` floats whose values are indeterminate until written.
+  static FloatBuffer uninitialized(std::size_t count) {
+    FloatBuffer b;
+    b.raw_ = std::make_unique_for_overwrite<float[]>(count);
+    b.size_ = count;
+    return b;
+  }
+  FloatBuffer(const FloatBuffer& other) : FloatBuffer(std::vector<float>(other.begin(), other.end())) {}
+  FloatBuffer(FloatBuffer&& other) noexcept { swap(other); }
+  FloatBuffer& operator=(FloatBuffer other) noexcept {  // copy and move assignment alike
+    swap(other);
+    return *this;
+  }
+  void swap(FloatBuffer& other) noexcept {
+    vector_.swap(other.vector_);
+    raw_.swap(other.raw_);
+    std::swap(size_, other.size_);
+  }
+
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  float* data() { return raw_ ? raw_.get() : vector_.data(); }
+  const float* data() const { return raw_ ? raw_.get() : vector_.data(); }
+  float* begin() { return data(); }
+  float* end() { return data() + size_; }
+  const float* begin() const { return data(); }
+  const float* end() const { return data() + size_; }
+  float& operator[](std::size_t i) { return data()[i]; }
+  const float& operator[](std::size_t i) const { return data()[i]; }
+  /// As std::vector::resize: values kept up to the new size, new ones 0.
+  void resize(std::size_t count) {
+    if (raw_) {
+      vector_.assign(raw_.get(), raw_.get() + std::min(count, size_));
+      raw_.reset();
+    }
+    vector_.resize(count);
+    size_ = count;
+  }
+
+ private:
+  std::vector<float> vector_;      // the values, unless raw_ holds them
+  std::unique_ptr<float[]> raw_;   // uninitialized() storage
+  std::size_t size_ = 0;
+};
+
 /// A dense row-major float32 matrix.
 struct Matrix {
   std::size_t rows = 0;
   std::size_t cols = 0;
-  std::vector<float> values;  ///< rows·cols
+  FloatBuffer values;  ///< rows·cols
 };
 
 /// Space keys that are not obsm entries.

@@ -487,6 +487,21 @@ struct H5adReader::Impl {
     return std::nullopt;
   }
 
+  // The ≤0.6 entry `key` (a field of the compound dataset `group`) and its shape, learnt from the dataspace and
+  // the compound type without reading the data; nullopt when `group` is no such dataset or has no such field.
+  std::optional<std::pair<Node, ArrayInfo>> compound_entry(const std::string& group, const std::string& key) const {
+    auto g = compound_mapping(group);
+    if (!g) return std::nullopt;
+    const auto fields = g->compound_fields();
+    if (std::find(fields.begin(), fields.end(), key) == fields.end()) return std::nullopt;
+    const Node::ArrayField field = g->compound_array_field(key);
+    ArrayInfo info;
+    info.dtype = field.dtype;
+    info.rows = field.records;
+    info.cols = field.cols;
+    return std::make_pair(std::move(*g), std::move(info));
+  }
+
   // The obsm/varm/layers element `key` and its shape. obsm/layers rows are cells, varm rows are genes: a shape
   // that disagrees is a broken file, caught before anything is read.
   std::pair<Node, ArrayInfo> checked_entry(const std::string& group, const std::string& key) const {
@@ -506,20 +521,20 @@ struct H5adReader::Impl {
   }
 
   DenseMatrix read_mapping_entry(const std::string& group, const std::string& key) const {
-    if (auto g = compound_mapping(group)) {
-      const auto fields = g->compound_fields();
-      if (std::find(fields.begin(), fields.end(), key) != fields.end()) {
-        DenseMatrix m;
-        m.values = g->read_compound_array_field(key, m.cols);
-        m.rows = m.cols == 0 ? 0 : m.values.size() / m.cols;
-        return m;
-      }
+    if (auto entry = compound_entry(group, key)) {
+      DenseMatrix m;
+      m.rows = entry->second.rows;
+      m.cols = entry->second.cols;
+      m.values.resize(m.rows * m.cols);  // compound_array_field bounded rows·cols by the bytes stored
+      entry->first.read_compound_array_field_into(key, m.values);
+      return m;
     }
     return read_dense(checked_entry(group, key).first);
   }
 
-  // As read_mapping_entry, into caller memory. A dense dataset goes straight from HDF5 into `out`; the other
-  // layouts (sparse, dataframe, ≤0.6 compound fields) are assembled first and copied.
+  // As read_mapping_entry, into caller memory, with `out`'s size checked against the entry's shape before anything
+  // is read. A dense dataset and a ≤0.6 compound field go straight from HDF5 into `out`; sparse and dataframe
+  // entries are assembled first and copied.
   void read_mapping_entry_into(const std::string& group, const std::string& key, std::span<float> out) const {
     const auto check_size = [&](std::size_t rows, std::size_t cols) {
       const bool fits = rows == 0 || cols <= std::numeric_limits<std::size_t>::max() / rows;
@@ -529,16 +544,19 @@ struct H5adReader::Impl {
                                     ")");
       }
     };
-    if (!compound_mapping(group)) {
-      auto [e, info] = checked_entry(group, key);
-      check_size(info.rows, info.cols);
-      if (e.is_dataset()) {
-        if (!is_numeric(e.type_class())) e.fail("expected a numeric array, found " + info.dtype);
-        e.read_floats_into(out);
-        return;
-      }
+    if (auto entry = compound_entry(group, key)) {
+      check_size(entry->second.rows, entry->second.cols);
+      entry->first.read_compound_array_field_into(key, out);
+      return;
     }
-    const DenseMatrix m = read_mapping_entry(group, key);
+    auto [e, info] = checked_entry(group, key);
+    check_size(info.rows, info.cols);
+    if (e.is_dataset()) {
+      if (!is_numeric(e.type_class())) e.fail("expected a numeric array, found " + info.dtype);
+      e.read_floats_into(out);
+      return;
+    }
+    const DenseMatrix m = read_dense(e);
     check_size(m.rows, m.cols);
     std::copy(m.values.begin(), m.values.end(), out.begin());
   }
@@ -722,17 +740,7 @@ DenseMatrix H5adReader::read_x_columns(std::span<const std::size_t> cols) const 
 std::vector<std::string> H5adReader::obsm_keys() const { return impl_->keys("obsm"); }
 
 std::optional<ArrayInfo> H5adReader::obsm_info(const std::string& key) const {
-  auto g = impl_->root.find("obsm");
-  if (g && g->is_dataset()) {
-    const auto fields = impl_->keys("obsm");
-    if (std::find(fields.begin(), fields.end(), key) == fields.end()) return std::nullopt;
-    ArrayInfo info;
-    info.dtype = "float32";
-    const DenseMatrix m = impl_->read_mapping_entry("obsm", key);
-    info.rows = m.rows;
-    info.cols = m.cols;
-    return info;
-  }
+  if (auto entry = impl_->compound_entry("obsm", key)) return std::move(entry->second);  // ≤0.6: nothing read
   auto e = impl_->element("obsm", key);
   if (!e) return std::nullopt;
   return info_of(*e);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
@@ -94,7 +95,8 @@ io::Column categorical(std::vector<std::int32_t> codes, std::vector<std::string>
 }
 
 // A small .h5ad with obsm X_pca (5-d) and X_umap (2-d), X (n × 3), a categorical and a numeric obs column.
-void write_small_h5ad(const std::filesystem::path& path, std::size_t n, unsigned seed) {
+// Returns what it wrote.
+io::H5adContent write_small_h5ad(const std::filesystem::path& path, std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> noise(0.0f, 1.0f);
   io::H5adContent content;
@@ -119,6 +121,7 @@ void write_small_h5ad(const std::filesystem::path& path, std::size_t n, unsigned
   content.obs["cell_type"] = categorical(codes, {"B", "T", "NK"});
   content.obs["score"] = score;
   io::write_h5ad(path, content);
+  return content;
 }
 
 void write_colored_ply(const std::filesystem::path& path, std::size_t n) {
@@ -256,10 +259,33 @@ class GuiCoreTest : public QObject {
   }
 
   // ---- data sets ----------------------------------------------------------------------------------------------
+  void float_buffer_adopts_copies_and_resizes() {
+    std::vector<float> values = {1.0f, 2.0f, 3.0f};
+    const float* storage = values.data();
+    const FloatBuffer adopted(std::move(values));
+    QCOMPARE(adopted.data(), storage);  // an io or PLY read's vector is taken over, not copied
+    FloatBuffer b = FloatBuffer::uninitialized(4);
+    for (std::size_t i = 0; i < 4; ++i) b[i] = static_cast<float>(i) + 0.5f;
+    const FloatBuffer copy = b;
+    FloatBuffer moved = std::move(b);
+    QCOMPARE(b.size(), std::size_t{0});  // a moved-from buffer is empty, not a dangling size
+    QCOMPARE(copy.size(), std::size_t{4});
+    QCOMPARE(copy[3], 3.5f);
+    QVERIFY(copy.data() != moved.data());
+    moved.resize(6);
+    QCOMPARE(moved[2], 2.5f);
+    QCOMPARE(moved[5], 0.0f);
+    moved.resize(1);
+    QCOMPARE(moved.size(), std::size_t{1});
+    QCOMPARE(moved[0], 0.5f);
+    const std::span<const float> view(moved);
+    QCOMPARE(view.size(), std::size_t{1});
+  }
+
   void h5ad_offers_its_spaces_and_columns() {
     QTemporaryDir dir;
     const std::filesystem::path path = dir.filePath("a.h5ad").toStdString();
-    write_small_h5ad(path, 30, kSeed);
+    const io::H5adContent written = write_small_h5ad(path, 30, kSeed);
     const Dataset d = Dataset::open(path);
     QCOMPARE(d.size(), std::size_t{30});
     const std::vector<std::string> spaces = d.alignment_spaces();
@@ -272,6 +298,11 @@ class GuiCoreTest : public QObject {
     QCOMPARE(umap.size(), std::size_t{90});
     for (std::size_t i = 0; i < 30; ++i) QCOMPARE(umap[3 * i + 2], 0.0f);  // 2-D shown with z = 0
     const Matrix pca = d.read_space("X_pca");
+    // read by HDF5 straight into memory nobody zero-filled: every value must be the one written, in place
+    QCOMPARE(pca.rows, std::size_t{30});
+    QCOMPARE(pca.cols, std::size_t{5});
+    const std::vector<float>& pca_written = written.obsm.at("X_pca").values;
+    QVERIFY(std::equal(pca.values.begin(), pca.values.end(), pca_written.begin(), pca_written.end()));
     const std::vector<float> first3 = d.read_display(kSpaceFirstThree, "X_pca");
     QCOMPARE(first3[3 * 7 + 2], pca.values[7 * 5 + 2]);
     try {

@@ -265,6 +265,16 @@ inline void check_file(const std::filesystem::path& path, const std::filesystem:
       EXPECT_EQ(info->dtype, c.next()) << where;
       EXPECT_EQ(info->rows, c.size()) << where;
       EXPECT_EQ(info->cols, c.size()) << where;
+    } else if (tag == "info") {
+      c.next();  // obsm
+      const std::string key = c.text();
+      const std::string encoding = c.next();
+      const auto info = r.obsm_info(key);
+      ASSERT_TRUE(info.has_value()) << where << " " << key;
+      EXPECT_EQ(info->encoding, encoding == "_" ? "" : encoding) << where << " " << key;
+      EXPECT_EQ(info->dtype, c.next()) << where << " " << key;
+      EXPECT_EQ(info->rows, c.size()) << where << " " << key;
+      EXPECT_EQ(info->cols, c.size()) << where << " " << key;
     } else if (tag == "dense") {
       const std::string kind = c.next();
       const std::string key = c.text();

@@ -41,7 +41,8 @@ INSTANTIATE_TEST_SUITE_P(Encodings, H5adFromPython,
                                            "large_contiguous"),
                          [](const auto& info) { return std::string(info.param); });
 
-INSTANTIATE_TEST_SUITE_P(Legacy, H5adFromPython, ::testing::Values("legacy_06", "legacy_07", "legacy_07_lzf"),
+INSTANTIATE_TEST_SUITE_P(Legacy, H5adFromPython,
+                         ::testing::Values("legacy_06", "legacy_06_obsm_unreadable", "legacy_07", "legacy_07_lzf"),
                          [](const auto& info) { return std::string(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(Malformed, H5adFromPython,

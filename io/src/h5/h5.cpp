@@ -638,7 +638,18 @@ Node::Field Node::read_compound_field(const std::string& field) const {
   return out;
 }
 
-std::vector<float> Node::read_compound_array_field(const std::string& field, std::size_t& cols) const {
+namespace {
+
+// numpy's name for an integer or floating-point HDF5 type ("float64", "uint8").
+std::string numeric_type_name(hid_t type) {
+  const std::string bits = std::to_string(H5Tget_size(type) * 8);
+  if (H5Tget_class(type) == H5T_FLOAT) return "float" + bits;
+  return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + bits;
+}
+
+}  // namespace
+
+Node::ArrayField Node::compound_array_field(const std::string& field) const {
   const std::string where = object_path_ + " (field " + field + ")";
   Id type(H5Dget_type(id()));
   const int index = H5Tget_member_index(type.get(), field.c_str());
@@ -647,35 +658,67 @@ std::vector<float> Node::read_compound_array_field(const std::string& field, std
   Id space(H5Dget_space(id()));
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
   if (n < 0) throw_format(file_, where, hdf5_problem("unreadable dataspace"));
-  const H5T_class_t cls = H5Tget_class(member.get());
-  std::vector<hsize_t> dims;
-  if (cls == H5T_ARRAY) {
+  ArrayField out;
+  Id element = member;  // the array's base type, or the member itself for a plain number
+  if (H5Tget_class(member.get()) == H5T_ARRAY) {
     const int rank = H5Tget_array_ndims(member.get());
     if (rank <= 0 || rank > 4) throw_format(file_, where, "unsupported array field rank");
-    dims.resize(static_cast<std::size_t>(rank));
-    H5Tget_array_dims2(member.get(), dims.data());
-    Id base(H5Tget_super(member.get()));
-    const H5T_class_t base_cls = H5Tget_class(base.get());
+    out.dims.resize(static_cast<std::size_t>(rank));
+    if (H5Tget_array_dims2(member.get(), out.dims.data()) < 0) {
+      throw_format(file_, where, hdf5_problem("unreadable array dims"));
+    }
+    element = Id(H5Tget_super(member.get()));
+    const H5T_class_t base_cls = H5Tget_class(element.get());
     if (base_cls != H5T_INTEGER && base_cls != H5T_FLOAT) throw_format(file_, where, "non-numeric array field");
-  } else if (cls != H5T_INTEGER && cls != H5T_FLOAT) {
-    throw_format(file_, where, "non-numeric field");
+  } else {
+    const H5T_class_t cls = H5Tget_class(member.get());
+    if (cls != H5T_INTEGER && cls != H5T_FLOAT) throw_format(file_, where, "non-numeric field");
   }
-  cols = static_cast<std::size_t>(product(dims));
+  // records·cols floats must be addressable, and no more than the stored bytes could expand to: the header is
+  // all there is to go on, so a hostile one is refused here, before anyone sizes a buffer from it.
+  constexpr hsize_t kMaxFloats = std::numeric_limits<std::size_t>::max() / sizeof(float);
+  std::string dims_text;
+  for (hsize_t d : out.dims) dims_text += (dims_text.empty() ? "(" : ", ") + std::to_string(d);
+  hsize_t cols = 1;
+  for (hsize_t d : out.dims) {
+    if (d == 0) throw_format(file_, where, "array field of dims " + dims_text + ") has a zero-sized dimension");
+    if (cols > kMaxFloats / d) throw_format(file_, where, "array field of dims " + dims_text + ") is too large");
+    cols *= d;
+  }
+  const auto records = static_cast<hsize_t>(n);
   const hsize_t stored = H5Dget_storage_size(id());
-  const hsize_t bytes = static_cast<hsize_t>(n) * cols * sizeof(float);
-  if (bytes > kAlwaysAllowedBytes && bytes / kMaxExpansion > stored) {
-    throw_format(file_, where, "claims " + std::to_string(n) + " records but stores only " +
-                                   std::to_string(stored) + " bytes");
+  if (records > kMaxFloats / cols ||
+      (records * cols * sizeof(float) > kAlwaysAllowedBytes &&
+       records * cols * sizeof(float) / kMaxExpansion > stored)) {
+    throw_format(file_, where, "claims " + std::to_string(records) + " records of " + std::to_string(cols) +
+                                   " values but stores only " + std::to_string(stored) + " bytes");
   }
-  std::vector<float> out(static_cast<std::size_t>(n) * cols);
-  Id mem_member(dims.empty() ? H5Tcopy(H5T_NATIVE_FLOAT)
-                             : H5Tarray_create2(H5T_NATIVE_FLOAT, static_cast<unsigned>(dims.size()), dims.data()));
-  Id mem(H5Tcreate(H5T_COMPOUND, cols * sizeof(float)));
-  H5Tinsert(mem.get(), field.c_str(), 0, mem_member.get());
-  if (n > 0 && H5Dread(id(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) {
-    throw_format(file_, where, hdf5_problem("cannot read"));
-  }
+  out.records = static_cast<std::size_t>(records);
+  out.cols = static_cast<std::size_t>(cols);
+  out.dtype = numeric_type_name(element.get());
   return out;
+}
+
+void Node::read_compound_array_field_into(const std::string& field, std::span<float> out) const {
+  const ArrayField shape = compound_array_field(field);
+  const std::string where = object_path_ + " (field " + field + ")";
+  if (out.size() != shape.records * shape.cols) {
+    throw_format(file_, where, "has " + std::to_string(shape.records * shape.cols) +
+                                   " values, but the buffer given holds " + std::to_string(out.size()));
+  }
+  if (out.empty()) return;
+  // Only this field, converted to float32, in a compound type of its own: HDF5 fills `out` record by record.
+  Id mem_member(shape.dims.empty() ? H5Tcopy(H5T_NATIVE_FLOAT)
+                                   : H5Tarray_create2(H5T_NATIVE_FLOAT, static_cast<unsigned>(shape.dims.size()),
+                                                      shape.dims.data()));
+  Id mem(H5Tcreate(H5T_COMPOUND, shape.cols * sizeof(float)));
+  if (!mem_member.valid() || !mem.valid() || H5Tinsert(mem.get(), field.c_str(), 0, mem_member.get()) < 0) {
+    throw_format(file_, where, hdf5_problem("cannot make the memory type"));
+  }
+  advise_huge_pages(out.data(), out.size_bytes());
+  if (H5Dread(id(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) {
+    throw_format(file_, where, read_failure(id()));
+  }
 }
 
 // ---- writing ---------------------------------------------------------------------------------------------

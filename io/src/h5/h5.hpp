@@ -115,8 +115,20 @@ class Node {
   };
   std::vector<std::string> compound_fields() const;
   Field read_compound_field(const std::string& field) const;
-  /// A compound field that is an array (anndata ≤0.6 obsm): rows × (product of the array dims), float32.
-  std::vector<float> read_compound_array_field(const std::string& field, std::size_t& cols) const;
+  /// A compound field that is a numeric array or number (anndata ≤0.6 obsm), as a records × cols matrix.
+  struct ArrayField {
+    std::size_t records = 0;        ///< elements of the dataset's dataspace
+    std::size_t cols = 0;           ///< product of the field's array dims (1 for a plain number)
+    std::vector<hsize_t> dims;      ///< the field's array dims (empty for a plain number)
+    std::string dtype;              ///< numpy name of the stored element type ("float64", …)
+  };
+  /// That field's shape from the dataspace and the compound type alone: nothing is read. Throws FormatError for
+  /// a missing or non-numeric field, a zero-sized or unsupported array dimension, or a shape larger than the
+  /// stored bytes could hold.
+  ArrayField compound_array_field(const std::string& field) const;
+  /// The field's values as float32 into `out` (caller-owned, records·cols, row-major), straight from HDF5.
+  /// Throws FormatError as compound_array_field, when `out` has another size, or when the read fails.
+  void read_compound_array_field_into(const std::string& field, std::span<float> out) const;
 
   [[noreturn]] void fail(const std::string& problem) const;  ///< FormatError naming file and object path
 

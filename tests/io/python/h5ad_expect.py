@@ -6,6 +6,7 @@ text survives; numbers are Python reprs ("nan" for missing). Records (one per li
   n_obs N | n_vars N
   names obs|var N str*N
   x none | x ENCODING DTYPE ROWS COLS
+  info obsm KEY ENCODING DTYPE ROWS COLS                              (obsm_info; ENCODING "_" for none)
   dense X|raw_x|obsm|varm|layers KEY ROWS COLS value*(ROWS*COLS)        (KEY "_" for X / raw_x)
   pattern obsm KEY ROWS COLS          (value[i, j] = ((i * COLS + j) % 1000) / 8, for arrays too big to list)
   columns obs|var N str*N                                             (the column order)

@@ -344,39 +344,60 @@ def fixed_string_file(out):
 
 
 def legacy_06_file(out, rng):
-    """anndata ≤0.6: obs/var/obsm as compound datasets, categories in uns/<col>_categories, h5sparse X."""
-    path = out / "legacy_06.h5ad"
+    """anndata ≤0.6: obs/var/obsm as compound datasets, categories in uns/<col>_categories, h5sparse X.
+
+    obsm holds a float32 and a float64 array field (anndata ≤0.6 wrote both). A second file, legacy_06_obsm_unreadable,
+    is the same with obsm stored under a filter nobody has: its shapes must still be reported (they come from the
+    dataspace and the compound type), while reading the values must fail naming the filter.
+    """
     n_obs, n_vars = 6, 4
     cells = [f"cell{i}" for i in range(n_obs)]
     genes = [f"g{j}" for j in range(n_vars)]
     louvain_codes = np.array([0, 1, 1, 2, 0, 2], dtype=np.int64)
     n_counts = rng.random(n_obs).astype(np.float32)
     pca = rng.normal(size=(n_obs, 3)).astype(np.float32)
+    umap = rng.normal(size=(n_obs, 2))
     x = sp.random(n_obs, n_vars, density=0.5, format="csr", random_state=SEED, dtype=np.float32)
-    with h5py.File(path, "w") as f:
-        obs = np.zeros(n_obs, dtype=[("index", "S10"), ("louvain", "<i8"), ("n_counts", "<f4")])
-        obs["index"] = [c.encode() for c in cells]
-        obs["louvain"] = louvain_codes
-        obs["n_counts"] = n_counts
-        f.create_dataset("obs", data=obs)
-        var = np.zeros(n_vars, dtype=[("index", "S10"), ("gene_symbols", "S10")])
-        var["index"] = [g.encode() for g in genes]
-        var["gene_symbols"] = [f"SYM{j}".encode() for j in range(n_vars)]
-        f.create_dataset("var", data=var)
-        obsm = np.zeros(n_obs, dtype=[("X_pca", "<f4", (3,))])
-        obsm["X_pca"] = pca
-        f.create_dataset("obsm", data=obsm)
-        f.create_dataset("uns/louvain_categories", data=np.array([b"0", b"1", b"2"], dtype="S1"))
-        g = f.create_group("X")
-        g.attrs["h5sparse_format"] = "csr"
-        g.attrs["h5sparse_shape"] = np.array([n_obs, n_vars])
-        g.create_dataset("data", data=x.data)
-        g.create_dataset("indices", data=x.indices)
-        g.create_dataset("indptr", data=x.indptr)
+    obsm = np.zeros(n_obs, dtype=[("X_pca", "<f4", (3,)), ("X_umap", "<f8", (2,))])
+    obsm["X_pca"] = pca
+    obsm["X_umap"] = umap
+
+    def write(path, obsm_unreadable):
+        with h5py.File(path, "w") as f:
+            obs = np.zeros(n_obs, dtype=[("index", "S10"), ("louvain", "<i8"), ("n_counts", "<f4")])
+            obs["index"] = [c.encode() for c in cells]
+            obs["louvain"] = louvain_codes
+            obs["n_counts"] = n_counts
+            f.create_dataset("obs", data=obs)
+            var = np.zeros(n_vars, dtype=[("index", "S10"), ("gene_symbols", "S10")])
+            var["index"] = [g.encode() for g in genes]
+            var["gene_symbols"] = [f"SYM{j}".encode() for j in range(n_vars)]
+            f.create_dataset("var", data=var)
+            if obsm_unreadable:
+                d = f.create_dataset("obsm", shape=(n_obs,), dtype=obsm.dtype, chunks=(n_obs,), compression=32099,
+                                     allow_unknown_filter=True)
+                d.id.write_direct_chunk((0,), obsm.tobytes())
+            else:
+                f.create_dataset("obsm", data=obsm)
+            f.create_dataset("uns/louvain_categories", data=np.array([b"0", b"1", b"2"], dtype="S1"))
+            g = f.create_group("X")
+            g.attrs["h5sparse_format"] = "csr"
+            g.attrs["h5sparse_shape"] = np.array([n_obs, n_vars])
+            g.create_dataset("data", data=x.data)
+            g.create_dataset("indices", data=x.indices)
+            g.create_dataset("indptr", data=x.indptr)
+
+    def common(w):
+        w.add("n_obs", n_obs)
+        w.names("obs", cells)
+        w.keys("obsm", ["X_pca", "X_umap"])
+        w.add("info", "obsm", ex.enc("X_pca"), "_", "float32", n_obs, 3)
+        w.add("info", "obsm", ex.enc("X_umap"), "_", "float64", n_obs, 2)
+
+    write(out / "legacy_06.h5ad", obsm_unreadable=False)
     w = ex.Writer()
-    w.add("n_obs", n_obs)
+    common(w)
     w.add("n_vars", n_vars)
-    w.names("obs", cells)
     w.names("var", genes)
     w.add("x", "csr_matrix", "float32", n_obs, n_vars)
     w.dense("X", None, x.toarray())
@@ -385,10 +406,17 @@ def legacy_06_file(out, rng):
     w.numeric("obs", "n_counts", n_counts)
     w.columns("var", ["gene_symbols"])
     w.string("var", "gene_symbols", [f"SYM{j}" for j in range(n_vars)])
-    w.keys("obsm", ["X_pca"])
     w.dense("obsm", "X_pca", pca)
+    w.dense("obsm", "X_umap", umap)
     w.add("generation", ex.enc("legacy (≤0.6)"))
     w.save(out / "legacy_06.expect")
+
+    write(out / "legacy_06_obsm_unreadable.h5ad", obsm_unreadable=True)
+    w = ex.Writer()
+    common(w)
+    for key in ("X_pca", "X_umap"):
+        w.fail("obsm:" + ex.enc(key), "/obsm (field " + key + ")", "filter id 32099")
+    w.save(out / "legacy_06_obsm_unreadable.expect")
 
 
 def legacy_07_file(out, rng, name, compression):

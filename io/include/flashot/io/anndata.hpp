@@ -85,6 +85,9 @@ class H5adReader {
   SparseMatrix read_x_sparse() const;  ///< X as stored (csr/csc); dense X throws FormatError
 
   std::vector<std::string> obsm_keys() const;
+  /// Encoding, dtype and shape of obsm[key] from the file's metadata alone (for a ≤0.6 compound obsm: the
+  /// dataspace and the field's type), nothing read; nullopt when there is no such entry. Throws FormatError for
+  /// an entry whose layout is unsupported or whose shape the stored bytes could not hold.
   std::optional<ArrayInfo> obsm_info(const std::string& key) const;
   /// A dense (or sparse, densified) obsm entry as float32. Throws IoError naming the key and the keys present.
   DenseMatrix read_obsm(const std::string& key) const;
@@ -92,8 +95,9 @@ class H5adReader {
   /// or pinned host memory for a GPU upload. `out` must hold exactly rows·cols floats (`obsm_info`), else
   /// std::invalid_argument naming the key and both sizes (before anything is read). A dense entry is read by HDF5
   /// straight into `out` — no zero-filled vector, no copy — which is what makes a 1M × 50 read as fast as h5py's
-  /// (docs/benchmarks.md); sparse, dataframe and ≤0.6 entries are assembled first and copied. A buffer of ≥ 4 MiB
-  /// is advised onto transparent huge pages (madvise, a hint) before the read. Throws as read_obsm.
+  /// (docs/benchmarks.md); so is a ≤0.6 compound field. Sparse and dataframe entries are assembled first and
+  /// copied. A buffer of ≥ 4 MiB is advised onto transparent huge pages (madvise, a hint) before the read.
+  /// Throws as read_obsm.
   void read_obsm_into(const std::string& key, std::span<float> out) const;
 
   std::vector<std::string> obs_columns() const;  ///< in column-order
