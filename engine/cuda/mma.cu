@@ -52,6 +52,23 @@ __device__ __forceinline__ void load_matrices_x4(const std::uint16_t* row, std::
                : "memory");
 }
 
+/// The pipeline of one instantiation, from ptxas -v and the SASS (CUDA 13.0, sm_90, __launch_bounds__(128)):
+/// overlapped where its two live score arrays (2 × 64 registers, beside 8·KS registers of A fragments per operand
+/// array) fit without spills and pay for the lost occupancy, i.e. the split (default) ones up to d = 64;
+/// sequential otherwise. ldmatrix pairs (a quarter of the B-fragment loads) where ptxas still fits them and
+/// interleaves HMMA with MUFU.EX2; elsewhere they made it spill, or schedule the whole epilogue before the products.
+template <int KS, int TERMS>
+constexpr bool overlap_fits() {
+  // One fp16/bf16 product: the second score array cost more occupancy than the overlap gained (H200, d = 64:
+  // 98.0 → 110.9 ms for 10 cold iterations overlapped, 95.4 ms not; docs/benchmarks.md).
+  return TERMS == 3 && KS <= 4;
+}
+
+template <int KS, int TERMS, bool LSE>
+constexpr bool ldmatrix_pairs() {
+  return TERMS == 1 && KS <= (LSE ? 7 : 5);
+}
+
 /// Which products a score pass issues (split operands: x·y ≈ hi·hi + hi·lo + lo·hi; kHi: hi·hi alone).
 enum class Products { kAll, kHi };
 
@@ -287,24 +304,23 @@ struct MmaTileCore {
     }
     finish(sa, it, 0);  // tiles is odd: it = tiles − 1
   }
+
+  /// run_tiles as a kernel of a screened site runs it (LSE: the log-sum-exp kernel, else the sums kernel): the
+  /// screened kernel one product per tile, nothing overlapped (its epilogue adds the cross products of kept
+  /// tiles); the dense one with this instantiation's pipeline.
+  template <bool SCREEN, bool LSE, typename TileStart, typename Bias, typename Epilogue, typename Drain>
+  __device__ __forceinline__ void run_site_tiles(std::uint16_t* smem, float (&vtile)[2][kMmaThreads],
+                                                 const MmaOperands& cop, int tiles, int j_end, TileStart tile_start,
+                                                 Bias bias_at, Epilogue epilogue, Drain drain) const {
+    if constexpr (SCREEN) {
+      run_tiles<false, false, Products::kHi>(smem, vtile, cop, tiles, j_end, tile_start, bias_at, epilogue, drain);
+    } else {
+      run_tiles<overlap_fits<KS, TERMS>(), ldmatrix_pairs<KS, TERMS, LSE>(), Products::kAll>(
+          smem, vtile, cop, tiles, j_end, tile_start, bias_at, epilogue, drain);
+    }
+  }
 };
 
-/// The pipeline of one instantiation, from ptxas -v and the SASS (CUDA 13.0, sm_90, __launch_bounds__(128)):
-/// overlapped where its two live score arrays (2 × 64 registers, beside 8·KS registers of A fragments per operand
-/// array) fit without spills and pay for the lost occupancy, i.e. the split (default) ones up to d = 64;
-/// sequential otherwise. ldmatrix pairs (a quarter of the B-fragment loads) where ptxas still fits them and
-/// interleaves HMMA with MUFU.EX2; elsewhere they made it spill, or schedule the whole epilogue before the products.
-template <int KS, int TERMS>
-constexpr bool overlap_fits() {
-  // One fp16/bf16 product: the second score array cost more occupancy than the overlap gained (H200, d = 64:
-  // 98.0 → 110.9 ms for 10 cold iterations overlapped, 95.4 ms not; docs/benchmarks.md).
-  return TERMS == 3 && KS <= 4;
-}
-
-template <int KS, int TERMS, bool LSE>
-constexpr bool ldmatrix_pairs() {
-  return TERMS == 1 && KS <= (LSE ? 7 : 5);
-}
 
 /// The screen of a warp's 32 × 64 tile from its hi·hi scores s: whether some entry reaches its row's floor,
 /// α·s + v_j ≥ floor (cut, margin included, is already in the floor; NaN counts as reaching). Warp-uniform.
@@ -514,13 +530,8 @@ __global__ void __launch_bounds__(kMmaThreads) lse_mma_kernel(PointSet rows, Poi
           run_sum[mt][hh] += sum;
         }
     };
-    if constexpr (SCREEN) {
-      core.template run_tiles<false, false, Products::kHi>(smem, vtile, cop, tiles, j_end, tile_start, bias_at,
-                                                           epilogue, [](int, int) {});
-    } else {
-      core.template run_tiles<overlap_fits<KS, TERMS>(), ldmatrix_pairs<KS, TERMS, true>(), Products::kAll>(
-          smem, vtile, cop, tiles, j_end, tile_start, bias_at, epilogue, [](int, int) {});
-    }
+    core.template run_site_tiles<SCREEN, true>(smem, vtile, cop, tiles, j_end, tile_start, bias_at, epilogue,
+                                               [](int, int) {});
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -654,13 +665,8 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
         if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
       }
     };
-    if constexpr (SCREEN) {
-      core.template run_tiles<false, false, Products::kHi>(smem, vtile, yop, tiles, j_end, tile_start, bias_at,
-                                                           epilogue, drain);
-    } else {
-      core.template run_tiles<overlap_fits<KS, TERMS>(), ldmatrix_pairs<KS, TERMS, false>(), Products::kAll>(
-          smem, vtile, yop, tiles, j_end, tile_start, bias_at, epilogue, drain);
-    }
+    core.template run_site_tiles<SCREEN, false>(smem, vtile, yop, tiles, j_end, tile_start, bias_at, epilogue,
+                                                drain);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll

@@ -251,19 +251,30 @@ INSTANTIATE_TEST_SUITE_P(DimensionsAndBlurs, CudaScreeningTest,
                            return "d" + std::to_string(std::get<0>(info.param)) + (blur < 1 ? "_sparse" : "_dense");
                          });
 
+/// ε-scaling from the diameter down to blur 0.05 — a sparse plan at these data's scale — with `iterations` in all.
+SolveOptions sparse_scaling(int iterations) {
+  SolveOptions o;
+  o.blur = 0.05;
+  o.scaling = 0.5;
+  o.tolerance = 0;
+  o.max_iterations = iterations;
+  return o;
+}
+
+/// The CUDA backend with tile screening pinned on (never switching to the dense kernels).
+BackendOptions screened_cuda() {
+  BackendOptions options = backend_options("cuda");
+  options.screening = Screening::kOn;
+  return options;
+}
+
 // A small sparse problem with screening pinned on: the case compute-sanitizer runs (scripts/gpu-check.sh) — dropped
 // and kept tiles, seeded running maxima, the last-block state update — against the fp64 reference.
 TEST(CudaBackend, ScreenedSmallSparseProblemMatchesTheReference) {
   FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
   const TestProblem p = make_problem({.n = 300, .m = 260, .d = 64, .seed = 44, .random_weights = true});
-  SolveOptions o;
-  o.blur = 0.05;
-  o.scaling = 0.5;
-  o.tolerance = 0;
-  o.max_iterations = 12;
-  BackendOptions options = backend_options("cuda");
-  options.screening = Screening::kOn;
-  Problem problem(p.xv(), p.yv(), p.a, p.b, options);
+  const SolveOptions o = sparse_scaling(12);
+  Problem problem(p.xv(), p.yv(), p.a, p.b, screened_cuda());
   const SolveResult r = problem.solve(o);
   const ReferenceResult ref = reference_solve(p.xv(), p.yv(), p.a, p.b, o);
   ASSERT_NE(r.reason, StopReason::kNonFinite) << r.message;
@@ -277,14 +288,8 @@ TEST(CudaBackend, ScreenedSmallSparseProblemMatchesTheReference) {
 TEST(CudaBackend, ScreenedManyTilesMatchTheCpuBackend) {
   FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
   const TestProblem p = make_problem({.n = 12007, .m = 11003, .d = 64, .seed = 43, .random_weights = true});
-  SolveOptions o;
-  o.blur = 0.05;
-  o.scaling = 0.5;
-  o.tolerance = 0;
-  o.max_iterations = 25;
-  BackendOptions options = backend_options("cuda");
-  options.screening = Screening::kOn;
-  Problem gpu(p.xv(), p.yv(), p.a, p.b, options);
+  const SolveOptions o = sparse_scaling(25);
+  Problem gpu(p.xv(), p.yv(), p.a, p.b, screened_cuda());
   Problem cpu(p.xv(), p.yv(), p.a, p.b, backend_options("cpu"));
   const SolveResult rg = gpu.solve(o);
   const SolveResult rc = cpu.solve(o);
