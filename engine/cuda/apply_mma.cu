@@ -7,6 +7,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "apply_mma.cuh"
@@ -295,16 +296,20 @@ __global__ void split_values_kernel(const float* __restrict__ v, int count, int 
 }
 
 __global__ void split_rows_kernel(const float* __restrict__ src, int count, int width, int padded, float scale,
-                                  std::uint16_t* __restrict__ hi, std::uint16_t* __restrict__ lo) {
+                                  MmaMode mode, std::uint16_t* __restrict__ hi, std::uint16_t* __restrict__ lo) {
   const std::size_t total = std::size_t(count) * padded;
   for (std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += std::size_t(gridDim.x) * blockDim.x) {
     const std::size_t i = e / padded;
     const int c = static_cast<int>(e % padded);
     const float x = c < width ? src[i * width + c] * scale : 0.f;
+    if (mode == MmaMode::kBf16) {
+      hi[e] = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+      continue;
+    }
     const __half h = __float2half_rn(x);
     hi[e] = __half_as_ushort(h);
-    lo[e] = __half_as_ushort(__float2half_rn(x - __half2float(h)));
+    if (mode == MmaMode::kSplitFp16) lo[e] = __half_as_ushort(__float2half_rn(x - __half2float(h)));
   }
 }
 
@@ -396,11 +401,11 @@ MmaValues launch_split_values(const float* v, int count, int k, std::uint16_t* h
   return out;
 }
 
-void launch_split_rows(const float* src, int count, int width, int padded, float scale, std::uint16_t* hi,
-                       std::uint16_t* lo, cudaStream_t stream) {
+void launch_split_rows(const float* src, int count, int width, int padded, float scale, MmaMode mode,
+                       std::uint16_t* hi, std::uint16_t* lo, cudaStream_t stream) {
   if (count == 0) return;
   split_rows_kernel<<<prep_blocks(std::size_t(count) * padded), kPrepThreads, 0, stream>>>(src, count, width, padded,
-                                                                                           scale, hi, lo);
+                                                                                           scale, mode, hi, lo);
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 

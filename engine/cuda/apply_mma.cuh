@@ -34,9 +34,11 @@ int mma_values_stride(int count);
 MmaValues launch_split_values(const float* v, int count, int k, std::uint16_t* hi, std::uint16_t* lo,
                               float* inverse_scale, unsigned* column_max, cudaStream_t stream);
 
-/// hi, lo (count × padded) = the fp16 split of scale·src, src (device, count × width), zero-padded.
-void launch_split_rows(const float* src, int count, int width, int padded, float scale, std::uint16_t* hi,
-                       std::uint16_t* lo, cudaStream_t stream);
+/// The tensor-core operands of scale·src, src (device, count × width), zero-padded to (count × padded): hi and lo
+/// the fp16 split (kSplitFp16), hi alone in fp16 (kFp16) or bf16 (kBf16; lo untouched, may be null). Both the
+/// point sets (once, in the backend's constructor) and the bilinear term's u and w are converted here.
+void launch_split_rows(const float* src, int count, int width, int padded, float scale, MmaMode mode,
+                       std::uint16_t* hi, std::uint16_t* lo, cudaStream_t stream);
 
 /// The second dot product of the bilinear application: u on the rows' side, w on the columns' side, both split
 /// fp16; ⟨u_i, w_j⟩ of the stored (scaled) operands times `scale` lies in [−1, 1].

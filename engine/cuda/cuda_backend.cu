@@ -18,9 +18,6 @@
 #include "kernels.cuh"
 #include "mma.cuh"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 namespace flashot::detail {
 namespace cuda {
 namespace {
@@ -50,35 +47,6 @@ HostSide prepare_side(const PointsView& p, std::span<const float> w) {
                    [](float v) { return v > 0 ? std::log(v) : -INFINITY; });
   }
   return side;
-}
-
-/// 16-bit tensor-core copies of one side's coordinates, scaled by `scale`, zero-padded to `padded_d`.
-struct HostOperands {
-  std::vector<std::uint16_t> hi, lo;
-};
-
-HostOperands convert_operands(const std::vector<float>& points, std::size_t count, int d, int padded_d, float scale,
-                              MmaMode mode) {
-  HostOperands out;
-  out.hi.assign(count * padded_d, 0);
-  if (mode == MmaMode::kSplitFp16) out.lo.assign(count * padded_d, 0);
-  for (std::size_t i = 0; i < count; ++i)
-    for (int k = 0; k < d; ++k) {
-      const float v = points[i * d + k] * scale;
-      const std::size_t o = i * padded_d + k;
-      if (mode == MmaMode::kBf16) {
-        const __nv_bfloat16 b = __float2bfloat16_rn(v);
-        std::memcpy(&out.hi[o], &b, sizeof b);
-      } else {
-        const __half hh = __float2half_rn(v);
-        std::memcpy(&out.hi[o], &hh, sizeof hh);
-        if (mode == MmaMode::kSplitFp16) {
-          const __half ll = __float2half_rn(v - __half2float(hh));
-          std::memcpy(&out.lo[o], &ll, sizeof ll);
-        }
-      }
-    }
-  return out;
 }
 
 /// The tensor-core operands' convention: a power of two that puts the largest |coordinate| in [128, 256) — far from
@@ -226,12 +194,16 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
       for (float c : *v) largest = std::max(largest, std::abs(c));
     const float scale = operand_scale(largest);
     const int padded = (d_ + 15) / 16 * 16;
-    const HostOperands ox = convert_operands(hx.points, n_, d_, padded, scale, mode);
-    const HostOperands oy = convert_operands(hy.points, m_, d_, padded, scale, mode);
-    xhi_.upload(std::span<const std::uint16_t>(ox.hi), stream_);
-    yhi_.upload(std::span<const std::uint16_t>(oy.hi), stream_);
-    xlo_.upload(std::span<const std::uint16_t>(ox.lo), stream_);
-    ylo_.upload(std::span<const std::uint16_t>(oy.lo), stream_);
+    // Converted on the device from the fp32 points just uploaded (no second host copy, no host pass over n·d).
+    const bool split = mode == MmaMode::kSplitFp16;
+    xhi_.reserve(std::size_t(n_) * padded);
+    yhi_.reserve(std::size_t(m_) * padded);
+    if (split) {
+      xlo_.reserve(std::size_t(n_) * padded);
+      ylo_.reserve(std::size_t(m_) * padded);
+    }
+    launch_split_rows(x_.get(), n_, d_, padded, scale, mode, xhi_.get(), xlo_.get(), stream_);
+    launch_split_rows(y_.get(), m_, d_, padded, scale, mode, yhi_.get(), ylo_.get(), stream_);
     const auto max_norm = [](const std::vector<float>& norm2) {
       float top = 0;
       for (float v : norm2) top = std::max(top, v);
@@ -581,8 +553,9 @@ void CudaBackend::apply_bilinear(const PlanParams& p, Side rows, std::span<const
     ulo_.reserve(std::size_t(r.count) * padded);
     whi_.reserve(std::size_t(c.count) * padded);
     wlo_.reserve(std::size_t(c.count) * padded);
-    launch_split_rows(uin_.get(), r.count, ei, padded, bu.scale, uhi_.get(), ulo_.get(), stream_);
-    launch_split_rows(win_.get(), c.count, ei, padded, bw.scale, whi_.get(), wlo_.get(), stream_);
+    const MmaMode split = MmaMode::kSplitFp16;
+    launch_split_rows(uin_.get(), r.count, ei, padded, bu.scale, split, uhi_.get(), ulo_.get(), stream_);
+    launch_split_rows(win_.get(), c.count, ei, padded, bw.scale, split, whi_.get(), wlo_.get(), stream_);
     const MmaBilinear bilinear{{uhi_.get(), ulo_.get(), padded, bu.scale, MmaMode::kSplitFp16},
                                {whi_.get(), wlo_.get(), padded, bw.scale, MmaMode::kSplitFp16},
                                static_cast<float>(std::ldexp(1.0, -exponent))};
