@@ -322,6 +322,12 @@ struct MmaTileCore {
 };
 
 
+/// The sum of v over the four lanes that hold one row of an mma C fragment (lanes 4g .. 4g + 3), on each of them.
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
 /// The screen of a warp's 32 × 64 tile from its hi·hi scores s: whether some entry reaches its row's floor,
 /// α·s + v_j ≥ floor (cut, margin included, is already in the floor; NaN counts as reaching). Warp-uniform.
 __device__ __forceinline__ bool screen_keeps(const float (&s)[2][8][4], const float* vt, float alpha,
@@ -536,9 +542,7 @@ __global__ void __launch_bounds__(kMmaThreads) lse_mma_kernel(PointSet rows, Poi
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        float sum = run_sum[mt][hh];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float sum = quad_sum(run_sum[mt][hh]);
         const int r = row0 + mt * 16 + g + hh * 8;
         if (t == 0 && r < rows.count)
           partials[std::size_t(blockIdx.y) * rows.count + r] = make_float2(run_max[mt][hh], sum);
@@ -671,9 +675,7 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        float sum = rs[mt][hh];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float sum = quad_sum(rs[mt][hh]);
         const int i = row0 + mt * 16 + gr + hh * 8;
         if (t == 0 && i < x.count) atomicAdd(&rsum[i], sum);
       }
