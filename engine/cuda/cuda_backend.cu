@@ -25,6 +25,8 @@ namespace {
 /// Host-side copy of one side with the per-point values the kernels need.
 struct HostSide {
   std::vector<float> points, norm2, logw, weight;
+  float largest = 0;   // max |coordinate| (the tensor-core operands' scale)
+  float max_norm = 0;  // max ‖p‖ (the tile screen's error bound)
 };
 
 HostSide prepare_side(const PointsView& p, std::span<const float> w) {
@@ -37,8 +39,10 @@ HostSide prepare_side(const PointsView& p, std::span<const float> w) {
       const float c = p.data[i * p.d + k];
       side.points[i * p.d + k] = c;
       norm += double(c) * c;
+      side.largest = std::max(side.largest, std::abs(c));
     }
     side.norm2[i] = static_cast<float>(norm);
+    side.max_norm = std::max(side.max_norm, static_cast<float>(std::sqrt(norm)));
   }
   if (!w.empty()) {
     side.weight.assign(w.begin(), w.end());
@@ -189,12 +193,9 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
     const MmaMode mode = precision_ == Precision::kBf16   ? MmaMode::kBf16
                          : precision_ == Precision::kTf32 ? MmaMode::kFp16
                                                           : MmaMode::kSplitFp16;
-    float largest = 0;
-    for (const auto* v : {&hx.points, &hy.points})
-      for (float c : *v) largest = std::max(largest, std::abs(c));
-    const float scale = operand_scale(largest);
+    const float scale = operand_scale(std::max(hx.largest, hy.largest));
     const int padded = (d_ + 15) / 16 * 16;
-    // Converted on the device from the fp32 points just uploaded (no second host copy, no host pass over n·d).
+    // Converted on the device from the fp32 points just uploaded (no second host copy).
     const bool split = mode == MmaMode::kSplitFp16;
     xhi_.reserve(std::size_t(n_) * padded);
     yhi_.reserve(std::size_t(m_) * padded);
@@ -204,13 +205,8 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
     }
     launch_split_rows(x_.get(), n_, d_, padded, scale, mode, xhi_.get(), xlo_.get(), stream_);
     launch_split_rows(y_.get(), m_, d_, padded, scale, mode, yhi_.get(), ylo_.get(), stream_);
-    const auto max_norm = [](const std::vector<float>& norm2) {
-      float top = 0;
-      for (float v : norm2) top = std::max(top, v);
-      return std::sqrt(top);
-    };
-    xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode, max_norm(hx.norm2)};
-    yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode, max_norm(hy.norm2)};
+    xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode, hx.max_norm};
+    yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode, hy.max_norm};
     if (mode == MmaMode::kSplitFp16 && options.screening != Screening::kOff) {
       // Three sites (rows' and columns' LSE, the one-pass sums), each starting with the screened kernel.
       std::vector<cuda::ScreenState> fresh(3);
@@ -244,11 +240,11 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
 }
 
 std::string CudaBackend::device() const {
-  const char* scores = !use_mma_                         ? "fp32 FMA scores"
-                       : xop_.mode == MmaMode::kSplitFp16 ? (screen_.size() > 0 ? "split-fp16 tensor-core scores, screened"
-                                                                                : "split-fp16 tensor-core scores")
+  std::string scores = !use_mma_                         ? "fp32 FMA scores"
+                       : xop_.mode == MmaMode::kSplitFp16 ? "split-fp16 tensor-core scores"
                        : xop_.mode == MmaMode::kFp16      ? "fp16 tensor-core scores"
                                                           : "bf16 tensor-core scores";
+  if (screen_.size() > 0) scores += ", screened";
   return device_name_ + ", " + scores;
 }
 

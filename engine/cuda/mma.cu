@@ -37,9 +37,11 @@ constexpr int kWarpRows = 32;                      // two m16 subtiles per warp
 constexpr int kMmaBlockRows = 4 * kWarpRows;       // (BM) 128
 constexpr int kMmaTile = 64;                       // (BN) columns per shared-memory tile: eight n8 subtiles
 
-/// Dynamic shared memory of one kernel instantiation: two stages of the column tile, with `arrays` operand arrays
-/// (the split operands' hi and lo; the screened kernels stage only hi).
-constexpr int mma_shared_bytes(int ks, int arrays) { return 2 * arrays * kMmaTile * (16 * ks + 8) * 2; }
+/// Dynamic shared memory of one kernel instantiation: two stages of the column tile (hi and lo arrays for split
+/// operands, screened or not).
+constexpr int mma_shared_bytes(int ks, int terms) {
+  return 2 * (terms == 3 ? 2 : 1) * kMmaTile * (16 * ks + 8) * 2;
+}
 
 /// Loads four 8×8 b16 matrices from shared memory (ldmatrix .x4): lane L gives the address of row L % 8 of matrix
 /// L / 8, and register q of lane (g, t) = (L / 4, L % 4) receives row g, elements 2t and 2t + 1 of matrix q — the
@@ -68,9 +70,6 @@ template <int KS, int TERMS, bool LSE>
 constexpr bool ldmatrix_pairs() {
   return TERMS == 1 && KS <= (LSE ? 7 : 5);
 }
-
-/// Which products a score pass issues (split operands: x·y ≈ hi·hi + hi·lo + lo·hi; kHi: hi·hi alone).
-enum class Products { kAll, kHi };
 
 /// The operands of one warp's 32 rows and the double-buffered column tiles, shared by the LSE and the one-pass sums
 /// kernels. KS = padded d / 16; TERMS = 1 (one operand type) or 3 (hi·hi + hi·lo + lo·hi). LO_REGS = false (the
@@ -128,14 +127,13 @@ struct MmaTileCore {
     load_matrices_x4(array + (nt * 8 + lane % 8) * kStride + ks * 16 + (m >> 1) * 16 + (m & 1) * 8, b);
   }
 
-  /// The products of k16 step ks into C fragments s[·][nt]: all of them (hi·hi, then hi·lo and lo·hi for split
-  /// operands) or the hi·hi product alone (the screened kernels' first half; add_cross is the second).
-  template <Products P>
+  /// The products of k16 step ks into C fragments s[·][nt]: hi·hi, then hi·lo and lo·hi for split operands whose
+  /// lo halves are resident (the screened kernels' hi·hi alone; add_cross is their second half).
   __device__ __forceinline__ void mma_step(float (&s)[2][8][4], int nt, int ks, std::uint32_t b0, std::uint32_t b1,
                                            std::uint32_t l0, std::uint32_t l1) const {
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) mma_16816(s[mt][nt], a_hi[mt][ks], b0, b1, BF16);
-    if constexpr (kLoInRegs && P == Products::kAll) {
+    if constexpr (kLoInRegs) {
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         mma_16816(s[mt][nt], a_hi[mt][ks], l0, l1, BF16);
@@ -144,13 +142,12 @@ struct MmaTileCore {
     }
   }
 
-  /// s = ⟨row, column⟩ (scaled operands) of the warp's 32 × 64 tile: (m16, n8, C fragment), with the products P.
+  /// s = ⟨row, column⟩ (scaled operands) of the warp's 32 × 64 tile: (m16, n8, C fragment), with mma_step's products.
   /// PAIRS loads the B fragments of two k16 steps per ldmatrix (a quarter of the shared loads, more live
   /// registers); otherwise two 32-bit loads per k16 step and array.
-  template <bool PAIRS, Products P = Products::kAll>
+  template <bool PAIRS>
   __device__ __forceinline__ void scores(const std::uint16_t* stage_base, float (&s)[2][8][4]) const {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    constexpr bool kLoArray = kLoInRegs && P == Products::kAll;
     const std::uint16_t* ytile_hi = stage_base;
     const std::uint16_t* ytile_lo = stage_base + kMmaTile * kStride;
 #pragma unroll
@@ -164,9 +161,9 @@ struct MmaTileCore {
       for (int ks = 0; ks < kPaired; ks += 2) {
         std::uint32_t b[4], l[4] = {0u, 0u, 0u, 0u};
         load_b_pair(ytile_hi, nt, ks, b);
-        if constexpr (kLoArray) load_b_pair(ytile_lo, nt, ks, l);
-        mma_step<P>(s, nt, ks, b[0], b[1], l[0], l[1]);
-        mma_step<P>(s, nt, ks + 1, b[2], b[3], l[2], l[3]);
+        if constexpr (kLoInRegs) load_b_pair(ytile_lo, nt, ks, l);
+        mma_step(s, nt, ks, b[0], b[1], l[0], l[1]);
+        mma_step(s, nt, ks + 1, b[2], b[3], l[2], l[3]);
       }
 #pragma unroll
       for (int ks = kPaired; ks < KS; ++ks) {
@@ -174,11 +171,11 @@ struct MmaTileCore {
         const std::uint32_t b0 = *reinterpret_cast<const std::uint32_t*>(&ytile_hi[o]);
         const std::uint32_t b1 = *reinterpret_cast<const std::uint32_t*>(&ytile_hi[o + 8]);
         std::uint32_t l0 = 0u, l1 = 0u;
-        if constexpr (kLoArray) {
+        if constexpr (kLoInRegs) {
           l0 = *reinterpret_cast<const std::uint32_t*>(&ytile_lo[o]);
           l1 = *reinterpret_cast<const std::uint32_t*>(&ytile_lo[o + 8]);
         }
-        mma_step<P>(s, nt, ks, b0, b1, l0, l1);
+        mma_step(s, nt, ks, b0, b1, l0, l1);
       }
     }
   }
@@ -225,8 +222,9 @@ struct MmaTileCore {
   /// The pipeline over this block's column tiles it = 0 .. tiles − 1 (tile it starts at column tile_start(it);
   /// columns ≥ j_end are masked; bias_at(j) is column j's bias). epilogue(s, vt, parity, it, stage) consumes the
   /// scores s of tile it with its biases vt[0, BN) (stage: the tile's shared-memory operands, which the epilogue may
-  /// read only without OVERLAP, where FIRST = kHi leaves the cross products to it); after the tile's barrier,
-  /// drain(parity, it) may read what that epilogue wrote to shared memory (buffers indexed by parity = it % 2 are rewritten two tiles later, after a barrier).
+  /// read only without OVERLAP — the screened kernels add their cross products from it); after the tile's barrier,
+  /// drain(parity, it) may read what that epilogue wrote to shared memory (buffers indexed by parity = it % 2 are
+  /// rewritten two tiles later, after a barrier).
   ///
   /// OVERLAP: step it holds the scores of tile it, computes those of tile it + 1 into the other array, then runs
   /// the epilogue of tile it. Stage it % 2 holds tile it; tile it + 2 is copied into it during step it (tile it
@@ -235,8 +233,7 @@ struct MmaTileCore {
   /// Either way vtile[p] (biases of tile it, p = it % 2; 128 entries, so that every thread stores without a
   /// branch) is written before the barrier that precedes its reader, and after the barrier that follows the
   /// previous reader of the same buffer. PAIRS: the overlapped loop's scores use ldmatrix pairs.
-  template <bool OVERLAP, bool PAIRS, Products FIRST, typename TileStart, typename Bias, typename Epilogue,
-            typename Drain>
+  template <bool OVERLAP, bool PAIRS, typename TileStart, typename Bias, typename Epilogue, typename Drain>
   __device__ __forceinline__ void run_tiles(std::uint16_t* smem, float (&vtile)[2][kMmaThreads],
                                             const MmaOperands& cop, int tiles, int j_end, TileStart tile_start,
                                             Bias bias_at, Epilogue epilogue, Drain drain) const {
@@ -259,7 +256,7 @@ struct MmaTileCore {
         if (it + 1 < tiles) load_tile(smem, cop, parity ^ 1, tile_start(it + 1), j_end);
         float s[2][8][4];
         const std::uint16_t* stage = smem + parity * kStage;
-        scores<false, FIRST>(stage, s);
+        scores<false>(stage, s);
         epilogue(s, vtile[parity], parity, it, stage);
         vtile[parity ^ 1][threadIdx.x] = bias_of(it + 1);
         asm volatile("cp.async.wait_group 0;\n" ::);  // tile it + 1
@@ -313,9 +310,9 @@ struct MmaTileCore {
                                                  const MmaOperands& cop, int tiles, int j_end, TileStart tile_start,
                                                  Bias bias_at, Epilogue epilogue, Drain drain) const {
     if constexpr (SCREEN) {
-      run_tiles<false, false, Products::kHi>(smem, vtile, cop, tiles, j_end, tile_start, bias_at, epilogue, drain);
+      run_tiles<false, false>(smem, vtile, cop, tiles, j_end, tile_start, bias_at, epilogue, drain);
     } else {
-      run_tiles<overlap_fits<KS, TERMS>(), ldmatrix_pairs<KS, TERMS, LSE>(), Products::kAll>(
+      run_tiles<overlap_fits<KS, TERMS>(), ldmatrix_pairs<KS, TERMS, LSE>()>(
           smem, vtile, cop, tiles, j_end, tile_start, bias_at, epilogue, drain);
     }
   }
@@ -416,7 +413,7 @@ __device__ __forceinline__ void close_site(ScreenState* st, bool ran, const Tile
 /// SCREEN (split operands only): each tile's scores start as hi·hi alone; a warp keeps the tile — adds the cross
 /// products and sums it — only if some entry, raised by the hi·hi error bound, reaches within `cut` (log2 units) of
 /// its row's running max (so a dropped tile adds less than 2^-cut of the max per entry; ScreenState). The dense
-/// kernel of a screened site counts the tiles it would have kept.
+/// kernel of a screened site counts nothing (close_site).
 template <int KS, int TERMS, bool BF16, bool SCREEN>
 __global__ void __launch_bounds__(kMmaThreads) lse_mma_kernel(PointSet rows, PointSet cols, MmaOperands rop,
                                                               MmaOperands cop, const float* __restrict__ h,
@@ -759,7 +756,7 @@ void launch_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperand
       constexpr bool kBf16 = decltype(bf16)::value;
       constexpr auto screened = kTerms == 3 ? lse_mma_kernel<kKs, 3, false, true> : nullptr;
       launch_site<screened, lse_mma_kernel<kKs, kTerms, kBf16, false>>(
-          grid, mma_shared_bytes(kKs, kTerms == 3 ? 2 : 1), stream, screen, cut,
+          grid, mma_shared_bytes(kKs, kTerms), stream, screen, cut,
           rows, cols, rop, cop, h, scale, alpha,
           plan.cols_per_split, partials, guard, seeds);
     });
@@ -786,7 +783,7 @@ void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOp
       constexpr bool kBf16 = decltype(bf16)::value;
       constexpr auto screened = kTerms == 3 ? sums_mma_kernel<kKs, 3, false, true> : nullptr;
       launch_site<screened, sums_mma_kernel<kKs, kTerms, kBf16, false>>(
-          grid, mma_shared_bytes(kKs, kTerms == 3 ? 2 : 1), stream, screen, cut,
+          grid, mma_shared_bytes(kKs, kTerms), stream, screen, cut,
           x, y, xop, yop, f, g, scale, alpha,
           plan.cols_per_split, rsum, csum, skip);
     });

@@ -172,6 +172,16 @@ INSTANTIATE_TEST_SUITE_P(Dimensions, CudaStartFarTest, ::testing::Values(3, 64),
   return "d" + std::to_string(info.param);
 });
 
+/// The CUDA solve rg against the CPU backend's rc of the same problem and options: same iteration count,
+/// potentials within twice the default precision's tolerance (two float backends against each other).
+void expect_potentials_match_cpu(const SolveResult& rg, const SolveResult& rc) {
+  ASSERT_NE(rg.reason, StopReason::kNonFinite) << rg.message;
+  ASSERT_EQ(rg.iterations, rc.iterations);
+  const std::vector<double> fc(rc.f.begin(), rc.f.end()), gc(rc.g.begin(), rc.g.end());
+  EXPECT_LE(rel_max_diff(rg.f, fc), 2 * kDefaultPrecisionRelTol);
+  EXPECT_LE(rel_max_diff(rg.g, gc), 2 * kDefaultPrecisionRelTol);
+}
+
 // At the sizes above the column splits give every block a single column tile (the planner splits to fill the
 // device). These sizes give every block of the reductions, the one-pass sums and the plan application tens of
 // column tiles, odd and even counts, so the tile pipelines' steady state is what is compared — against the CPU
@@ -189,13 +199,9 @@ TEST_P(CudaManyTilesTest, ManyColumnTilesPerBlockMatchTheCpuBackend) {
   o.max_iterations = 25;
   Problem gpu(p.xv(), p.yv(), p.a, p.b, backend_options("cuda"));
   Problem cpu(p.xv(), p.yv(), p.a, p.b, backend_options("cpu"));
-  const SolveResult rg = gpu.solve(o);
   const SolveResult rc = cpu.solve(o);
-  ASSERT_NE(rg.reason, StopReason::kNonFinite) << rg.message;
-  ASSERT_EQ(rg.iterations, rc.iterations);
-  const std::vector<double> fc(rc.f.begin(), rc.f.end()), gc(rc.g.begin(), rc.g.end());
-  EXPECT_LE(rel_max_diff(rg.f, fc), 2 * kDefaultPrecisionRelTol);
-  EXPECT_LE(rel_max_diff(rg.g, gc), 2 * kDefaultPrecisionRelTol);
+  const SolveResult rg = gpu.solve(o);
+  ASSERT_NO_FATAL_FAILURE(expect_potentials_match_cpu(rg, rc));
   // Plan application on the same (CPU) potentials: both backends' P·Y over many tiles.
   const std::vector<float> bg = gpu.barycentric(rc, Side::kSource), bc = cpu.barycentric(rc, Side::kSource);
   const std::vector<double> bcd(bc.begin(), bc.end());
@@ -291,13 +297,9 @@ TEST(CudaBackend, ScreenedManyTilesMatchTheCpuBackend) {
   const SolveOptions o = sparse_scaling(25);
   Problem gpu(p.xv(), p.yv(), p.a, p.b, screened_cuda());
   Problem cpu(p.xv(), p.yv(), p.a, p.b, backend_options("cpu"));
-  const SolveResult rg = gpu.solve(o);
   const SolveResult rc = cpu.solve(o);
-  ASSERT_NE(rg.reason, StopReason::kNonFinite) << rg.message;
-  ASSERT_EQ(rg.iterations, rc.iterations);
-  const std::vector<double> fc(rc.f.begin(), rc.f.end()), gc(rc.g.begin(), rc.g.end());
-  EXPECT_LE(rel_max_diff(rg.f, fc), 2 * kDefaultPrecisionRelTol);
-  EXPECT_LE(rel_max_diff(rg.g, gc), 2 * kDefaultPrecisionRelTol);
+  const SolveResult rg = gpu.solve(o);
+  ASSERT_NO_FATAL_FAILURE(expect_potentials_match_cpu(rg, rc));
   EXPECT_NE(rg.device.find("screened"), std::string::npos) << rg.device;
 }
 
