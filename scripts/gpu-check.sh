@@ -54,6 +54,12 @@ if [[ ${TESTS:-1} == 1 ]]; then
   FLASHOT_REQUIRE_CUDA=1 timeout "$limit" "$tests" --gtest_filter="${TEST_FILTER:-*cuda*:*Cuda*}" 2>&1 | tee "$OUT/tests.log" | \
     grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure|error" | head -60
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  # On a Hopper GPU the screened sites run the warpgroup (wgmma) kernels; the mma.sync screened kernels that other
+  # GPUs run are checked here too, on the same cases.
+  step "screened cases with the mma.sync kernels (FLASHOT_WGMMA=0)"
+  FLASHOT_WGMMA=0 FLASHOT_REQUIRE_CUDA=1 timeout "$limit" "$tests" --gtest_filter='*CudaScreening*:*Screened*' 2>&1 | \
+    tee "$OUT/tests-mma-sync.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure|error" | head -20
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 
 if [[ ${SANITIZE:-1} == 1 ]]; then
@@ -69,6 +75,10 @@ if [[ ${SANITIZE:-1} == 1 ]]; then
 fi
 
 if [[ ${BENCH:-1} == 1 ]]; then
+  if [[ -x $BUILD/tests/bench/flashot_wgmma_probe ]]; then
+    step "warpgroup probe (wgmma layouts; screening sweep: wgmma vs mma.sync, staged bytes)"
+    "$BUILD/tests/bench/flashot_wgmma_probe" 2>&1 | tee "$OUT/wgmma-probe.log"
+  fi
   step "backend timings (iterate as one graph, softmin, apply)"
   if [[ -x $BUILD/tests/bench/flashot_cuda_iterate_bench ]]; then
     "$BUILD/tests/bench/flashot_cuda_iterate_bench" ${SIZES//,/ } -- ${DIMS//,/ } 2>&1 | tee "$OUT/iterate-bench.log"

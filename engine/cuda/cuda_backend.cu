@@ -205,8 +205,12 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
     }
     launch_split_rows(x_.get(), n_, d_, padded, scale, mode, xhi_.get(), xlo_.get(), stream_);
     launch_split_rows(y_.get(), m_, d_, padded, scale, mode, yhi_.get(), ylo_.get(), stream_);
-    xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode, hx.max_norm};
-    yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode, hy.max_norm};
+    // FLASHOT_WGMMA=0 keeps the mma.sync screened kernels on a Hopper GPU (for comparisons; docs/engine.md).
+    const char* wgmma_env = std::getenv("FLASHOT_WGMMA");
+    const bool warpgroup = split && !(wgmma_env != nullptr && std::string(wgmma_env) == "0") &&
+                           warpgroup_kernels_available();
+    xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode, hx.max_norm, warpgroup};
+    yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode, hy.max_norm, warpgroup};
     if (mode == MmaMode::kSplitFp16 && options.screening != Screening::kOff) {
       // Three sites (rows' and columns' LSE, the one-pass sums), each starting with the screened kernel.
       std::vector<cuda::ScreenState> fresh(3);
@@ -244,7 +248,7 @@ std::string CudaBackend::device() const {
                        : xop_.mode == MmaMode::kSplitFp16 ? "split-fp16 tensor-core scores"
                        : xop_.mode == MmaMode::kFp16      ? "fp16 tensor-core scores"
                                                           : "bf16 tensor-core scores";
-  if (screen_.size() > 0) scores += ", screened";
+  if (screen_.size() > 0) scores += xop_.warpgroup ? ", screened (warpgroup)" : ", screened";
   return device_name_ + ", " + scores;
 }
 

@@ -28,6 +28,7 @@
 #include "error.hpp"
 #include "mma.cuh"
 #include "mma_device.cuh"
+#include "wgmma.cuh"
 
 namespace flashot::detail::cuda {
 namespace {
@@ -410,6 +411,49 @@ __device__ __forceinline__ void close_site(ScreenState* st, bool ran, const Tile
   }
 }
 
+/// The screened LSE's first running max of row r (lse_mma_kernel has the reasons): the score of column seeds[r], the
+/// best column a screened pass last found for the row (any column is valid; 0 at first), by an fp32 dot product over
+/// the row's quad of lanes, less one for the rounding between it and the tensor cores'.
+__device__ __forceinline__ float seeded_max(const PointSet& rows, const PointSet& cols, const float* h,
+                                            const Scale& sc, const int* seeds, int r, int t) {
+  const int j = r < rows.count ? min(max(seeds[r], 0), cols.count - 1) : 0;
+  float dot = 0.f;
+  if (r < rows.count)
+    for (int k = t; k < sc.d; k += 4)
+      dot = fmaf(rows.points[std::size_t(r) * sc.d + k], cols.points[std::size_t(j) * sc.d + k], dot);
+  dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+  dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+  return fmaxf(fmaf(sc.alpha, dot, column_bias(cols, h, sc, j)) - 1.f, kNoMax);
+}
+
+/// One online log-sum-exp step of a row held by a quad of lanes: top is this lane's max of the tile's 16 scores
+/// value(0 .. 15); the quad's max rescales the running sum, then the exponentials are added.
+template <typename Value>
+__device__ __forceinline__ void online_lse_row(float top, Value value, float& run_max, float& run_sum) {
+  top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
+  top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
+  if (top > run_max) {
+    run_sum *= fast_exp2(run_max - top);
+    run_max = top;
+  }
+  float sum = 0.f;
+#pragma unroll
+  for (int e = 0; e < 16; ++e) sum += fast_exp2(value(e) - run_max);
+  run_sum += sum;
+}
+
+/// The row's best column for the next pass, from the quad's (score, column) pairs, stored by lane t = 0. Column
+/// splits of one row race to store theirs: whichever lands, it is a column of that row, which is all a seed must be.
+__device__ __forceinline__ void store_seed(float b, int c, int r, int count, int t, int* seeds) {
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, b, off);
+    const int oc = __shfl_xor_sync(0xffffffffu, c, off);
+    if (ob > b) b = ob, c = oc;
+  }
+  if (t == 0 && r < count && c >= 0) seeds[r] = c;
+}
+
 /// SCREEN (split operands only): each tile's scores start as hi·hi alone; a warp keeps the tile — adds the cross
 /// products and sums it — only if some entry, raised by the hi·hi error bound, reaches within `cut` (log2 units) of
 /// its row's running max (so a dropped tile adds less than 2^-cut of the max per entry; ScreenState). The dense
@@ -438,10 +482,8 @@ __global__ void __launch_bounds__(kMmaThreads) lse_mma_kernel(PointSet rows, Poi
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) run_max[mt][hh] = kNoMax, run_sum[mt][hh] = 0.f;
-    // Screened: each row's running max starts at an actual entry of its row — column seeds[r], the best column a
-    // screened pass last found for it (any column is valid; 0 at first) — less one for the rounding between this
-    // fp32 dot product and the tensor cores'. Without it the first tiles would set the max, and a warp would keep
-    // every tile in which one of its 32 rows meets a new near-maximum.
+    // Screened: each row's running max starts at an actual entry of its row (seeded_max). Without it the first
+    // tiles would set the max, and a warp would keep every tile in which one of its 32 rows meets a new near-maximum.
     float best[2][2];  // (m16, row) best score among the kept tiles, and its column
     int best_col[2][2];
     if constexpr (SCREEN) {
@@ -451,15 +493,7 @@ __global__ void __launch_bounds__(kMmaThreads) lse_mma_kernel(PointSet rows, Poi
         for (int hh = 0; hh < 2; ++hh) {
           best[mt][hh] = -INFINITY;
           best_col[mt][hh] = -1;
-          const int r = row0 + mt * 16 + g + hh * 8;
-          const int j = r < rows.count ? min(max(seeds[r], 0), cols.count - 1) : 0;
-          float dot = 0.f;
-          if (r < rows.count)
-            for (int k = t; k < sc.d; k += 4)
-              dot = fmaf(rows.points[std::size_t(r) * sc.d + k], cols.points[std::size_t(j) * sc.d + k], dot);
-          dot += __shfl_xor_sync(0xffffffffu, dot, 1);
-          dot += __shfl_xor_sync(0xffffffffu, dot, 2);
-          run_max[mt][hh] = fmaxf(fmaf(sc.alpha, dot, column_bias(cols, h, sc, j)) - 1.f, kNoMax);
+          run_max[mt][hh] = seeded_max(rows, cols, h, sc, seeds, row0 + mt * 16 + g + hh * 8, t);
         }
     }
 
@@ -519,18 +553,8 @@ __global__ void __launch_bounds__(kMmaThreads) lse_mma_kernel(PointSet rows, Poi
               }
               top = fmaxf(top, v);
             }
-          top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
-          top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
-          if (top > run_max[mt][hh]) {
-            run_sum[mt][hh] *= fast_exp2(run_max[mt][hh] - top);
-            run_max[mt][hh] = top;
-          }
-          float sum = 0.f;
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-            for (int q = 0; q < 2; ++q) sum += fast_exp2(s[mt][nt][2 * hh + q] - run_max[mt][hh]);
-          run_sum[mt][hh] += sum;
+          online_lse_row(
+              top, [&](int e) { return s[mt][e / 2][2 * hh + e % 2]; }, run_max[mt][hh], run_sum[mt][hh]);
         }
     };
     core.template run_site_tiles<SCREEN, true>(smem, vtile, cop, tiles, j_end, tile_start, bias_at, epilogue,
@@ -543,19 +567,7 @@ __global__ void __launch_bounds__(kMmaThreads) lse_mma_kernel(PointSet rows, Poi
         const int r = row0 + mt * 16 + g + hh * 8;
         if (t == 0 && r < rows.count)
           partials[std::size_t(blockIdx.y) * rows.count + r] = make_float2(run_max[mt][hh], sum);
-        if constexpr (SCREEN) {
-          // The row's best column for the next pass. Column splits of one row race to store theirs: whichever
-          // lands, it is a column of that row, which is all a seed must be.
-          float b = best[mt][hh];
-          int c = best_col[mt][hh];
-#pragma unroll
-          for (int off = 1; off < 4; off <<= 1) {
-            const float ob = __shfl_xor_sync(0xffffffffu, b, off);
-            const int oc = __shfl_xor_sync(0xffffffffu, c, off);
-            if (ob > b) b = ob, c = oc;
-          }
-          if (t == 0 && r < rows.count && c >= 0) seeds[r] = c;
-        }
+        if constexpr (SCREEN) store_seed(best[mt][hh], best_col[mt][hh], r, rows.count, t, seeds);
       }
   }
   close_site<SCREEN>(screen, runs, counts);
@@ -680,6 +692,353 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
   close_site<SCREEN>(screen, runs, counts);
 }
 
+// ---- Warpgroup (wgmma, sm_90a) screened kernels ---------------------------------------------------------------
+//
+// Why: on the H200 the screened kernels above are bound by L2 → shared-memory traffic, not by the tensor cores —
+// every 128-row block streams all column tiles' hi and lo halves (2 × 12.8 MB at n = 100k, d = 64: 20 GB per pass,
+// L2 throughput at 90%, tests/bench/wgmma_probe.cu under ncu). These kernels give each column tile to 256 rows
+// (four warpgroups, 512 threads, one block per SM), which halves the traffic, and take the screen's hi·hi product
+// from wgmma (B from shared memory through a descriptor, A from registers), which leaves the issue slots of mma.sync
+// to the kept tiles. Each warp decides for its own 16 × 64 tile (a finer grain than the 32 × 64 above), adds the
+// cross products of a kept tile with mma.sync (ldmatrix from the same core matrices) and sums it. The per-entry
+// arithmetic and the screen's bound are those of the kernels above (screen_margin, cut).
+
+constexpr int kWgThreads = 512;           // four warpgroups
+constexpr int kWgBlockRows = 256;         // 16 rows per warp
+constexpr int kWgWarps = kWgThreads / 32;
+
+/// The rows' A fragments of one warp (16 rows), the column tiles' staging (hi, lo as interleaved core matrices;
+/// biases) in three cp.async stages, and the products: SCREEN, the wgmma hi·hi product and, for kept tiles, the
+/// mma.sync cross products (rows' lo from shared memory); otherwise (the dense kernels) all three products by
+/// wgmma, the rows' lo halves in registers.
+template <int KS, bool SCREEN>
+struct WgTileCore {
+  static constexpr int kChunks = 2 * KS;                              // 16-byte chunks per point
+  static constexpr int kArrayBytes = kMmaTile * kChunks * 16;         // one array of one column tile
+  static constexpr int kStageBytes = 2 * kArrayBytes + kMmaTile * 4;  // hi, lo, biases
+  static constexpr int kRowsLoBytes = kWgBlockRows * kChunks * 16;     // the block's rows' lo halves
+  static constexpr int kSharedBytes = 3 * kStageBytes + (SCREEN ? kRowsLoBytes : 0);  // rows' lo after the stages
+
+  std::uint32_t a_hi[KS][4], a_lo[SCREEN ? 1 : KS][4];
+
+  __device__ __forceinline__ void load_rows(const MmaOperands& rop, int row0, int count) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int r = row0 + g + (q & 1) * 8, k = ks * 16 + 2 * t + (q >> 1) * 8;
+        const std::size_t at = std::size_t(r) * 16 * KS + k;
+        a_hi[ks][q] = r < count ? *reinterpret_cast<const std::uint32_t*>(rop.hi + at) : 0u;
+        if constexpr (!SCREEN) a_lo[ks][q] = r < count ? *reinterpret_cast<const std::uint32_t*>(rop.lo + at) : 0u;
+      }
+  }
+
+  /// cp.async of columns [j0, j0 + BN) ∩ [.., j_end) into `stage` (zeros beyond): 8 lanes fill one core matrix
+  /// (points p8·8 + lane % 8, chunk 4·quad + lane / 8), so a warp writes 512 contiguous shared bytes and reads 64
+  /// contiguous bytes of each of 8 points.
+  static __device__ __forceinline__ void load_tile(std::uint8_t* stage, const MmaOperands& cop, int j0, int j_end) {
+    constexpr int kQuads = (kChunks + 3) / 4, kUnits = 2 * (kMmaTile / 8) * kQuads;  // (array, p8, quad)
+    const int lane = threadIdx.x % 32;
+    for (int u = threadIdx.x / 32; u < kUnits; u += kWgWarps) {
+      const int array = u / ((kMmaTile / 8) * kQuads), v = u % ((kMmaTile / 8) * kQuads);
+      const int p = (v / kQuads) * 8 + lane % 8, c = (v % kQuads) * 4 + lane / 8, j = j0 + p;
+      if (c < kChunks) {
+        const std::uint16_t* src = (array == 0 ? cop.hi : cop.lo) + std::size_t(j < j_end ? j : 0) * 16 * KS + c * 8;
+        copy_async16(stage + array * kArrayBytes + wgmma::core_offset(p, c, kChunks), src, j < j_end);
+      }
+    }
+  }
+
+  /// d = ⟨row, column⟩ of the warpgroup's 64 rows × the stage's 64 columns (this warp's 16 rows in d): hi·hi
+  /// alone (SCREEN), else hi·hi + hi·lo + lo·hi.
+  __device__ __forceinline__ void product(std::uint32_t stage_address, float (&d)[8][4]) const {
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+      wgmma::mma_n64(d, a_hi[ks], wgmma::descriptor(stage_address + ks * 256, kChunks), ks > 0);
+    if constexpr (!SCREEN) {
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        wgmma::mma_n64(d, a_hi[ks], wgmma::descriptor(stage_address + kArrayBytes + ks * 256, kChunks), true);
+        wgmma::mma_n64(d, a_lo[ks], wgmma::descriptor(stage_address + ks * 256, kChunks), true);
+      }
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+  }
+
+  /// cp.async of the block's rows' lo halves (kWgBlockRows rows from row0, zeros past count) into `rows_lo`, as
+  /// core matrices: committed with the first column tile's group, so they are there after run()'s first barrier.
+  static __device__ __forceinline__ void load_rows_lo(std::uint8_t* rows_lo, const MmaOperands& rop, int row0,
+                                                      int count) {
+    constexpr int kQuads = (kChunks + 3) / 4, kUnits = (kWgBlockRows / 8) * kQuads;
+    const int lane = threadIdx.x % 32;
+    for (int u = threadIdx.x / 32; u < kUnits; u += kWgWarps) {
+      const int p = (u / kQuads) * 8 + lane % 8, c = (u % kQuads) * 4 + lane / 8, r = row0 + p;
+      if (c < kChunks)
+        copy_async16(rows_lo + wgmma::core_offset(p, c, kChunks),
+                     rop.lo + std::size_t(r < count ? r : 0) * 16 * KS + c * 8, r < count);
+    }
+  }
+
+  /// d += hi·lo + lo·hi of this warp's 16 rows and the stage's columns: the rows' lo A fragments by ldmatrix from
+  /// the block's rows_lo (load_rows_lo), the columns' hi and lo B fragments by one ldmatrix.x4 per (column group,
+  /// k16 step) from the stage's core matrices.
+  __device__ __forceinline__ void add_cross(const std::uint8_t* stage, const std::uint8_t* rows_lo,
+                                            float (&d)[8][4]) const {
+    const int lane = threadIdx.x % 32, q = lane / 8, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      __syncwarp();  // as in MmaTileCore::add_cross: keeps ptxas from hoisting every step's loads
+      // A matrices: rows 0-7 / 8-15 of the warp (q & 1) × chunk 2ks / 2ks + 1 (q >> 1): a0 .. a3 of m16n8k16.
+      std::uint32_t alo[4];
+      load_matrices_x4(reinterpret_cast<const std::uint16_t*>(
+                           rows_lo + wgmma::core_offset(warp * 16 + (q & 1) * 8 + lane % 8, 2 * ks + (q >> 1),
+                                                        kChunks)),
+                       alo);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        // B matrices: hi chunk 2ks, hi chunk 2ks + 1, lo chunk 2ks, lo chunk 2ks + 1 of column group nt.
+        std::uint32_t b[4];
+        load_matrices_x4(reinterpret_cast<const std::uint16_t*>(
+                             stage + (q >> 1) * kArrayBytes +
+                             wgmma::core_offset(nt * 8 + lane % 8, 2 * ks + (q & 1), kChunks)),
+                         b);
+        mma_16816(d[nt], a_hi[ks], b[2], b[3], false);
+        mma_16816(d[nt], alo, b[0], b[1], false);
+      }
+    }
+  }
+
+  /// The loop over this block's column tiles (as MmaTileCore::run_tiles: tile it at tile_start(it), columns ≥ j_end
+  /// masked with bias −∞). Three stages, one barrier per tile: tile it + 2 is copied into the stage that tile it − 1
+  /// used, after the barrier that ends every thread's use of it; its biases are stored by threads 0..63 at the same
+  /// time (ordinary stores, read by ordinary loads after tile it + 2's barrier). epilogue(d, vt, parity, it, stage)
+  /// consumes the scores of tile it (product); drain(parity, it) runs after the next tile's barrier.
+  template <typename TileStart, typename Bias, typename Epilogue, typename Drain>
+  __device__ __forceinline__ void run(std::uint8_t* smem, const MmaOperands& cop, int tiles, int j_end,
+                                      TileStart tile_start, Bias bias_at, Epilogue epilogue, Drain drain) const {
+    if (tiles <= 0) return;
+    const auto issue = [&](int it) {
+      if (it < tiles) {
+        std::uint8_t* stage = smem + (it % 3) * kStageBytes;
+        load_tile(stage, cop, tile_start(it), j_end);
+        if (threadIdx.x < kMmaTile) {
+          const int j = tile_start(it) + threadIdx.x;
+          const float b = bias_at(min(j, j_end - 1));
+          reinterpret_cast<float*>(stage + 2 * kArrayBytes)[threadIdx.x] = j < j_end ? b : -INFINITY;
+        }
+      }
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+    };
+    issue(0);
+    issue(1);
+    const std::uint32_t smem_address = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
+    for (int it = 0; it < tiles; ++it) {
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // tile it (tile it + 1 may still be in flight)
+      wgmma::fence_shared_for_async();
+      __syncthreads();
+      issue(it + 2);
+      if (it > 0) drain((it - 1) & 1, it - 1);
+      const int s = it % 3;
+      float d[8][4];
+      product(smem_address + s * kStageBytes, d);
+      const std::uint8_t* stage = smem + s * kStageBytes;
+      epilogue(d, reinterpret_cast<const float*>(stage + 2 * kArrayBytes), it & 1, it, stage);
+    }
+    __syncthreads();
+    drain((tiles - 1) & 1, tiles - 1);
+  }
+};
+
+/// screen_keeps for one m16 subtile (a warp's 16 rows of a warpgroup tile).
+__device__ __forceinline__ bool screen_keeps16(const float (&s)[8][4], const float* vt, float alpha,
+                                               const float (&floor)[2]) {
+  const int t = threadIdx.x % 4;
+  float top[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      top[hh] = fmaxf(top[hh], fmaf(alpha, s[nt][2 * hh], b2.x));
+      top[hh] = fmaxf(top[hh], fmaf(alpha, s[nt][2 * hh + 1], b2.y));
+    }
+  }
+  return __any_sync(0xffffffffu, !(top[0] < floor[0]) || !(top[1] < floor[1]));
+}
+
+/// The log-sum-exp of split operands on warpgroups, 256 rows per block: lse_mma_kernel<KS, 3, false, SCREEN>'s
+/// contract (SCREEN: each warp screens its 16 × 64 tile; otherwise every entry is summed, three wgmma products).
+template <int KS, bool SCREEN>
+__global__ void __launch_bounds__(kWgThreads, 1) lse_wg_kernel(PointSet rows, PointSet cols, MmaOperands rop,
+                                                              MmaOperands cop, const float* __restrict__ h,
+                                                              Scale sc, float alpha, int cols_per_split,
+                                                              float2* __restrict__ partials, const int* guard,
+                                                              int* seeds, ScreenState* screen, float cut) {
+  if (guard != nullptr && *guard == 0) return;
+  using Core = WgTileCore<KS, SCREEN>;
+  extern __shared__ __align__(128) std::uint8_t wg_smem[];
+  const bool runs = site_runs<SCREEN>(screen);
+  TileCounts counts;
+  if (runs) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int row0 = blockIdx.x * kWgBlockRows + warp * 16;
+    Core core;
+    core.load_rows(rop, row0, rows.count);
+    std::uint8_t* rows_lo = wg_smem + 3 * Core::kStageBytes;
+    if constexpr (SCREEN) Core::load_rows_lo(rows_lo, rop, blockIdx.x * kWgBlockRows, rows.count);
+    // Screened: running max seeded at the row's best column of the last screened pass (lse_mma_kernel has the
+    // reasons).
+    float run_max[2] = {kNoMax, kNoMax}, run_sum[2] = {0.f, 0.f}, best[2] = {-INFINITY, -INFINITY};
+    int best_col[2] = {-1, -1};
+#pragma unroll
+    for (int hh = 0; hh < 2 && SCREEN; ++hh) run_max[hh] = seeded_max(rows, cols, h, sc, seeds, row0 + g + hh * 8, t);
+    const int j_begin = blockIdx.y * cols_per_split;
+    const int j_end = min(cols.count, j_begin + cols_per_split);
+    const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
+    const auto tile_start = [&](int it) { return j_begin + it * kMmaTile; };
+    const auto bias_at = [&](int j) { return column_bias(cols, h, sc, j); };
+    const auto epilogue = [&](float (&s)[8][4], const float* vt, int, int it, const std::uint8_t* stage) {
+      if constexpr (SCREEN) {
+        const float floor[2] = {run_max[0] - cut, run_max[1] - cut};
+        const bool keep = screen_keeps16(s, vt, alpha, floor);
+        counts.add(keep);
+        if (!keep) return;
+        core.add_cross(stage, rows_lo, s);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          s[nt][2 * hh] = fmaf(alpha, s[nt][2 * hh], b2.x);
+          s[nt][2 * hh + 1] = fmaf(alpha, s[nt][2 * hh + 1], b2.y);
+        }
+      }
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float top = kNoMax;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const float v = s[nt][2 * hh + q];
+            if (SCREEN && v > best[hh]) best[hh] = v, best_col[hh] = tile_start(it) + nt * 8 + 2 * t + q;
+            top = fmaxf(top, v);
+          }
+        online_lse_row(top, [&](int e) { return s[e / 2][2 * hh + e % 2]; }, run_max[hh], run_sum[hh]);
+      }
+    };
+    core.run(wg_smem, cop, tiles, j_end, tile_start, bias_at, epilogue, [](int, int) {});
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float sum = quad_sum(run_sum[hh]);
+      const int r = row0 + g + hh * 8;
+      if (t == 0 && r < rows.count)
+        partials[std::size_t(blockIdx.y) * rows.count + r] = make_float2(run_max[hh], sum);
+      if constexpr (SCREEN) store_seed(best[hh], best_col[hh], r, rows.count, t, seeds);
+    }
+  }
+  close_site<SCREEN>(screen, runs, counts);
+}
+
+/// The one-pass sums of split operands on warpgroups, 256 rows per block: sums_mma_kernel<KS, 3, false, SCREEN>'s
+/// contract.
+template <int KS, bool SCREEN>
+__global__ void __launch_bounds__(kWgThreads, 1) sums_wg_kernel(PointSet x, PointSet y, MmaOperands xop,
+                                                               MmaOperands yop, const float* __restrict__ f,
+                                                               const float* __restrict__ g, Scale sc, float alpha,
+                                                               int cols_per_split, float* __restrict__ rsum,
+                                                               float* __restrict__ csum, const int* skip,
+                                                               ScreenState* screen, float cut) {
+  if (skip != nullptr && *skip != 0) return;
+  using Core = WgTileCore<KS, SCREEN>;
+  extern __shared__ __align__(128) std::uint8_t wg_smem[];
+  __shared__ __align__(8) float colbuf[2][kWgWarps][kMmaTile];  // (2 tiles, warps, BN) column sums
+  const bool runs = site_runs<SCREEN>(screen);
+  TileCounts counts;
+  if (runs) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gr = lane / 4, t = lane % 4;
+    const int row0 = blockIdx.x * kWgBlockRows + warp * 16;
+    Core core;
+    core.load_rows(xop, row0, x.count);
+    std::uint8_t* rows_lo = wg_smem + 3 * Core::kStageBytes;
+    if constexpr (SCREEN) Core::load_rows_lo(rows_lo, xop, blockIdx.x * kWgBlockRows, x.count);
+    float u[2], ar[2], rs[2] = {0.f, 0.f};
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int i = row0 + gr + hh * 8;
+      const bool valid = i < x.count;
+      u[hh] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) : -INFINITY;
+      ar[hh] = valid ? x.weight[i] : 0.f;
+    }
+    const int j_begin = blockIdx.y * cols_per_split;
+    const int j_end = min(y.count, j_begin + cols_per_split);
+    const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
+    const auto tile_start = [&](int it) { return j_begin + ((it + blockIdx.x) % tiles) * kMmaTile; };
+    const auto bias_at = [&](int j) { return column_bias(y, g, sc, j); };
+    const auto epilogue = [&](float (&s)[8][4], const float* vt, int parity, int, const std::uint8_t* stage) {
+      if constexpr (SCREEN) {
+        const float floor[2] = {-cut - u[0], -cut - u[1]};  // an invalid row (u = −∞) is never kept
+        const bool keep = screen_keeps16(s, vt, alpha, floor);
+        counts.add(keep);
+        if (!keep) {
+          *reinterpret_cast<float2*>(&colbuf[parity][warp][gr * 8 + 2 * t]) = make_float2(0.f, 0.f);
+          return;
+        }
+        core.add_cross(stage, rows_lo, s);
+      }
+      float col[16];
+#pragma unroll
+      for (int c = 0; c < 16; ++c) col[c] = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const float e0 = fast_exp2(fmaf(alpha, s[nt][2 * hh], b2.x + u[hh]));
+          const float e1 = fast_exp2(fmaf(alpha, s[nt][2 * hh + 1], b2.y + u[hh]));
+          rs[hh] += e0 + e1;
+          col[2 * nt] = fmaf(ar[hh], e0, col[2 * nt]);
+          col[2 * nt + 1] = fmaf(ar[hh], e1, col[2 * nt + 1]);
+        }
+      }
+      column_halving<8, 16>(col, lane & 16);
+      column_halving<4, 8>(col, lane & 8);
+      column_halving<2, 4>(col, lane & 4);
+      *reinterpret_cast<float2*>(&colbuf[parity][warp][gr * 8 + 2 * t]) = make_float2(col[0], col[1]);
+    };
+    const auto drain = [&](int parity, int it) {
+      if (threadIdx.x < kMmaTile) {
+        const int j = tile_start(it) + threadIdx.x;
+        float total = 0.f;
+#pragma unroll
+        for (int w = 0; w < kWgWarps; ++w) total += colbuf[parity][w][threadIdx.x];
+        if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
+      }
+    };
+    core.run(wg_smem, yop, tiles, j_end, tile_start, bias_at, epilogue, drain);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float sum = quad_sum(rs[hh]);
+      const int i = row0 + gr + hh * 8;
+      if (t == 0 && i < x.count) atomicAdd(&rsum[i], sum);
+    }
+  }
+  close_site<SCREEN>(screen, runs, counts);
+}
+
+/// 1 in *out when this build's image of the kernels has the warpgroup instructions (compiled for sm_90a).
+__global__ void wgmma_image_kernel(int* out) {
+#ifdef FLASHOT_WGMMA_DEVICE
+  *out = 1;
+#else
+  *out = 0;
+#endif
+}
+
 /// Calls fn(std::integral_constant<int, KS>{}) for the run-time KS = padded d / 16 (1..8).
 template <typename Fn>
 void dispatch_ks(int ks, Fn&& fn) {
@@ -727,15 +1086,28 @@ float screen_margin(const MmaOperands& a, const MmaOperands& b, float alpha) {
 }
 
 /// A screened site launches its screened kernel, then its dense one (ScreenState); otherwise the dense one alone.
-template <auto Screened, auto Dense, typename... Args>
-void launch_site(dim3 grid, int bytes, cudaStream_t stream, ScreenState* screen, float cut, Args... args) {
+/// Where the operands allow it (MmaOperands::warpgroup), the warpgroup kernels replace both (256 rows per block,
+/// their own grid and shared memory).
+template <auto Screened, auto Dense, auto WgScreened, auto WgDense, typename... Args>
+void launch_site(dim3 grid, int bytes, bool warpgroup, dim3 wg_grid, int wg_screened_bytes, int wg_dense_bytes,
+                 cudaStream_t stream, ScreenState* screen, float cut, Args... args) {
+  if constexpr (Screened == nullptr) screen = nullptr;
+  if constexpr (WgDense != nullptr) {
+    if (warpgroup) {
+      if (screen != nullptr) {
+        allow_shared_bytes<WgScreened>(wg_screened_bytes);
+        WgScreened<<<wg_grid, kWgThreads, wg_screened_bytes, stream>>>(args..., screen, cut);
+      }
+      allow_shared_bytes<WgDense>(wg_dense_bytes);
+      WgDense<<<wg_grid, kWgThreads, wg_dense_bytes, stream>>>(args..., screen, cut);
+      return;
+    }
+  }
   if constexpr (Screened != nullptr) {
     if (screen != nullptr) {
       allow_shared_bytes<Screened>(bytes);
       Screened<<<grid, kMmaThreads, bytes, stream>>>(args..., screen, cut);
     }
-  } else {
-    screen = nullptr;
   }
   allow_shared_bytes<Dense>(bytes);
   Dense<<<grid, kMmaThreads, bytes, stream>>>(args..., screen, cut);
@@ -754,9 +1126,11 @@ void launch_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperand
     dispatch_ks(rop.padded_d / 16, [&](auto ks) {
       constexpr int kKs = decltype(ks)::value, kTerms = decltype(terms)::value;
       constexpr bool kBf16 = decltype(bf16)::value;
-      constexpr auto screened = kTerms == 3 ? lse_mma_kernel<kKs, 3, false, true> : nullptr;
-      launch_site<screened, lse_mma_kernel<kKs, kTerms, kBf16, false>>(
-          grid, mma_shared_bytes(kKs, kTerms), stream, screen, cut,
+      constexpr bool kSplit = kTerms == 3;
+      launch_site<kSplit ? lse_mma_kernel<kKs, 3, false, true> : nullptr, lse_mma_kernel<kKs, kTerms, kBf16, false>,
+                  kSplit ? lse_wg_kernel<kKs, true> : nullptr, kSplit ? lse_wg_kernel<kKs, false> : nullptr>(
+          grid, mma_shared_bytes(kKs, kTerms), rop.warpgroup, dim3(div_up(rows.count, kWgBlockRows), plan.splits),
+          WgTileCore<kKs, true>::kSharedBytes, WgTileCore<kKs, false>::kSharedBytes, stream, screen, cut,
           rows, cols, rop, cop, h, scale, alpha,
           plan.cols_per_split, partials, guard, seeds);
     });
@@ -781,14 +1155,32 @@ void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOp
     dispatch_ks(xop.padded_d / 16, [&](auto ks) {
       constexpr int kKs = decltype(ks)::value, kTerms = decltype(terms)::value;
       constexpr bool kBf16 = decltype(bf16)::value;
-      constexpr auto screened = kTerms == 3 ? sums_mma_kernel<kKs, 3, false, true> : nullptr;
-      launch_site<screened, sums_mma_kernel<kKs, kTerms, kBf16, false>>(
-          grid, mma_shared_bytes(kKs, kTerms), stream, screen, cut,
+      constexpr bool kSplit = kTerms == 3;
+      launch_site<kSplit ? sums_mma_kernel<kKs, 3, false, true> : nullptr,
+                  sums_mma_kernel<kKs, kTerms, kBf16, false>, kSplit ? sums_wg_kernel<kKs, true> : nullptr,
+                  kSplit ? sums_wg_kernel<kKs, false> : nullptr>(
+          grid, mma_shared_bytes(kKs, kTerms), xop.warpgroup, dim3(div_up(x.count, kWgBlockRows), plan.splits),
+          WgTileCore<kKs, true>::kSharedBytes, WgTileCore<kKs, false>::kSharedBytes, stream, screen, cut,
           x, y, xop, yop, f, g, scale, alpha,
           plan.cols_per_split, rsum, csum, skip);
     });
   });
   FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+bool warpgroup_kernels_available() {
+  int* flag = nullptr;
+  if (cudaMalloc(&flag, sizeof(int)) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  int value = 0;
+  wgmma_image_kernel<<<1, 1>>>(flag);
+  // No image for this device (an sm_90a build on another GPU) is an answer, not an error.
+  const bool ran = cudaGetLastError() == cudaSuccess && cudaMemcpy(&value, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
+  cudaFree(flag);
+  cudaGetLastError();
+  return ran && value == 1;
 }
 
 }  // namespace flashot::detail::cuda

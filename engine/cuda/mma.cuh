@@ -21,7 +21,12 @@ struct MmaOperands {
   float scale = 1;  // power of two applied to the coordinates before conversion
   MmaMode mode = MmaMode::kSplitFp16;
   float max_norm = 0;  // largest Euclidean norm of the (centred, unscaled) points: bounds the hi·hi product's error
+  bool warpgroup = false;  // screened sites use the warpgroup (wgmma) kernels (warpgroup_kernels_available)
 };
+
+/// Whether the current device runs this build's warpgroup (wgmma, sm_90a) kernels: a Hopper GPU and an engine built
+/// for it (CMake maps CUDA architecture 90 to 90a). Launches one tiny kernel; call outside graph capture.
+bool warpgroup_kernels_available();
 
 /// Adaptive state of one screened launch site (device memory, zero but for `use`; mma.cu has the contract). Split
 /// operands only: a column tile of a warp's rows is first multiplied with the hi halves alone; when no entry can
