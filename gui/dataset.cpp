@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
@@ -54,21 +53,15 @@ Matrix from_dense(io::DenseMatrix&& dense) {
 
 const char* kind_text(app::FileKind kind) { return kind == app::FileKind::kPly ? "PLY" : ".h5ad"; }
 
-// obsm[key] as the CLI reads it (app read_obsm_points): sized by obsm_info, then HDF5 writes the values straight
+// obsm[key] as the CLI reads it (app read_obsm_points): sized by obsm_shape, then HDF5 writes the values straight
 // into memory nobody zero-filled. `cells` is the row count the file had when it was opened.
 Matrix read_obsm_matrix(const io::H5adReader& reader, const std::string& key, std::size_t cells) {
-  const std::string where = reader.path().string() + ": obsm['" + key + "']";
-  const std::optional<io::ArrayInfo> info = reader.obsm_info(key);
-  if (!info) throw std::invalid_argument(where + " cannot be read (no such entry now)");
-  if (info->rows != cells) {
-    throw std::invalid_argument(where + " has " + std::to_string(info->rows) + " rows but the file has " +
-                                std::to_string(cells) + " cells");
+  const io::ArrayInfo info = reader.obsm_shape(key);
+  if (info.rows != cells) {
+    throw std::invalid_argument(reader.path().string() + ": obsm['" + key + "'] has " + std::to_string(info.rows) +
+                                " rows now; the file had " + std::to_string(cells) + " cells when it was opened");
   }
-  if (info->cols != 0 && info->rows > std::numeric_limits<std::size_t>::max() / sizeof(float) / info->cols) {
-    throw std::invalid_argument(where + " has shape (" + std::to_string(info->rows) + ", " +
-                                std::to_string(info->cols) + "), too large to hold");
-  }
-  Matrix m{info->rows, info->cols, FloatBuffer::uninitialized(info->rows * info->cols)};
+  Matrix m{info.rows, info.cols, FloatBuffer::uninitialized(info.rows * info.cols)};
   reader.read_obsm_into(key, {m.values.data(), m.values.size()});
   return m;
 }

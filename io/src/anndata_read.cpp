@@ -746,6 +746,28 @@ std::optional<ArrayInfo> H5adReader::obsm_info(const std::string& key) const {
   return info_of(*e);
 }
 
+ArrayInfo H5adReader::obsm_shape(const std::string& key) const {
+  const std::string where = "/obsm/" + key;
+  ArrayInfo info;
+  if (auto entry = impl_->compound_entry("obsm", key)) {  // ≤0.6: the field's records are the cells
+    info = std::move(entry->second);
+    const std::size_t cells = impl_->frame_rows("obs");
+    if (cells != Impl::kUnknown && info.rows != cells) {
+      throw FormatError(impl_->path.string(), where,
+                        "has " + std::to_string(info.rows) + " rows, but the file has " + std::to_string(cells) +
+                            " cells");
+    }
+  } else {
+    info = impl_->checked_entry("obsm", key).second;
+  }
+  if (info.cols != 0 && info.rows > std::numeric_limits<std::size_t>::max() / sizeof(float) / info.cols) {
+    throw FormatError(impl_->path.string(), where,
+                      "shape (" + std::to_string(info.rows) + ", " + std::to_string(info.cols) +
+                          ") is too large to hold as float32");
+  }
+  return info;
+}
+
 DenseMatrix H5adReader::read_obsm(const std::string& key) const { return impl_->read_mapping_entry("obsm", key); }
 void H5adReader::read_obsm_into(const std::string& key, std::span<float> out) const {
   impl_->read_mapping_entry_into("obsm", key, out);

@@ -320,6 +320,20 @@ class GuiCoreTest : public QObject {
     QCOMPARE(labels.codes[4], 1);
   }
 
+  void a_file_replaced_after_opening_is_refused_by_its_counts() {
+    QTemporaryDir dir;
+    const std::filesystem::path path = dir.filePath("cells.h5ad").toStdString();
+    write_small_h5ad(path, 30, kSeed);
+    const Dataset d = Dataset::open(path);
+    write_small_h5ad(path, 40, kSeed + 1);  // another file under the same name, with more cells
+    try {
+      d.read_space("X_pca");
+      QFAIL("obsm of a file that changed since it was opened must throw");
+    } catch (const std::invalid_argument& e) {
+      QVERIFY2(contains(e.what(), "40 rows now") && contains(e.what(), "30 cells"), e.what());
+    }
+  }
+
   void shared_genes_and_widths_are_checked() {
     QTemporaryDir dir;
     const std::filesystem::path a = dir.filePath("a.h5ad").toStdString();

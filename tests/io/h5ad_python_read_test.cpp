@@ -113,5 +113,41 @@ TEST(H5adPbmc68k, HasTheShapesScanpyDocuments) {
   EXPECT_EQ(reader.read_obs("louvain").categories.size(), 11u);
 }
 
+// obsm_shape, the check the CLI and the GUI make before reading obsm into their own memory, on files h5py broke:
+// the shape of a good entry (and of the ≤0.6 compound field, read from metadata), a row count that disagrees with
+// the cells, a key that is not there.
+TEST(H5adObsmShape, ChecksRowsAndNamesMissingKeys) {
+  const auto dir = fixtures();
+  ASSERT_FALSE(dir.empty());
+  const H5adReader wrong(dir / "obsm_wrong_rows.h5ad");
+  try {
+    wrong.obsm_shape("X_pca");
+    ADD_FAILURE() << "obsm_shape accepted 8 rows for 6 cells";
+  } catch (const FormatError& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.path(), (dir / "obsm_wrong_rows.h5ad").string());
+    EXPECT_NE(m.find("/obsm/X_pca"), std::string::npos) << m;
+    EXPECT_NE(m.find("has 8 rows, but the file has 6 cells"), std::string::npos) << m;
+  }
+  const H5adReader missing(dir / "missing_obsm_key.h5ad");
+  const ArrayInfo pca = missing.obsm_shape("X_pca");
+  EXPECT_EQ(pca.rows, 6u);
+  EXPECT_EQ(pca.cols, 3u);
+  try {
+    missing.obsm_shape("X_umap");
+    ADD_FAILURE() << "obsm_shape found X_umap";
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("X_umap"), std::string::npos) << m;
+    EXPECT_NE(m.find("X_pca"), std::string::npos) << m;
+  }
+  const H5adReader legacy(dir / "legacy_06.h5ad");
+  for (const std::string& key : legacy.obsm_keys()) {
+    const ArrayInfo shape = legacy.obsm_shape(key);
+    EXPECT_EQ(shape.rows, legacy.n_obs()) << key;
+    EXPECT_EQ(shape.rows * shape.cols, legacy.read_obsm(key).values.size()) << key;
+  }
+}
+
 }  // namespace
 }  // namespace flashot::io::test

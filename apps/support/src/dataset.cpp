@@ -205,20 +205,15 @@ void read_obsm_points(const io::H5adReader& reader, const std::string& key, Poin
     throw std::invalid_argument(side + reader.path().string() + " has no obsm['" + key + "'] (obsm keys: " +
                                 join(keys) + ")");
   }
-  const std::optional<io::ArrayInfo> info = reader.obsm_info(key);
-  if (!info) throw std::invalid_argument(side + reader.path().string() + ": obsm['" + key + "'] cannot be read");
-  if (info->rows != reader.n_obs()) {
-    throw std::invalid_argument(reader.path().string() + ": obsm['" + key + "'] has " + std::to_string(info->rows) +
-                                " rows but the file has " + std::to_string(reader.n_obs()) + " cells");
-  }
+  const io::ArrayInfo info = reader.obsm_shape(key);
   // Straight into uninitialised memory (no zero-fill): the read that keeps pace with h5py (docs/benchmarks.md).
-  const std::size_t count = info->rows * info->cols;
+  const std::size_t count = info.rows * info.cols;
   const auto values = std::make_unique_for_overwrite<float[]>(count);
   reader.read_obsm_into(key, {values.get(), count});
   cloud.key = key;
-  cloud.d = info->cols;
-  cloud.representation = "obsm['" + key + "'] (" + std::to_string(info->cols) + "-d)";
-  cloud.points = select_rows({values.get(), count}, info->cols, cloud.rows, reader.obs_names(),
+  cloud.d = info.cols;
+  cloud.representation = "obsm['" + key + "'] (" + std::to_string(info.cols) + "-d)";
+  cloud.points = select_rows({values.get(), count}, info.cols, cloud.rows, reader.obs_names(),
                              reader.path().string() + ": obsm['" + key + "']");
 }
 

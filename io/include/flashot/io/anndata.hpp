@@ -89,6 +89,10 @@ class H5adReader {
   /// dataspace and the field's type), nothing read; nullopt when there is no such entry. Throws FormatError for
   /// an entry whose layout is unsupported or whose shape the stored bytes could not hold.
   std::optional<ArrayInfo> obsm_info(const std::string& key) const;
+  /// obsm[key]'s shape checked for a read into caller memory (read_obsm_into), metadata only: IoError naming the
+  /// key and the keys present when there is no such entry; FormatError naming /obsm/<key> when its rows differ
+  /// from the cells or rows·cols float32 values could not be addressed.
+  ArrayInfo obsm_shape(const std::string& key) const;
   /// A dense (or sparse, densified) obsm entry as float32. Throws IoError naming the key and the keys present.
   DenseMatrix read_obsm(const std::string& key) const;
   /// The same values written into caller-owned memory, e.g. `std::make_unique_for_overwrite<float[]>(rows * cols)`
