@@ -20,6 +20,7 @@
 // ldmatrix_pairs).
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <stdexcept>
 #include <type_traits>
@@ -1169,6 +1170,14 @@ void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOp
 }
 
 bool warpgroup_kernels_available() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  // Asked once per device: the probe's cudaFree synchronises the device, which other Problems' streams would feel.
+  static std::atomic<signed char> known[64];  // 0 not asked yet, 1 no, 2 yes
+  if (device < 64 && known[device].load() != 0) return known[device].load() == 2;
   int* flag = nullptr;
   if (cudaMalloc(&flag, sizeof(int)) != cudaSuccess) {
     cudaGetLastError();
@@ -1177,10 +1186,13 @@ bool warpgroup_kernels_available() {
   int value = 0;
   wgmma_image_kernel<<<1, 1>>>(flag);
   // No image for this device (an sm_90a build on another GPU) is an answer, not an error.
-  const bool ran = cudaGetLastError() == cudaSuccess && cudaMemcpy(&value, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
+  const bool ran = cudaGetLastError() == cudaSuccess &&
+                   cudaMemcpy(&value, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
   cudaFree(flag);
   cudaGetLastError();
-  return ran && value == 1;
+  const bool available = ran && value == 1;
+  if (device < 64) known[device].store(available ? 2 : 1);
+  return available;
 }
 
 }  // namespace flashot::detail::cuda
