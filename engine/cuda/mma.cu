@@ -18,6 +18,10 @@
 // right before its epilogue, tile t + 1 streaming in meanwhile. B fragments come from
 // ldmatrix.x4 (two k16 steps per instruction) where that still fits, 32-bit shared loads elsewhere (overlap_fits,
 // ldmatrix_pairs).
+//
+// On Hopper (an sm_90a build on an sm_90 device) the split operands' sites run the warpgroup kernels further down
+// (lse_wg_kernel, sums_wg_kernel: wgmma, 256 rows per block; their section's comment says why); the kernels above
+// serve every other GPU, the single-product precisions and FLASHOT_WGMMA=0.
 
 #include <algorithm>
 #include <atomic>
