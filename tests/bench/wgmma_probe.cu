@@ -1,8 +1,10 @@
 // wgmma_probe: checks the warpgroup product of engine/cuda/wgmma.cuh (A from registers, B as interleaved core
 // matrices in shared memory) against a host reference, and times one screening sweep over n × m points at
-// d = 64 — the hi·hi product of every 64 × 64 tile plus the screen's per-entry work — three ways: wgmma alone,
-// wgmma + screen, mma.sync + screen (the engine's current instruction, same loop). Prints a table; exits non-zero
-// when a check fails.
+// d = 64 — the hi·hi product of every 64 × 64 tile plus the screen's per-entry work — several ways: wgmma alone,
+// wgmma + screen, mma.sync + screen, with and without the lo halves staged, 128 or 256 rows per block
+// (docs/benchmarks.md, fourth session, has the figures and ncu's reading). Last, the same sweep with kept tiles
+// under two synchronisation schemes (kept_kernel: a barrier per tile, as the engine's warpgroup kernels, or TMA
+// stages on mbarriers). Prints a table; exits non-zero when a check fails.
 //
 //   flashot_wgmma_probe [n]      (default 100000)
 
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -207,6 +210,174 @@ __global__ void __launch_bounds__(128 * WGS) sweep_kernel(const __half* x, const
   if (acc_sink == 12345.f) sink[0] = acc_sink;
 }
 
+// ---- Kept tiles: one barrier per tile (the engine's warpgroup kernels) vs TMA stages on mbarriers ----------------
+//
+// The engine's screened warpgroup kernels run one 16-warp block per SM with a barrier per column tile, so a warp that
+// keeps a tile (cross products, exponentials) holds the other 15 at the next barrier. This sweep models them — 256
+// rows per block, hi and lo halves of each 64-column tile staged, hi·hi by wgmma, a screen — with kept tiles chosen
+// by a fixed hash (1 in 16 warp tiles, the same in both variants, given the engine's cross products and 32 exp2),
+// two ways: cp.async into three stages and __syncthreads per tile (as the engine), or 1-D bulk copies (TMA) into
+// four stages completing on "full" mbarriers, released through "empty" mbarriers (one arrival per warp) — no block
+// barrier, so warps drift apart by up to two tiles. Column tiles are stored tile-major in global memory (hi then lo
+// core matrices, 16 KB per tile at d = 64), the layout a bulk copy needs.
+
+__device__ __forceinline__ void mbar_init(std::uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(std::uint32_t bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(std::uint32_t bar, int parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_copy(std::uint32_t dst, const void* src, int bytes, std::uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+template <int KS, bool TMA>
+__global__ void __launch_bounds__(512, 1) kept_kernel(const __half* x, const std::uint8_t* y_tiles, int n, int tiles,
+                                                      float alpha, float floor_value, float* sink,
+                                                      unsigned* kept) {
+  constexpr int kChunks = 2 * KS, kArray = kTile * kChunks * 16, kTileBytes = 2 * kArray;
+  constexpr int kStages = TMA ? 4 : 3;
+  extern __shared__ __align__(128) std::uint8_t smem[];
+  __shared__ __align__(8) std::uint64_t bars[2 * 4];  // full[4], empty[4]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
+  const int row0 = blockIdx.x * 256 + warp * 16;
+  std::uint32_t a[KS][4];
+  load_a<KS>(x, row0, n, a);
+  const std::uint32_t smem_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
+  const std::uint32_t bar_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(bars));
+  const auto full = [&](int s) { return bar_base + 8 * s; };
+  const auto empty = [&](int s) { return bar_base + 8 * (4 + s); };
+  const auto copy_in = [&](int it) {  // cp.async variant: every thread, 16 bytes at a time
+    if (it < tiles) {
+      const std::uint8_t* src = y_tiles + std::size_t(it) * kTileBytes;
+      for (int e = threadIdx.x; e < kTileBytes / 16; e += 512)
+        copy_async16(smem + (it % kStages) * kTileBytes + e * 16, src + e * 16, true);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  };
+  if constexpr (TMA) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kStages; ++s) {
+        mbar_init(full(s), 1);
+        mbar_init(empty(s), 16);
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kStages && s < tiles; ++s) {
+        mbar_expect_tx(full(s), kTileBytes);
+        bulk_copy(smem_base + s * kTileBytes, y_tiles + std::size_t(s) * kTileBytes, kTileBytes, full(s));
+      }
+    }
+  } else {
+    copy_in(0);
+    copy_in(1);
+  }
+  float acc = 0.f;
+  unsigned my_kept = 0;
+  for (int it = 0; it < tiles; ++it) {
+    const int s = it % kStages;
+    if constexpr (TMA) {
+      mbar_wait(full(s), (it / kStages) & 1);
+    } else {
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+      wgmma::fence_shared_for_async();
+      __syncthreads();
+      copy_in(it + 2);
+    }
+    const std::uint32_t base = smem_base + s * kTileBytes;
+    float d[8][4];
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) wgmma::mma_n64(d, a[ks], wgmma::descriptor(base + ks * 256, kChunks), ks > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    float top = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) top = fmaxf(top, fmaf(alpha, d[nt][q], 0.25f * q));
+    const bool near = __any_sync(0xffffffffu, !(top < floor_value));  // never, as in the sweep above
+    const bool keep = near || ((blockIdx.x * 131 + warp * 31 + it * 17) & 15) == 0;
+    if (keep) {
+      ++my_kept;
+      const int q = lane / 8;
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        __syncwarp();
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          std::uint32_t b[4];
+          load_matrices_x4(base + (q >> 1) * kArray + wgmma::core_offset(nt * 8 + lane % 8, 2 * ks + (q & 1), kChunks),
+                           b);
+          mma_16816(d[nt], a[ks], b[2], b[3], false);
+          mma_16816(d[nt], a[ks], b[0], b[1], false);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int q2 = 0; q2 < 4; ++q2) acc += exp2f(fminf(alpha * d[nt][q2] * 1e-3f, 0.f) - float(t));
+    }
+    if constexpr (TMA) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty(s));
+      if (threadIdx.x == 0 && it + kStages < tiles) {
+        mbar_wait(empty(s), (it / kStages) & 1);
+        mbar_expect_tx(full(s), kTileBytes);
+        bulk_copy(base, y_tiles + std::size_t(it + kStages) * kTileBytes, kTileBytes, full(s));
+      }
+    }
+  }
+  if (lane == 0) atomicAdd(kept, my_kept);
+  if (acc == 12345.f) sink[0] = acc;
+}
+
+template <int KS, bool TMA>
+float kept_sweep(const __half* x, const std::uint8_t* y_tiles, int n, int tiles, float* sink, unsigned* kept,
+                 unsigned* kept_count) {
+  constexpr int kBytes = (TMA ? 4 : 3) * 2 * kTile * 2 * KS * 16;
+  CHECK(cudaFuncSetAttribute(kept_kernel<KS, TMA>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<float> times;
+  for (int rep = 0; rep < 6; ++rep) {
+    CHECK(cudaMemset(kept, 0, 4));
+    CHECK(cudaEventRecord(a));
+    kept_kernel<KS, TMA><<<(n + 255) / 256, 512, kBytes>>>(x, y_tiles, n, tiles, 0.5f, 1e30f, sink, kept);
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (rep > 0) times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  CHECK(cudaMemcpy(kept_count, kept, 4, cudaMemcpyDeviceToHost));
+  const float ms = times[times.size() / 2];
+  std::printf("kept tiles n=m=%d d=%d %-34s %8.3f ms  (%u warp tiles kept)\n", n, 16 * KS,
+              TMA ? "TMA stages on mbarriers, no barrier" : "cp.async stages, barrier per tile", ms, *kept_count);
+  return ms;
+}
+
 template <int KS>
 bool check(std::mt19937& rng) {
   const int d = 16 * KS;
@@ -318,5 +489,22 @@ int main(int argc, char** argv) {
   sweep<kKs, kWgmmaScreenLo, 2, true>(dx, dy, db, n, sink, kept);
   sweep<kKs, kWgmmaScreen, 4, true>(dx, dy, db, n, sink, kept);
   sweep<kKs, kWgmmaScreenLo, 4, true>(dx, dy, db, n, sink, kept);
+  // Kept tiles, both synchronisation schemes: the same tiles, the same bytes and the same kept warp tiles.
+  const int tiles = (n + kTile - 1) / kTile;
+  std::vector<std::uint8_t> tiled(std::size_t(tiles) * 2 * kTile * 2 * kKs * 16);
+  for (std::size_t i = 0; i < tiled.size(); i += 2) {
+    const __half h = __float2half(normal(rng) * 0.125f);
+    std::memcpy(&tiled[i], &h, 2);
+  }
+  std::uint8_t* dtiles;
+  CHECK(cudaMalloc(&dtiles, tiled.size()));
+  CHECK(cudaMemcpy(dtiles, tiled.data(), tiled.size(), cudaMemcpyHostToDevice));
+  unsigned kept_barrier = 0, kept_tma = 0;
+  kept_sweep<kKs, false>(dx, dtiles, n, tiles, sink, kept, &kept_barrier);
+  kept_sweep<kKs, true>(dx, dtiles, n, tiles, sink, kept, &kept_tma);
+  if (kept_barrier != kept_tma) {
+    std::printf("kept tiles differ between the two schemes: %u vs %u: FAILED\n", kept_barrier, kept_tma);
+    ok = false;
+  }
   return ok ? 0 : 1;
 }
