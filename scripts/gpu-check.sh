@@ -77,7 +77,7 @@ fi
 if [[ ${BENCH:-1} == 1 ]]; then
   if [[ -x $BUILD/tests/bench/flashot_wgmma_probe ]]; then
     step "warpgroup probe (wgmma layouts; screening sweep: wgmma vs mma.sync, staged bytes)"
-    "$BUILD/tests/bench/flashot_wgmma_probe" 2>&1 | tee "$OUT/wgmma-probe.log"
+    timeout "$limit" "$BUILD/tests/bench/flashot_wgmma_probe" 2>&1 | tee "$OUT/wgmma-probe.log"
   fi
   step "backend timings (iterate as one graph, softmin, apply)"
   if [[ -x $BUILD/tests/bench/flashot_cuda_iterate_bench ]]; then
