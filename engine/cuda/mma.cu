@@ -697,7 +697,7 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
   close_site<SCREEN>(screen, runs, counts);
 }
 
-// ---- Warpgroup (wgmma, sm_90a) screened kernels ---------------------------------------------------------------
+// ---- Warpgroup (wgmma, sm_90a) kernels of the split operands' sites ---------------------------------------------
 //
 // Why: on the H200 the screened kernels above are bound by L2 → shared-memory traffic, not by the tensor cores —
 // every 128-row block streams all column tiles' hi and lo halves (2 × 12.8 MB at n = 100k, d = 64: 20 GB per pass,
@@ -705,8 +705,9 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
 // (four warpgroups, 512 threads, one block per SM), which halves the traffic, and take the screen's hi·hi product
 // from wgmma (B from shared memory through a descriptor, A from registers), which leaves the issue slots of mma.sync
 // to the kept tiles. Each warp decides for its own 16 × 64 tile (a finer grain than the 32 × 64 above), adds the
-// cross products of a kept tile with mma.sync (ldmatrix from the same core matrices) and sums it. The per-entry
-// arithmetic and the screen's bound are those of the kernels above (screen_margin, cut).
+// cross products of a kept tile with mma.sync (ldmatrix from the same core matrices) and sums it. The dense
+// variants (SCREEN = false) take all three products from wgmma. The per-entry arithmetic, the screen's bound
+// (screen_margin, cut) and the site protocol (site_runs, close_site) are those of the kernels above.
 
 constexpr int kWgThreads = 512;           // four warpgroups
 constexpr int kWgBlockRows = 256;         // 16 rows per warp
