@@ -18,6 +18,7 @@
 #   cmake -B build-gpu -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DFLASHOT_IO=OFF -DFLASHOT_GUI=OFF -DFLASHOT_CUDA=ON -DFLASHOT_MPI_TESTS=OFF
 #   ninja -C build-gpu flashot_engine_tests flashot flashot_cuda_iterate_bench flashot_hvp_bench
 #   mkdir -p build-gpu/lib && cp -L /lib/x86_64-linux-gnu/{libsleef.so.3,libgomp.so.1} build-gpu/lib/
+# (scripts/pack-gpu-build.sh does the carrying part: stripped programs and those libraries in one xz tarball.)
 # Peers: bash ../shared/gpu/fetch-peer-wheels.sh .peers/wheels; cp ../shared/gpu/* .peers/ (.peers is git-ignored).
 set -uo pipefail
 cd "$(dirname "$0")/.."
