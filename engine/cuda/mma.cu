@@ -858,6 +858,11 @@ struct WgTileCore {
   }
 };
 
+// The largest instantiation (d = 128, screened: three stages of hi, lo and biases, the rows' lo halves) plus the sums
+// kernel's static column buffers must fit the 227 KB a Hopper block may have.
+static_assert(WgTileCore<8, true>::kSharedBytes + 2 * kWgWarps * kMmaTile * sizeof(float) <= 227 * 1024,
+              "warpgroup kernels' shared memory exceeds a Hopper block's");
+
 /// screen_keeps for one m16 subtile (a warp's 16 rows of a warpgroup tile).
 __device__ __forceinline__ bool screen_keeps16(const float (&s)[8][4], const float* vt, float alpha,
                                                const float (&floor)[2]) {
