@@ -331,17 +331,21 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-/// The screen of a warp's 32 × 64 tile from its hi·hi scores s: whether some entry reaches its row's floor,
-/// α·s + v_j ≥ floor (cut, margin included, is already in the floor; NaN counts as reaching). Warp-uniform.
-__device__ __forceinline__ bool screen_keeps(const float (&s)[2][8][4], const float* vt, float alpha,
-                                             const float (&floor)[2][2]) {
+/// The screen of a warp's tile (MT m16 subtiles × 64 columns) from its hi·hi scores s: whether some entry reaches
+/// its row's floor, α·s + v_j ≥ floor (cut, margin included, is already in the floor; NaN counts as reaching).
+/// Warp-uniform.
+template <int MT>
+__device__ __forceinline__ bool screen_keeps(const float (&s)[MT][8][4], const float* vt, float alpha,
+                                             const float (&floor)[MT][2]) {
   const int t = threadIdx.x % 4;
-  float top[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};  // (m16, row g / g + 8)
+  float top[MT][2];  // (m16, row g / g + 8)
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) top[mt][0] = top[mt][1] = -INFINITY;
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
     const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         top[mt][hh] = fmaxf(top[mt][hh], fmaf(alpha, s[mt][nt][2 * hh], b2.x));
@@ -350,10 +354,35 @@ __device__ __forceinline__ bool screen_keeps(const float (&s)[2][8][4], const fl
   }
   bool near = false;
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) near |= !(top[mt][hh] < floor[mt][hh]);
   return __any_sync(0xffffffffu, near);
+}
+
+/// The one-pass step's entries of a warp's tile (MT m16 subtiles × 64 columns, this lane's rows g, g + 8 of each):
+/// E = exp2(α·s + v_j + u) per entry, added to the rows' sums rs and, weighted by the rows' a, to this lane's column
+/// sums col[2·nt + q] (columns nt·8 + 2t + q).
+template <int MT>
+__device__ __forceinline__ void add_entries(const float (&s)[MT][8][4], const float* vt, float alpha,
+                                            const float (&u)[MT][2], const float (&a)[MT][2], float (&rs)[MT][2],
+                                            float (&col)[16]) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const float p0 = fmaf(alpha, s[mt][nt][2 * hh], b2.x + u[mt][hh]);
+        const float p1 = fmaf(alpha, s[mt][nt][2 * hh + 1], b2.y + u[mt][hh]);
+        const float e0 = fast_exp2(p0), e1 = fast_exp2(p1);
+        rs[mt][hh] += e0 + e1;
+        col[2 * nt] = fmaf(a[mt][hh], e0, col[2 * nt]);
+        col[2 * nt + 1] = fmaf(a[mt][hh], e1, col[2 * nt + 1]);
+      }
+  }
 }
 
 /// Warp tiles kept / looked at by one warp of a screened site (lane-uniform: every count follows a warp vote).
@@ -590,6 +619,29 @@ __device__ __forceinline__ void column_halving(float (&v)[16], bool upper) {
   }
 }
 
+/// The warp's column sums of one tile: the 8 lanes g = 0..7 with the same t hold partial sums of the same 16 columns;
+/// halving over lane bits 4, 3, 2 leaves lane (g, t) with the totals of columns g·8 + 2t + {0, 1} in col[0], col[1].
+__device__ __forceinline__ void total_column_sums(float (&col)[16]) {
+  const int lane = threadIdx.x % 32;
+  column_halving<8, 16>(col, lane & 16);
+  column_halving<4, 8>(col, lane & 8);
+  column_halving<2, 4>(col, lane & 4);
+}
+
+/// After the tile's barrier: the WARPS warps' column sums of tile it (buf) added up by
+/// threads 0 .. BN − 1, one atomic per column (from tile_start(it)) that has mass.
+template <int WARPS, typename TileStart>
+__device__ __forceinline__ void drain_column_sums(const float (&buf)[WARPS][kMmaTile], TileStart tile_start, int it,
+                                                  int j_end, float* csum) {
+  if (threadIdx.x < kMmaTile) {
+    const int j = tile_start(it) + threadIdx.x;
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) total += buf[w][threadIdx.x];
+    if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
+  }
+}
+
 /// The one-pass symmetric step on tensor cores (symmetric.cu has the contract and the fp32 kernels): each plan
 /// entry E_ij = exp2(α⟨x_i,y_j⟩ + u_i + v_j) is evaluated once and feeds both the row sum Σ_j E_ij and the column
 /// sum Σ_i a_i E_ij. SCREEN as for lse_mma_kernel, with the fixed bound 2^-cut on every entry in place of the
@@ -651,38 +703,11 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
       float col[16];  // (n8, 2): Σ over this lane's four rows of a_i E_ij, columns nt·8 + 2t + q
 #pragma unroll
       for (int c = 0; c < 16; ++c) col[c] = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const float p0 = fmaf(alpha, s[mt][nt][2 * hh], b2.x + u[mt][hh]);
-            const float p1 = fmaf(alpha, s[mt][nt][2 * hh + 1], b2.y + u[mt][hh]);
-            const float e0 = fast_exp2(p0), e1 = fast_exp2(p1);
-            rs[mt][hh] += e0 + e1;
-            col[2 * nt] = fmaf(ar[mt][hh], e0, col[2 * nt]);
-            col[2 * nt + 1] = fmaf(ar[mt][hh], e1, col[2 * nt + 1]);
-          }
-      }
-      // The 8 lanes g = 0..7 with the same t hold the same 16 columns: halve over lane bits 4, 3, 2 so that lane
-      // (g, t) ends with the totals of columns g·8 + 2t + {0, 1}.
-      column_halving<8, 16>(col, lane & 16);
-      column_halving<4, 8>(col, lane & 8);
-      column_halving<2, 4>(col, lane & 4);
+      add_entries(s, vt, alpha, u, ar, rs, col);
+      total_column_sums(col);
       *reinterpret_cast<float2*>(&colbuf[parity][warp][gr * 8 + 2 * t]) = make_float2(col[0], col[1]);
     };
-    // After the tile's barrier: the four warps' column sums of tile it, one atomic per column.
-    const auto drain = [&](int parity, int it) {
-      if (threadIdx.x < kMmaTile) {
-        const int j = tile_start(it) + threadIdx.x;
-        float total = 0.f;
-#pragma unroll
-        for (int w = 0; w < kMmaThreads / 32; ++w) total += colbuf[parity][w][threadIdx.x];
-        if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
-      }
-    };
+    const auto drain = [&](int parity, int it) { drain_column_sums(colbuf[parity], tile_start, it, j_end, csum); };
     core.template run_site_tiles<SCREEN, false>(smem, vtile, yop, tiles, j_end, tile_start, bias_at, epilogue,
                                                 drain);
 #pragma unroll
@@ -756,18 +781,18 @@ struct WgTileCore {
     }
   }
 
-  /// d = ⟨row, column⟩ of the warpgroup's 64 rows × the stage's 64 columns (this warp's 16 rows in d): hi·hi
-  /// alone (SCREEN), else hi·hi + hi·lo + lo·hi.
-  __device__ __forceinline__ void product(std::uint32_t stage_address, float (&d)[8][4]) const {
+  /// d = ⟨row, column⟩ of the warpgroup's 64 rows × the stage's 64 columns (this warp's 16 rows in d, one m16
+  /// subtile in MmaTileCore's (m16, n8, C fragment) layout): hi·hi alone (SCREEN), else hi·hi + hi·lo + lo·hi.
+  __device__ __forceinline__ void product(std::uint32_t stage_address, float (&d)[1][8][4]) const {
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks)
-      wgmma::mma_n64(d, a_hi[ks], wgmma::descriptor(stage_address + ks * 256, kChunks), ks > 0);
+      wgmma::mma_n64(d[0], a_hi[ks], wgmma::descriptor(stage_address + ks * 256, kChunks), ks > 0);
     if constexpr (!SCREEN) {
 #pragma unroll
       for (int ks = 0; ks < KS; ++ks) {
-        wgmma::mma_n64(d, a_hi[ks], wgmma::descriptor(stage_address + kArrayBytes + ks * 256, kChunks), true);
-        wgmma::mma_n64(d, a_lo[ks], wgmma::descriptor(stage_address + ks * 256, kChunks), true);
+        wgmma::mma_n64(d[0], a_hi[ks], wgmma::descriptor(stage_address + kArrayBytes + ks * 256, kChunks), true);
+        wgmma::mma_n64(d[0], a_lo[ks], wgmma::descriptor(stage_address + ks * 256, kChunks), true);
       }
     }
     wgmma::commit();
@@ -792,7 +817,7 @@ struct WgTileCore {
   /// the block's rows_lo (load_rows_lo), the columns' hi and lo B fragments by one ldmatrix.x4 per (column group,
   /// k16 step) from the stage's core matrices.
   __device__ __forceinline__ void add_cross(const std::uint8_t* stage, const std::uint8_t* rows_lo,
-                                            float (&d)[8][4]) const {
+                                            float (&d)[1][8][4]) const {
     const int lane = threadIdx.x % 32, q = lane / 8, warp = threadIdx.x / 32;
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
@@ -811,8 +836,8 @@ struct WgTileCore {
                              stage + (q >> 1) * kArrayBytes +
                              wgmma::core_offset(nt * 8 + lane % 8, 2 * ks + (q & 1), kChunks)),
                          b);
-        mma_16816(d[nt], a_hi[ks], b[2], b[3], false);
-        mma_16816(d[nt], alo, b[0], b[1], false);
+        mma_16816(d[0][nt], a_hi[ks], b[2], b[3], false);
+        mma_16816(d[0][nt], alo, b[0], b[1], false);
       }
     }
   }
@@ -848,7 +873,7 @@ struct WgTileCore {
       issue(it + 2);
       if (it > 0) drain((it - 1) & 1, it - 1);
       const int s = it % 3;
-      float d[8][4];
+      float d[1][8][4];
       product(smem_address + s * kStageBytes, d);
       const std::uint8_t* stage = smem + s * kStageBytes;
       epilogue(d, reinterpret_cast<const float*>(stage + 2 * kArrayBytes), it & 1, it, stage);
@@ -862,23 +887,6 @@ struct WgTileCore {
 // kernel's static column buffers must fit the 227 KB a Hopper block may have.
 static_assert(WgTileCore<8, true>::kSharedBytes + 2 * kWgWarps * kMmaTile * sizeof(float) <= 227 * 1024,
               "warpgroup kernels' shared memory exceeds a Hopper block's");
-
-/// screen_keeps for one m16 subtile (a warp's 16 rows of a warpgroup tile).
-__device__ __forceinline__ bool screen_keeps16(const float (&s)[8][4], const float* vt, float alpha,
-                                               const float (&floor)[2]) {
-  const int t = threadIdx.x % 4;
-  float top[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-    const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      top[hh] = fmaxf(top[hh], fmaf(alpha, s[nt][2 * hh], b2.x));
-      top[hh] = fmaxf(top[hh], fmaf(alpha, s[nt][2 * hh + 1], b2.y));
-    }
-  }
-  return __any_sync(0xffffffffu, !(top[0] < floor[0]) || !(top[1] < floor[1]));
-}
 
 /// The log-sum-exp of split operands on warpgroups, 256 rows per block: lse_mma_kernel<KS, 3, false, SCREEN>'s
 /// contract (SCREEN: each warp screens its 16 × 64 tile; otherwise every entry is summed, three wgmma products).
@@ -911,10 +919,10 @@ __global__ void __launch_bounds__(kWgThreads, 1) lse_wg_kernel(PointSet rows, Po
     const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
     const auto tile_start = [&](int it) { return j_begin + it * kMmaTile; };
     const auto bias_at = [&](int j) { return column_bias(cols, h, sc, j); };
-    const auto epilogue = [&](float (&s)[8][4], const float* vt, int, int it, const std::uint8_t* stage) {
+    const auto epilogue = [&](float (&s)[1][8][4], const float* vt, int, int it, const std::uint8_t* stage) {
       if constexpr (SCREEN) {
-        const float floor[2] = {run_max[0] - cut, run_max[1] - cut};
-        const bool keep = screen_keeps16(s, vt, alpha, floor);
+        const float floor[1][2] = {{run_max[0] - cut, run_max[1] - cut}};
+        const bool keep = screen_keeps(s, vt, alpha, floor);
         counts.add(keep);
         if (!keep) return;
         core.add_cross(stage, rows_lo, s);
@@ -924,8 +932,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) lse_wg_kernel(PointSet rows, Po
         const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          s[nt][2 * hh] = fmaf(alpha, s[nt][2 * hh], b2.x);
-          s[nt][2 * hh + 1] = fmaf(alpha, s[nt][2 * hh + 1], b2.y);
+          s[0][nt][2 * hh] = fmaf(alpha, s[0][nt][2 * hh], b2.x);
+          s[0][nt][2 * hh + 1] = fmaf(alpha, s[0][nt][2 * hh + 1], b2.y);
         }
       }
 #pragma unroll
@@ -935,11 +943,11 @@ __global__ void __launch_bounds__(kWgThreads, 1) lse_wg_kernel(PointSet rows, Po
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
           for (int q = 0; q < 2; ++q) {
-            const float v = s[nt][2 * hh + q];
+            const float v = s[0][nt][2 * hh + q];
             if (SCREEN && v > best[hh]) best[hh] = v, best_col[hh] = tile_start(it) + nt * 8 + 2 * t + q;
             top = fmaxf(top, v);
           }
-        online_lse_row(top, [&](int e) { return s[e / 2][2 * hh + e % 2]; }, run_max[hh], run_sum[hh]);
+        online_lse_row(top, [&](int e) { return s[0][e / 2][2 * hh + e % 2]; }, run_max[hh], run_sum[hh]);
       }
     };
     core.run(wg_smem, cop, tiles, j_end, tile_start, bias_at, epilogue, [](int, int) {});
@@ -977,23 +985,23 @@ __global__ void __launch_bounds__(kWgThreads, 1) sums_wg_kernel(PointSet x, Poin
     core.load_rows(xop, row0, x.count);
     std::uint8_t* rows_lo = wg_smem + 3 * Core::kStageBytes;
     if constexpr (SCREEN) Core::load_rows_lo(rows_lo, xop, blockIdx.x * kWgBlockRows, x.count);
-    float u[2], ar[2], rs[2] = {0.f, 0.f};
+    float u[1][2], ar[1][2], rs[1][2] = {};  // (m16, row g / g + 8)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int i = row0 + gr + hh * 8;
       const bool valid = i < x.count;
-      u[hh] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) : -INFINITY;
-      ar[hh] = valid ? x.weight[i] : 0.f;
+      u[0][hh] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) : -INFINITY;
+      ar[0][hh] = valid ? x.weight[i] : 0.f;
     }
     const int j_begin = blockIdx.y * cols_per_split;
     const int j_end = min(y.count, j_begin + cols_per_split);
     const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
     const auto tile_start = [&](int it) { return j_begin + ((it + blockIdx.x) % tiles) * kMmaTile; };
     const auto bias_at = [&](int j) { return column_bias(y, g, sc, j); };
-    const auto epilogue = [&](float (&s)[8][4], const float* vt, int parity, int, const std::uint8_t* stage) {
+    const auto epilogue = [&](float (&s)[1][8][4], const float* vt, int parity, int, const std::uint8_t* stage) {
       if constexpr (SCREEN) {
-        const float floor[2] = {-cut - u[0], -cut - u[1]};  // an invalid row (u = −∞) is never kept
-        const bool keep = screen_keeps16(s, vt, alpha, floor);
+        const float floor[1][2] = {{-cut - u[0][0], -cut - u[0][1]}};  // an invalid row (u = −∞) is never kept
+        const bool keep = screen_keeps(s, vt, alpha, floor);
         counts.add(keep);
         if (!keep) {
           *reinterpret_cast<float2*>(&colbuf[parity][warp][gr * 8 + 2 * t]) = make_float2(0.f, 0.f);
@@ -1001,39 +1009,16 @@ __global__ void __launch_bounds__(kWgThreads, 1) sums_wg_kernel(PointSet x, Poin
         }
         core.add_cross(stage, rows_lo, s);
       }
-      float col[16];
-#pragma unroll
-      for (int c = 0; c < 16; ++c) col[c] = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const float e0 = fast_exp2(fmaf(alpha, s[nt][2 * hh], b2.x + u[hh]));
-          const float e1 = fast_exp2(fmaf(alpha, s[nt][2 * hh + 1], b2.y + u[hh]));
-          rs[hh] += e0 + e1;
-          col[2 * nt] = fmaf(ar[hh], e0, col[2 * nt]);
-          col[2 * nt + 1] = fmaf(ar[hh], e1, col[2 * nt + 1]);
-        }
-      }
-      column_halving<8, 16>(col, lane & 16);
-      column_halving<4, 8>(col, lane & 8);
-      column_halving<2, 4>(col, lane & 4);
+      float col[16] = {};  // (n8, 2): Σ over this lane's two rows of a_i E_ij, columns nt·8 + 2t + q
+      add_entries(s, vt, alpha, u, ar, rs, col);
+      total_column_sums(col);
       *reinterpret_cast<float2*>(&colbuf[parity][warp][gr * 8 + 2 * t]) = make_float2(col[0], col[1]);
     };
-    const auto drain = [&](int parity, int it) {
-      if (threadIdx.x < kMmaTile) {
-        const int j = tile_start(it) + threadIdx.x;
-        float total = 0.f;
-#pragma unroll
-        for (int w = 0; w < kWgWarps; ++w) total += colbuf[parity][w][threadIdx.x];
-        if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
-      }
-    };
+    const auto drain = [&](int parity, int it) { drain_column_sums(colbuf[parity], tile_start, it, j_end, csum); };
     core.run(wg_smem, yop, tiles, j_end, tile_start, bias_at, epilogue, drain);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const float sum = quad_sum(rs[hh]);
+      const float sum = quad_sum(rs[0][hh]);
       const int i = row0 + gr + hh * 8;
       if (t == 0 && i < x.count) atomicAdd(&rsum[i], sum);
     }

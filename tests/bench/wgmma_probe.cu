@@ -58,6 +58,16 @@ __device__ __forceinline__ void load_a(const __half* x, int row0, int count, std
     }
 }
 
+/// d = the warpgroup's 64 rows (A fragments a) × the 64 points of the interleaved tile at shared address base.
+template <int KS>
+__device__ __forceinline__ void hi_product(std::uint32_t base, const std::uint32_t (&a)[KS][4], float (&d)[8][4]) {
+  wgmma::fence();
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) wgmma::mma_n64(d, a[ks], wgmma::descriptor(base + ks * 256, 2 * KS), ks > 0);
+  wgmma::commit();
+  wgmma::wait<0>();
+}
+
 /// Copies points [j0, j0 + 64) of y into the interleaved layout at `tile` (cp.async; zeros past count).
 /// QUAD: 8 lanes fill one core matrix (points p8·8 + lane % 8, chunk 4·cq + lane / 8), so that a warp writes four
 /// whole core matrices (512 contiguous shared bytes per 128, no bank conflict) and reads 64 contiguous bytes of
@@ -98,11 +108,7 @@ __global__ void check_kernel(const __half* x, const __half* y, float* out_w, flo
   load_a<KS>(x, warp * 16, kTile, a);
   const std::uint32_t base = static_cast<std::uint32_t>(__cvta_generic_to_shared(tile));
   float d[8][4];
-  wgmma::fence();
-#pragma unroll
-  for (int ks = 0; ks < KS; ++ks) wgmma::mma_n64(d, a[ks], wgmma::descriptor(base + ks * 256, kChunks), ks > 0);
-  wgmma::commit();
-  wgmma::wait<0>();
+  hi_product<KS>(base, a, d);
   float m[8][4] = {};
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt)
@@ -185,11 +191,7 @@ __global__ void __launch_bounds__(128 * WGS) sweep_kernel(const __half* x, const
         }
       }
     } else {
-      wgmma::fence();
-#pragma unroll
-      for (int ks = 0; ks < KS; ++ks) wgmma::mma_n64(d, a[ks], wgmma::descriptor(base + ks * 256, kChunks), ks > 0);
-      wgmma::commit();
-      wgmma::wait<0>();
+      hi_product<KS>(base, a, d);
     }
     if constexpr (MODE == kWgmmaOnly) {
       acc_sink += d[0][0] + d[7][3];
@@ -304,11 +306,7 @@ __global__ void __launch_bounds__(512, 1) kept_kernel(const __half* x, const std
     }
     const std::uint32_t base = smem_base + s * kTileBytes;
     float d[8][4];
-    wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) wgmma::mma_n64(d, a[ks], wgmma::descriptor(base + ks * 256, kChunks), ks > 0);
-    wgmma::commit();
-    wgmma::wait<0>();
+    hi_product<KS>(base, a, d);
     float top = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
@@ -350,29 +348,41 @@ __global__ void __launch_bounds__(512, 1) kept_kernel(const __half* x, const std
   if (acc == 12345.f) sink[0] = acc;
 }
 
-template <int KS, bool TMA>
-float kept_sweep(const __half* x, const std::uint8_t* y_tiles, int n, int tiles, float* sink, unsigned* kept,
-                 unsigned* kept_count) {
-  constexpr int kBytes = (TMA ? 4 : 3) * 2 * kTile * 2 * KS * 16;
-  CHECK(cudaFuncSetAttribute(kept_kernel<KS, TMA>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+/// Median event time of `launch` over PROBE_REPS launches (default 7) after a warm-up one (PROBE_REPS=1: that one,
+/// for ncu), with *kept zeroed before each.
+template <typename Launch>
+float median_ms(unsigned* kept, Launch launch) {
+  static const int reps = std::getenv("PROBE_REPS") ? std::atoi(std::getenv("PROBE_REPS")) : 7;
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
   std::vector<float> times;
-  for (int rep = 0; rep < 6; ++rep) {
+  for (int rep = 0; rep < reps; ++rep) {
     CHECK(cudaMemset(kept, 0, 4));
     CHECK(cudaEventRecord(a));
-    kept_kernel<KS, TMA><<<(n + 255) / 256, 512, kBytes>>>(x, y_tiles, n, tiles, 0.5f, 1e30f, sink, kept);
+    launch();
     CHECK(cudaEventRecord(b));
     CHECK(cudaGetLastError());
     CHECK(cudaEventSynchronize(b));
     float ms = 0;
     CHECK(cudaEventElapsedTime(&ms, a, b));
-    if (rep > 0) times.push_back(ms);
+    if (rep > 0 || reps == 1) times.push_back(ms);
   }
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
   std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+template <int KS, bool TMA>
+float kept_sweep(const __half* x, const std::uint8_t* y_tiles, int n, int tiles, float* sink, unsigned* kept,
+                 unsigned* kept_count) {
+  constexpr int kBytes = (TMA ? 4 : 3) * 2 * kTile * 2 * KS * 16;
+  CHECK(cudaFuncSetAttribute(kept_kernel<KS, TMA>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+  const float ms = median_ms(kept, [&] {
+    kept_kernel<KS, TMA><<<(n + 255) / 256, 512, kBytes>>>(x, y_tiles, n, tiles, 0.5f, 1e30f, sink, kept);
+  });
   CHECK(cudaMemcpy(kept_count, kept, 4, cudaMemcpyDeviceToHost));
-  const float ms = times[times.size() / 2];
   std::printf("kept tiles n=m=%d d=%d %-34s %8.3f ms  (%u warp tiles kept)\n", n, 16 * KS,
               TMA ? "TMA stages on mbarriers, no barrier" : "cp.async stages, barrier per tile", ms, *kept_count);
   return ms;
@@ -423,29 +433,15 @@ template <int KS, int MODE, int WGS, bool QUAD>
 float sweep(const __half* x, const __half* y, const float* bias, int n, float* sink, unsigned* kept) {
   constexpr int kBytes = 3 * ((MODE == kWgmmaScreenLo ? 2 : 1) * kTile * 2 * KS * 16 + kTile * 4);
   CHECK(cudaFuncSetAttribute(sweep_kernel<KS, MODE, WGS, QUAD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> times;
-  static const int reps = std::getenv("PROBE_REPS") ? std::atoi(std::getenv("PROBE_REPS")) : 7;
-  for (int rep = 0; rep < reps; ++rep) {
-    CHECK(cudaMemset(kept, 0, 4));
-    CHECK(cudaEventRecord(a));
-    sweep_kernel<KS, MODE, WGS, QUAD><<<(n + 64 * WGS - 1) / (64 * WGS), 128 * WGS, kBytes>>>(x, y, x, bias, n, n, 0.5f, 1e30f, sink, kept);
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaGetLastError());
-    CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    if (rep > 0 || reps == 1) times.push_back(ms);
-  }
-  std::sort(times.begin(), times.end());
+  const float ms = median_ms(kept, [&] {
+    sweep_kernel<KS, MODE, WGS, QUAD><<<(n + 64 * WGS - 1) / (64 * WGS), 128 * WGS, kBytes>>>(
+        x, y, x, bias, n, n, 0.5f, 1e30f, sink, kept);
+  });
   int blocks = 0;
   CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, sweep_kernel<KS, MODE, WGS, QUAD>, 128 * WGS, kBytes));
   unsigned k = 0;
   CHECK(cudaMemcpy(&k, kept, 4, cudaMemcpyDeviceToHost));
   if (k != 0) std::printf("  (kept %u tiles: expected none)\n", k);
-  const float ms = times[times.size() / 2];
   static const char* names[] = {"wgmma product only", "wgmma + screen", "mma.sync + screen", "wgmma + screen + lo"};
   std::printf("sweep n=m=%d d=%d %-20s rows/block %d %-9s %8.3f ms  %6.1f TFLOP/s (hi product)  %d blocks/SM\n",
               n, 16 * KS, names[MODE], 64 * WGS, QUAD ? "quad" : "row", ms, 2.0 * n * double(n) * 16 * KS / (ms * 1e-3) / 1e12, blocks);
