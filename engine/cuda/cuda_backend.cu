@@ -224,9 +224,10 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
       for (float w : data.b) smallest_b = std::min(smallest_b, w);
       sums_reach_ = std::ceil(std::log2(std::max(double(m_), smallest_b > 0 ? 1.0 / smallest_b : 1.0)));
     }
-    plan_rows_ = plan_lse_mma(x_side(), y_side(), resident_blocks_);
-    plan_cols_ = plan_lse_mma(y_side(), x_side(), resident_blocks_);
-    plan_sums_ = plan_symmetric_mma(x_side(), y_side(), resident_blocks_);
+    const int sms = prop.multiProcessorCount;
+    plan_rows_ = plan_lse_mma(x_side(), y_side(), xop_, resident_blocks_, sms);
+    plan_cols_ = plan_lse_mma(y_side(), x_side(), yop_, resident_blocks_, sms);
+    plan_sums_ = plan_symmetric_mma(x_side(), y_side(), xop_, resident_blocks_, sms);
   } else {
     plan_rows_ = plan_lse(x_side(), y_side(), d_, resident_blocks_);
     plan_cols_ = plan_lse(y_side(), x_side(), d_, resident_blocks_);

@@ -405,8 +405,8 @@ __device__ __forceinline__ bool site_runs(const ScreenState* st) {
 
 /// End of every block of a screened site's kernels: the screened launch's warps add their counts; the dense
 /// launch's last block (whichever kernel ran) chooses the kernel of the next launch. After a screened launch: keep
-/// screening while at most half of the warp tiles were kept — and once more after the first launch, whose seeds
-/// were column 0 — else run dense for kProbeAfter launches and then screen once again to re-measure (the plan
+/// screening while at most half of the warp tiles were kept — and once more after a first launch that kept at most
+/// three quarters, whose seeds were column 0 — else run dense for kProbeAfter launches and then screen once again to re-measure (the plan
 /// sharpens as ε falls). The dense kernels count nothing: their running max is not seeded, so their count would
 /// not predict the screened kernel's.
 inline constexpr int kProbeAfter = 8;
@@ -428,7 +428,9 @@ __device__ __forceinline__ void close_site(ScreenState* st, bool ran, const Tile
         if (st->pinned == 0) {
           if (seen > 0) {  // the screened kernel ran
             ++st->screened_runs;
-            const bool pays = 2 * kept <= seen || st->screened_runs == 1;
+            // The first launch's seeds were column 0, so it may keep more than the next would; but one that kept
+            // over three quarters of its tiles is dense enough not to be tried again at once (n = 10k, d = 64).
+            const bool pays = 2 * kept <= seen || (st->screened_runs == 1 && 4 * kept <= 3 * seen);
             st->use = pays ? 1 : 0;
             st->dense_left = pays ? 0 : kProbeAfter;
           } else if (st->use == 0 && --st->dense_left <= 0) {
@@ -747,12 +749,18 @@ struct WgTileCore {
   static constexpr int kChunks = 2 * KS;                              // 16-byte chunks per point
   static constexpr int kArrayBytes = kMmaTile * kChunks * 16;         // one array of one column tile
   static constexpr int kStageBytes = 2 * kArrayBytes + kMmaTile * 4;  // hi, lo, biases
+  static constexpr int kStages = 3;
   static constexpr int kRowsLoBytes = kWgBlockRows * kChunks * 16;     // the block's rows' lo halves
-  static constexpr int kSharedBytes = 3 * kStageBytes + (SCREEN ? kRowsLoBytes : 0);  // rows' lo after the stages
+  static constexpr int kRowsLoAt = kStages * kStageBytes;              // after the stages (SCREEN)
+  static constexpr int kSharedBytes = kRowsLoAt + (SCREEN ? kRowsLoBytes : 0);
 
   std::uint32_t a_hi[KS][4], a_lo[SCREEN ? 1 : KS][4];
 
-  __device__ __forceinline__ void load_rows(const MmaOperands& rop, int row0, int count) {
+  /// This warp's rows (row0 .. row0 + 15) into registers (hi; lo too for the dense kernels) and, SCREEN, the
+  /// block's rows' lo halves (kWgBlockRows rows from block_row0, zeros past count) into shared memory as core
+  /// matrices: cp.async, committed with run()'s first column tile, so they are there after its first barrier.
+  __device__ __forceinline__ void load_rows(std::uint8_t* smem, const MmaOperands& rop, int block_row0, int row0,
+                                            int count) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks)
@@ -763,6 +771,15 @@ struct WgTileCore {
         a_hi[ks][q] = r < count ? *reinterpret_cast<const std::uint32_t*>(rop.hi + at) : 0u;
         if constexpr (!SCREEN) a_lo[ks][q] = r < count ? *reinterpret_cast<const std::uint32_t*>(rop.lo + at) : 0u;
       }
+    if constexpr (SCREEN) {
+      constexpr int kQuads = (kChunks + 3) / 4, kUnits = (kWgBlockRows / 8) * kQuads;
+      for (int u = threadIdx.x / 32; u < kUnits; u += kWgWarps) {
+        const int p = (u / kQuads) * 8 + lane % 8, c = (u % kQuads) * 4 + lane / 8, r = block_row0 + p;
+        if (c < kChunks)
+          copy_async16(smem + kRowsLoAt + wgmma::core_offset(p, c, kChunks),
+                       rop.lo + std::size_t(r < count ? r : 0) * 16 * KS + c * 8, r < count);
+      }
+    }
   }
 
   /// cp.async of columns [j0, j0 + BN) ∩ [.., j_end) into `stage` (zeros beyond): 8 lanes fill one core matrix
@@ -781,9 +798,11 @@ struct WgTileCore {
     }
   }
 
-  /// d = ⟨row, column⟩ of the warpgroup's 64 rows × the stage's 64 columns (this warp's 16 rows in d, one m16
-  /// subtile in MmaTileCore's (m16, n8, C fragment) layout): hi·hi alone (SCREEN), else hi·hi + hi·lo + lo·hi.
-  __device__ __forceinline__ void product(std::uint32_t stage_address, float (&d)[1][8][4]) const {
+  /// Issues d = ⟨row, column⟩ of the warpgroup's 64 rows × the stage's 64 columns (this warp's 16 rows in d, one
+  /// m16 subtile in MmaTileCore's (m16, n8, C fragment) layout) as one wgmma group: hi·hi alone (SCREEN), else
+  /// hi·hi + hi·lo + lo·hi.
+  __device__ __forceinline__ void issue_product(std::uint32_t stage_address, float (&d)[1][8][4]) const {
+    wgmma::fence_operands(d[0]);
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks)
@@ -796,38 +815,21 @@ struct WgTileCore {
       }
     }
     wgmma::commit();
-    wgmma::wait<0>();
-  }
-
-  /// cp.async of the block's rows' lo halves (kWgBlockRows rows from row0, zeros past count) into `rows_lo`, as
-  /// core matrices: committed with the first column tile's group, so they are there after run()'s first barrier.
-  static __device__ __forceinline__ void load_rows_lo(std::uint8_t* rows_lo, const MmaOperands& rop, int row0,
-                                                      int count) {
-    constexpr int kQuads = (kChunks + 3) / 4, kUnits = (kWgBlockRows / 8) * kQuads;
-    const int lane = threadIdx.x % 32;
-    for (int u = threadIdx.x / 32; u < kUnits; u += kWgWarps) {
-      const int p = (u / kQuads) * 8 + lane % 8, c = (u % kQuads) * 4 + lane / 8, r = row0 + p;
-      if (c < kChunks)
-        copy_async16(rows_lo + wgmma::core_offset(p, c, kChunks),
-                     rop.lo + std::size_t(r < count ? r : 0) * 16 * KS + c * 8, r < count);
-    }
   }
 
   /// d += hi·lo + lo·hi of this warp's 16 rows and the stage's columns: the rows' lo A fragments by ldmatrix from
-  /// the block's rows_lo (load_rows_lo), the columns' hi and lo B fragments by one ldmatrix.x4 per (column group,
-  /// k16 step) from the stage's core matrices.
-  __device__ __forceinline__ void add_cross(const std::uint8_t* stage, const std::uint8_t* rows_lo,
+  /// the block's rows_lo (load_rows), the columns' hi and lo B fragments by one ldmatrix.x4 per (column group, k16
+  /// step) from the stage's core matrices.
+  __device__ __forceinline__ void add_cross(const std::uint8_t* stage, const std::uint8_t* smem,
                                             float (&d)[1][8][4]) const {
     const int lane = threadIdx.x % 32, q = lane / 8, warp = threadIdx.x / 32;
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
       __syncwarp();  // as in MmaTileCore::add_cross: keeps ptxas from hoisting every step's loads
       // A matrices: rows 0-7 / 8-15 of the warp (q & 1) × chunk 2ks / 2ks + 1 (q >> 1): a0 .. a3 of m16n8k16.
+      const int a_at = wgmma::core_offset(warp * 16 + (q & 1) * 8 + lane % 8, 2 * ks + (q >> 1), kChunks);
       std::uint32_t alo[4];
-      load_matrices_x4(reinterpret_cast<const std::uint16_t*>(
-                           rows_lo + wgmma::core_offset(warp * 16 + (q & 1) * 8 + lane % 8, 2 * ks + (q >> 1),
-                                                        kChunks)),
-                       alo);
+      load_matrices_x4(reinterpret_cast<const std::uint16_t*>(smem + kRowsLoAt + a_at), alo);
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         // B matrices: hi chunk 2ks, hi chunk 2ks + 1, lo chunk 2ks, lo chunk 2ks + 1 of column group nt.
@@ -844,16 +846,17 @@ struct WgTileCore {
 
   /// The loop over this block's column tiles (as MmaTileCore::run_tiles: tile it at tile_start(it), columns ≥ j_end
   /// masked with bias −∞). Three stages, one barrier per tile: tile it + 2 is copied into the stage that tile it − 1
-  /// used, after the barrier that ends every thread's use of it; its biases are stored by threads 0..63 at the same
-  /// time (ordinary stores, read by ordinary loads after tile it + 2's barrier). epilogue(d, vt, parity, it, stage)
-  /// consumes the scores of tile it (product); drain(parity, it) runs after the next tile's barrier.
+  /// used, after the barrier that ends every thread's use of it, with its biases (stored by threads 0..63 with
+  /// ordinary stores, read after tile it + 2's barrier); each product is waited for before its epilogue.
+  /// epilogue(d, vt, parity, it, stage) consumes the scores of tile it; drain(parity, it) runs after the next
+  /// tile's barrier. (docs/engine.md: why the products are not overlapped with the epilogues.)
   template <typename TileStart, typename Bias, typename Epilogue, typename Drain>
   __device__ __forceinline__ void run(std::uint8_t* smem, const MmaOperands& cop, int tiles, int j_end,
                                       TileStart tile_start, Bias bias_at, Epilogue epilogue, Drain drain) const {
     if (tiles <= 0) return;
     const auto issue = [&](int it) {
       if (it < tiles) {
-        std::uint8_t* stage = smem + (it % 3) * kStageBytes;
+        std::uint8_t* stage = smem + (it % kStages) * kStageBytes;
         load_tile(stage, cop, tile_start(it), j_end);
         if (threadIdx.x < kMmaTile) {
           const int j = tile_start(it) + threadIdx.x;
@@ -863,19 +866,20 @@ struct WgTileCore {
       }
       asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
+    const std::uint32_t smem_address = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
     issue(0);
     issue(1);
-    const std::uint32_t smem_address = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
     for (int it = 0; it < tiles; ++it) {
       asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // tile it (tile it + 1 may still be in flight)
       wgmma::fence_shared_for_async();
       __syncthreads();
       issue(it + 2);
       if (it > 0) drain((it - 1) & 1, it - 1);
-      const int s = it % 3;
       float d[1][8][4];
-      product(smem_address + s * kStageBytes, d);
-      const std::uint8_t* stage = smem + s * kStageBytes;
+      issue_product(smem_address + (it % kStages) * kStageBytes, d);
+      wgmma::wait<0>();
+      wgmma::fence_operands(d[0]);
+      const std::uint8_t* stage = smem + (it % kStages) * kStageBytes;
       epilogue(d, reinterpret_cast<const float*>(stage + 2 * kArrayBytes), it & 1, it, stage);
     }
     __syncthreads();
@@ -905,9 +909,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) lse_wg_kernel(PointSet rows, Po
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int row0 = blockIdx.x * kWgBlockRows + warp * 16;
     Core core;
-    core.load_rows(rop, row0, rows.count);
-    std::uint8_t* rows_lo = wg_smem + 3 * Core::kStageBytes;
-    if constexpr (SCREEN) Core::load_rows_lo(rows_lo, rop, blockIdx.x * kWgBlockRows, rows.count);
+    core.load_rows(wg_smem, rop, blockIdx.x * kWgBlockRows, row0, rows.count);
     // Screened: running max seeded at the row's best column of the last screened pass (lse_mma_kernel has the
     // reasons).
     float run_max[2] = {kNoMax, kNoMax}, run_sum[2] = {0.f, 0.f}, best[2] = {-INFINITY, -INFINITY};
@@ -925,7 +927,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) lse_wg_kernel(PointSet rows, Po
         const bool keep = screen_keeps(s, vt, alpha, floor);
         counts.add(keep);
         if (!keep) return;
-        core.add_cross(stage, rows_lo, s);
+        core.add_cross(stage, wg_smem, s);
       }
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
@@ -982,9 +984,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) sums_wg_kernel(PointSet x, Poin
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gr = lane / 4, t = lane % 4;
     const int row0 = blockIdx.x * kWgBlockRows + warp * 16;
     Core core;
-    core.load_rows(xop, row0, x.count);
-    std::uint8_t* rows_lo = wg_smem + 3 * Core::kStageBytes;
-    if constexpr (SCREEN) Core::load_rows_lo(rows_lo, xop, blockIdx.x * kWgBlockRows, x.count);
+    core.load_rows(wg_smem, xop, blockIdx.x * kWgBlockRows, row0, x.count);
     float u[1][2], ar[1][2], rs[1][2] = {};  // (m16, row g / g + 8)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -1007,7 +1007,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) sums_wg_kernel(PointSet x, Poin
           *reinterpret_cast<float2*>(&colbuf[parity][warp][gr * 8 + 2 * t]) = make_float2(0.f, 0.f);
           return;
         }
-        core.add_cross(stage, rows_lo, s);
+        core.add_cross(stage, wg_smem, s);
       }
       float col[16] = {};  // (n8, 2): Σ over this lane's two rows of a_i E_ij, columns nt·8 + 2t + q
       add_entries(s, vt, alpha, u, ar, rs, col);
@@ -1065,7 +1065,13 @@ void dispatch_mode(MmaMode mode, Fn&& fn) {
 
 }  // namespace
 
-ReductionPlan plan_lse_mma(const PointSet& rows, const PointSet& cols, int resident_blocks) {
+// A warpgroup block's fixed cost in column tiles (plan_waves): its rows, three tiles in flight before the first
+// product, the seeds, the partials.
+constexpr int kWgOverheadTiles = 2;
+
+ReductionPlan plan_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperands& op, int resident_blocks,
+                           int sms) {
+  if (op.warpgroup) return plan_waves(rows.count, cols.count, kWgBlockRows, kMmaTile, sms, kWgOverheadTiles);
   return plan_reduction(rows.count, cols.count, kMmaBlockRows, kMmaTile, resident_blocks);
 }
 
@@ -1085,17 +1091,17 @@ float screen_margin(const MmaOperands& a, const MmaOperands& b, float alpha) {
 /// Where the operands allow it (MmaOperands::warpgroup), the warpgroup kernels replace both (256 rows per block,
 /// their own grid and shared memory).
 template <auto Screened, auto Dense, auto WgScreened, auto WgDense, typename... Args>
-void launch_site(dim3 grid, int bytes, bool warpgroup, dim3 wg_grid, int wg_screened_bytes, int wg_dense_bytes,
+void launch_site(dim3 grid, int bytes, bool warpgroup, int wg_screened_bytes, int wg_dense_bytes,
                  cudaStream_t stream, ScreenState* screen, float cut, Args... args) {
   if constexpr (Screened == nullptr) screen = nullptr;
   if constexpr (WgDense != nullptr) {
-    if (warpgroup) {
+    if (warpgroup) {  // the plan is the warpgroup kernels' (plan_lse_mma)
       if (screen != nullptr) {
         allow_shared_bytes<WgScreened>(wg_screened_bytes);
-        WgScreened<<<wg_grid, kWgThreads, wg_screened_bytes, stream>>>(args..., screen, cut);
+        WgScreened<<<grid, kWgThreads, wg_screened_bytes, stream>>>(args..., screen, cut);
       }
       allow_shared_bytes<WgDense>(wg_dense_bytes);
-      WgDense<<<wg_grid, kWgThreads, wg_dense_bytes, stream>>>(args..., screen, cut);
+      WgDense<<<grid, kWgThreads, wg_dense_bytes, stream>>>(args..., screen, cut);
       return;
     }
   }
@@ -1125,17 +1131,17 @@ void launch_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperand
       constexpr bool kSplit = kTerms == 3;
       launch_site<kSplit ? lse_mma_kernel<kKs, 3, false, true> : nullptr, lse_mma_kernel<kKs, kTerms, kBf16, false>,
                   kSplit ? lse_wg_kernel<kKs, true> : nullptr, kSplit ? lse_wg_kernel<kKs, false> : nullptr>(
-          grid, mma_shared_bytes(kKs, kTerms), rop.warpgroup, dim3(div_up(rows.count, kWgBlockRows), plan.splits),
-          WgTileCore<kKs, true>::kSharedBytes, WgTileCore<kKs, false>::kSharedBytes, stream, screen, cut,
-          rows, cols, rop, cop, h, scale, alpha,
+          grid, mma_shared_bytes(kKs, kTerms), rop.warpgroup, WgTileCore<kKs, true>::kSharedBytes,
+          WgTileCore<kKs, false>::kSharedBytes, stream, screen, cut, rows, cols, rop, cop, h, scale, alpha,
           plan.cols_per_split, partials, guard, seeds);
     });
   });
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 
-ReductionPlan plan_symmetric_mma(const PointSet& x, const PointSet& y, int resident_blocks) {
-  return plan_reduction(x.count, y.count, kMmaBlockRows, kMmaTile, resident_blocks);
+ReductionPlan plan_symmetric_mma(const PointSet& x, const PointSet& y, const MmaOperands& op, int resident_blocks,
+                                 int sms) {
+  return plan_lse_mma(x, y, op, resident_blocks, sms);
 }
 
 void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOperands& xop, const MmaOperands& yop,
@@ -1155,9 +1161,8 @@ void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOp
       launch_site<kSplit ? sums_mma_kernel<kKs, 3, false, true> : nullptr,
                   sums_mma_kernel<kKs, kTerms, kBf16, false>, kSplit ? sums_wg_kernel<kKs, true> : nullptr,
                   kSplit ? sums_wg_kernel<kKs, false> : nullptr>(
-          grid, mma_shared_bytes(kKs, kTerms), xop.warpgroup, dim3(div_up(x.count, kWgBlockRows), plan.splits),
-          WgTileCore<kKs, true>::kSharedBytes, WgTileCore<kKs, false>::kSharedBytes, stream, screen, cut,
-          x, y, xop, yop, f, g, scale, alpha,
+          grid, mma_shared_bytes(kKs, kTerms), xop.warpgroup, WgTileCore<kKs, true>::kSharedBytes,
+          WgTileCore<kKs, false>::kSharedBytes, stream, screen, cut, x, y, xop, yop, f, g, scale, alpha,
           plan.cols_per_split, rsum, csum, skip);
     });
   });

@@ -49,7 +49,10 @@ struct ScreenState {
 /// Tensor cores serve 16 ≤ d ≤ 128 (smaller d is cheaper on the FMA pipe; larger needs the generic path).
 inline bool mma_supports(int d) { return d >= 16 && d <= 128; }
 
-ReductionPlan plan_lse_mma(const PointSet& rows, const PointSet& cols, int resident_blocks);
+/// The plan of a site's launches: op.warpgroup (the warpgroup kernels: 256 rows per block, one block per SM, `sms`
+/// of them at once, plan_waves) or the mma.sync kernels (128 rows, plan_reduction).
+ReductionPlan plan_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperands& op, int resident_blocks,
+                           int sms);
 /// Same contract as launch_lse, with the scores from the tensor cores. screen (may be null): the site's ScreenState;
 /// seeds (rows.count column indices, read and written by the screened kernel): each row's best column so far.
 void launch_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperands& rop, const MmaOperands& cop,
@@ -59,7 +62,8 @@ void launch_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperand
 /// The one-pass symmetric step on tensor cores: the contract of launch_symmetric_sums (kernels.cuh), scores from
 /// the operands' tensor-core products (skip as there). sums_reach: log2 of the largest of m and 1/min b_j, the
 /// weight range that the screen's reach must cover (the sums may be as small as 2^-70 and still be kept).
-ReductionPlan plan_symmetric_mma(const PointSet& x, const PointSet& y, int resident_blocks);
+ReductionPlan plan_symmetric_mma(const PointSet& x, const PointSet& y, const MmaOperands& op, int resident_blocks,
+                                 int sms);
 void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOperands& xop, const MmaOperands& yop,
                                const float* f, const float* g, const Scale& scale, const ReductionPlan& plan,
                                float* rsum, float* csum, const int* skip, ScreenState* screen, float sums_reach,

@@ -33,6 +33,33 @@ inline ReductionPlan plan_reduction(std::int64_t rows, std::int64_t cols, int ro
   return plan;
 }
 
+/// A plan for kernels that run one block per SM (`concurrent` blocks at once; the warpgroup kernels): every block
+/// costs its tiles plus a fixed `overhead_tiles` (loading its rows, filling the pipeline, writing partials), and
+/// the blocks run in waves of `concurrent`; the plan takes the splits with the least waves × (tiles per split +
+/// overhead), the fewest splits among equals. plan_reduction's "about two waves" is poor here: at n = 10k, 40 row
+/// blocks of 256 rows × 14 splits make 4.2 waves of 132, i.e. five, where 3 splits make one.
+inline ReductionPlan plan_waves(std::int64_t rows, std::int64_t cols, int rows_per_block, int cols_per_tile,
+                                int concurrent, int overhead_tiles) {
+  const std::int64_t row_blocks = (rows + rows_per_block - 1) / rows_per_block;
+  const std::int64_t col_tiles = (cols + cols_per_tile - 1) / cols_per_tile;
+  const std::int64_t slots = std::max(concurrent, 1);
+  std::int64_t best_splits = 1, best_tiles = col_tiles, best_cost = -1;
+  // Beyond 16 waves' worth of blocks per row block nothing improves (each block would hold ≤ 1/16 of a wave's work).
+  const std::int64_t most = std::min<std::int64_t>(col_tiles, 16 * slots);
+  for (std::int64_t wanted = 1; wanted <= most; ++wanted) {
+    const std::int64_t tiles_per_split = (col_tiles + wanted - 1) / wanted;
+    const std::int64_t splits = (col_tiles + tiles_per_split - 1) / tiles_per_split;
+    const std::int64_t waves = (row_blocks * splits + slots - 1) / slots;
+    const std::int64_t cost = waves * (tiles_per_split + overhead_tiles);
+    if (best_cost < 0 || cost < best_cost) best_cost = cost, best_splits = splits, best_tiles = tiles_per_split;
+  }
+  ReductionPlan plan;
+  plan.row_blocks = static_cast<int>(row_blocks);
+  plan.splits = static_cast<int>(best_splits);
+  plan.cols_per_split = static_cast<int>(best_tiles * cols_per_tile);
+  return plan;
+}
+
 /// Columns of V handled per pass of the plan-application kernel: k is cut into chunks of this many.
 inline constexpr int kApplyChunk = 64;
 

@@ -20,6 +20,7 @@ namespace flashot::test {
 namespace {
 
 using detail::cuda::plan_reduction;
+using detail::cuda::plan_waves;
 using detail::cuda::ReductionPlan;
 
 // Issue 3: potentials within 1e-4 relative at n = 2k for d ≤ 64 in the default precision.
@@ -55,6 +56,32 @@ TEST(CudaTiling, ManyRowBlocksDoNotSplit) {
   const ReductionPlan plan = plan_reduction(4'000'000, 1'000'000, 1024, 256, 132 * 4);
   EXPECT_EQ(plan.splits, 1);
   EXPECT_EQ(plan.cols_per_split, 1'000'000 / 256 * 256 + 256);
+}
+
+TEST(CudaTiling, WavePlansCoverEveryColumnExactlyOnce) {
+  for (std::int64_t rows : {1, 255, 256, 10'000, 100'000, 1'000'000})
+    for (std::int64_t cols : {1, 63, 64, 65, 10'000, 100'000, 1'000'000}) {
+      const ReductionPlan plan = plan_waves(rows, cols, 256, 64, 132, 2);
+      EXPECT_EQ(plan.cols_per_split % 64, 0);
+      EXPECT_GE(std::int64_t(plan.splits) * plan.cols_per_split, cols) << rows << "x" << cols;
+      EXPECT_LT(std::int64_t(plan.splits - 1) * plan.cols_per_split, cols) << rows << "x" << cols;
+      EXPECT_EQ(plan.row_blocks, (rows + 255) / 256);
+    }
+}
+
+TEST(CudaTiling, WavePlansFillWholeWaves) {
+  // n = 10k: 40 row blocks of 256 rows, 157 column tiles, 132 SMs. Three splits make one wave of 53 tiles a block
+  // (cost 55); plan_reduction's two waves of four blocks per SM would give 14 splits, five waves of 12 (cost 70).
+  const ReductionPlan small = plan_waves(10'000, 10'000, 256, 64, 132, 2);
+  EXPECT_EQ(small.row_blocks, 40);
+  EXPECT_EQ(small.splits, 3);
+  EXPECT_EQ(small.cols_per_split, 53 * 64);
+  // n = 100k: 391 row blocks already make three waves (2.96): splitting only adds partials.
+  const ReductionPlan large = plan_waves(100'000, 100'000, 256, 64, 132, 2);
+  EXPECT_EQ(large.splits, 1);
+  // One row block: the columns are spread over every SM.
+  const ReductionPlan narrow = plan_waves(100, 1'000'000, 256, 64, 132, 2);
+  EXPECT_EQ(narrow.splits, 132);
 }
 
 // ---- on a GPU --------------------------------------------------------------------------------------------------
