@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs a CUDA build made on a machine with the full toolchain for a GPU machine that lacks SLEEF/OpenMP (the lent
 # H200 image): the engine tests, the CLI and the CUDA benchmarks, stripped, with libsleef/libgomp beside them, as one
-# xz tarball (10-20 MB, under the device tool's 64 MiB carry limit). On the GPU machine, from the repository root:
+# xz tarball (10-25 MB, under the device tool's 64 MiB carry limit), after running the host-only CUDA tests. On the
+# GPU machine, from the repository root:
 #   python3 -c "import tarfile; tarfile.open('CARRY/gpu.tar.xz').extractall('CARRY')"
 #   OUT=$OUT/gpu-check BUILD=CARRY/gpu bash scripts/gpu-check.sh          (gpu-check sets LD_LIBRARY_PATH itself)
 # Build first, e.g.:
@@ -26,6 +27,12 @@ for f in apps/flashot tests/engine/flashot_engine_tests tests/bench/flashot_cuda
 done
 if [[ ! -f $build/tests/engine/flashot_engine_tests || ! -f $build/apps/flashot ]]; then
   echo "pack-gpu-build: $build has no flashot_engine_tests or flashot (build them first)" >&2
+  exit 1
+fi
+# The CUDA backend's host-only tests (tiling plans) first: a hang or failure there costs nothing here and a whole
+# device call there (it did once: docs/benchmarks.md, fifth session).
+if ! timeout 120 "$build/tests/engine/flashot_engine_tests" --gtest_filter='CudaTiling*' > /dev/null 2>&1; then
+  echo "pack-gpu-build: the host-only CudaTiling tests fail or hang in $build (run them for details)" >&2
   exit 1
 fi
 for lib in libsleef.so.3 libgomp.so.1; do
