@@ -406,8 +406,8 @@ __device__ __forceinline__ bool site_runs(const ScreenState* st) {
 /// End of every block of a screened site's kernels: the screened launch's warps add their counts; the dense
 /// launch's last block (whichever kernel ran) chooses the kernel of the next launch. After a screened launch: keep
 /// screening while at most half of the warp tiles were kept — and once more after a first launch that kept at most
-/// three quarters, whose seeds were column 0 — else run dense for kProbeAfter launches and then screen once again to re-measure (the plan
-/// sharpens as ε falls). The dense kernels count nothing: their running max is not seeded, so their count would
+/// three quarters, whose seeds were column 0 — else run dense for kProbeAfter launches and then screen once again
+/// to re-measure (the plan sharpens as ε falls). The dense kernels count nothing: their running max is not seeded, so their count would
 /// not predict the screened kernel's.
 inline constexpr int kProbeAfter = 8;
 
@@ -1065,7 +1065,7 @@ void dispatch_mode(MmaMode mode, Fn&& fn) {
 
 }  // namespace
 
-// A warpgroup block's fixed cost in column tiles (plan_waves): its rows, three tiles in flight before the first
+// A warpgroup block's fixed cost in column tiles (plan_waves): its rows, two tiles in flight before its first
 // product, the seeds, the partials.
 constexpr int kWgOverheadTiles = 2;
 
@@ -1089,7 +1089,7 @@ float screen_margin(const MmaOperands& a, const MmaOperands& b, float alpha) {
 
 /// A screened site launches its screened kernel, then its dense one (ScreenState); otherwise the dense one alone.
 /// Where the operands allow it (MmaOperands::warpgroup), the warpgroup kernels replace both (256 rows per block,
-/// their own grid and shared memory).
+/// their own shared memory; `grid` then comes from their plan, plan_lse_mma).
 template <auto Screened, auto Dense, auto WgScreened, auto WgDense, typename... Args>
 void launch_site(dim3 grid, int bytes, bool warpgroup, int wg_screened_bytes, int wg_dense_bytes,
                  cudaStream_t stream, ScreenState* screen, float cut, Args... args) {
