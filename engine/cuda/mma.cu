@@ -407,8 +407,8 @@ __device__ __forceinline__ bool site_runs(const ScreenState* st) {
 /// launch's last block (whichever kernel ran) chooses the kernel of the next launch. After a screened launch: keep
 /// screening while at most half of the warp tiles were kept — and once more after a first launch that kept at most
 /// three quarters, whose seeds were column 0 — else run dense for kProbeAfter launches and then screen once again
-/// to re-measure (the plan sharpens as ε falls). The dense kernels count nothing: their running max is not seeded, so their count would
-/// not predict the screened kernel's.
+/// to re-measure (the plan sharpens as ε falls). The dense kernels count nothing: their running max is not seeded,
+/// so their count would not predict the screened kernel's.
 inline constexpr int kProbeAfter = 8;
 
 template <bool SCREEN>
