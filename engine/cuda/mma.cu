@@ -802,7 +802,6 @@ struct WgTileCore {
   /// m16 subtile in MmaTileCore's (m16, n8, C fragment) layout) as one wgmma group: hi·hi alone (SCREEN), else
   /// hi·hi + hi·lo + lo·hi.
   __device__ __forceinline__ void issue_product(std::uint32_t stage_address, float (&d)[1][8][4]) const {
-    wgmma::fence_operands(d[0]);
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks)

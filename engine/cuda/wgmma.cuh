@@ -87,8 +87,8 @@ __device__ __forceinline__ void mma_n64(float (&d)[8][4], const std::uint32_t (&
 #endif
 }
 
-/// Orders the accumulator registers d after the preceding wgmma wait (and before a later product that writes
-/// them): an empty asm that "modifies" every register, so the compiler moves no read of them across the wait.
+/// Orders the accumulator registers d after the preceding wgmma wait: an empty asm that "modifies" every register,
+/// so the compiler moves no read of them above the wait.
 __device__ __forceinline__ void fence_operands(float (&d)[8][4]) {
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt)
