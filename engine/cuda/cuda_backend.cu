@@ -102,6 +102,9 @@ class CudaBackend final : public Backend {
   void row_lse2(const DevSide& rows, const DevSide& cols, const float* h, const Scale& sc,
                 DeviceBuffer<float2>& partials, float* lse) const;
   void sync() const { FLASHOT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  /// *skip = whether the first one-pass step from zero potentials would leave the sums' range, judged on a sample
+  /// of rows and columns (cold_probe_x_/y_); enqueued on the stream.
+  void cold_probe(const IterationParams& p, int* skip) const;
   /// lse (device, rows' count) = the LSE2 that shifts the plan weights of side `source`'s rows: from the tensor
   /// cores when they serve this problem (the scores the weights are then formed from), else in fp32.
   void plan_shift(bool source, const Scale& sc, float* lse) const;
@@ -117,6 +120,7 @@ class CudaBackend final : public Backend {
   Precision precision_ = Precision::kDefault;
   int n_ = 0, m_ = 0, d_ = 0;
   bool one_pass_ = true;  // every weight > 0: the one-exponential symmetric step is usable
+  bool cold_ = true;      // the potentials are all zero (a cold start): see cold_probe()
   bool use_mma_ = false;  // tensor-core scores for the soft c-transforms
   DeviceBuffer<std::uint16_t> xhi_, xlo_, yhi_, ylo_;
   MmaOperands xop_, yop_;
@@ -127,12 +131,23 @@ class CudaBackend final : public Backend {
   cuda::ScreenState* screen_site(int site) const { return screen_.size() > 0 ? screen_.get() + site : nullptr; }
 
   DeviceBuffer<float> x_, y_, xn_, yn_, loga_, logb_, a_, b_, f_, g_;
+  // Up to kColdSample evenly spaced points of each side ((points, ‖p‖², ln w, w) packed), for cold_probe().
+  DeviceBuffer<float> cold_x_, cold_y_;
+  int cold_nx_ = 0, cold_ny_ = 0;
+  mutable DeviceBuffer<float2> cold_part_;
+  mutable DeviceBuffer<float> cold_out_;
+  DevSide cold_side(bool x) const {
+    const float* base = x ? cold_x_.get() : cold_y_.get();
+    const int c = x ? cold_nx_ : cold_ny_;
+    return {base, base + std::size_t(c) * d_, base + std::size_t(c) * (d_ + 1), base + std::size_t(c) * (d_ + 2), c};
+  }
   // Iteration scratch, sized once so that captured graphs stay valid.
   ReductionPlan plan_rows_, plan_cols_, plan_sums_;
   DeviceBuffer<float2> part_rows_, part_cols_;
   DeviceBuffer<float> tmp_f_, tmp_g_, rsum_, csum_;
   // [0]: non-finite seen; [1 + k]: iteration k's one-pass step must be redone; [1 + count + k]: iteration k skips
-  // the one-pass sums (the fallback of iteration k − 1 predicted that they would be out of range)
+  // the one-pass sums (the fallback of iteration k − 1 predicted that they would be out of range); [1 + 2·count]:
+  // iteration 0 skips them (set by the host before each launch, outside the graph: a cold start far from ε)
   DeviceBuffer<int> flags_;
   cudaGraphExec_t graph_ = nullptr;
   GraphKey graph_key_;
@@ -146,6 +161,9 @@ class CudaBackend final : public Backend {
   mutable DeviceBuffer<float> vinv_, uin_, win_;
   mutable DeviceBuffer<unsigned> vmax_;
 };
+
+/// Points per side that cold_probe() reduces.
+constexpr int kColdSample = 128;
 
 CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
     : device_(options.device),
@@ -183,6 +201,23 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
   logb_.upload(std::span<const float>(hy.logw), stream_);
   a_.upload(std::span<const float>(hx.weight), stream_);
   b_.upload(std::span<const float>(hy.weight), stream_);
+  if (one_pass_) {
+    const auto sample = [&](const HostSide& h, int count, DeviceBuffer<float>& out) {
+      const int c = std::min(count, kColdSample);
+      std::vector<float> packed(std::size_t(c) * (d_ + 3));
+      for (int k = 0; k < c; ++k) {
+        const std::size_t i = std::size_t(k) * count / c;
+        std::copy_n(h.points.begin() + i * d_, d_, packed.begin() + std::size_t(k) * d_);
+        packed[std::size_t(c) * d_ + k] = h.norm2[i];
+        packed[std::size_t(c) * (d_ + 1) + k] = h.logw[i];
+        packed[std::size_t(c) * (d_ + 2) + k] = h.weight[i];
+      }
+      out.upload(std::span<const float>(packed), stream_);
+      return c;
+    };
+    cold_nx_ = sample(hx, n_, cold_x_);
+    cold_ny_ = sample(hy, m_, cold_y_);
+  }
   f_.reserve(n_);
   g_.reserve(m_);
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(f_.get(), 0, sizeof(float) * n_, stream_));
@@ -214,7 +249,12 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
     if (mode == MmaMode::kSplitFp16 && options.screening != Screening::kOff) {
       // Three sites (rows' and columns' LSE, the one-pass sums), each starting with the screened kernel.
       std::vector<cuda::ScreenState> fresh(3);
-      for (auto& site : fresh) site.pinned = options.screening == Screening::kOn ? 1 : 0;
+      // FLASHOT_SCREEN_PAYS=P (an experiment's switch): keep screening while at most P% of tiles are kept.
+      const char* pays_env = std::getenv("FLASHOT_SCREEN_PAYS");
+      for (auto& site : fresh) {
+        site.pinned = options.screening == Screening::kOn ? 1 : 0;
+        if (pays_env != nullptr) site.pays_percent = std::atoi(pays_env);
+      }
       screen_.upload(std::span<const cuda::ScreenState>(fresh), stream_);
       seeds_x_.reserve(n_);
       seeds_y_.reserve(m_);
@@ -280,6 +320,8 @@ void CudaBackend::set_potentials(std::span<const float> f, std::span<const float
   DeviceScope scope(device_);
   f_.upload(f, stream_);
   g_.upload(g, stream_);
+  cold_ = std::all_of(f.begin(), f.end(), [](float v) { return v == 0; }) &&
+          std::all_of(g.begin(), g.end(), [](float v) { return v == 0; });
   sync();
 }
 
@@ -310,7 +352,7 @@ void CudaBackend::enqueue_iteration(const IterationParams& p, int index, int cou
     // Far from the fixed point (a cold start) the one-pass sums leave their range and the step is redone with the
     // two-pass reductions; a fallback that predicts the same for the next step lets that step skip the sums.
     int* redo = flags_.get() + 1 + index;
-    const int* skip = flags_.get() + 1 + count + index;
+    const int* skip = index == 0 ? flags_.get() + 1 + 2 * count : flags_.get() + 1 + count + index;
     int* next_skip = index + 1 < count ? flags_.get() + 1 + count + index + 1 : nullptr;
     if (use_mma_) {
       launch_symmetric_sums_mma(x, y, xop_, yop_, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), skip,
@@ -340,7 +382,7 @@ void CudaBackend::side_lse(bool x_rows, const float* h, const Scale& sc, const R
 bool CudaBackend::iterate(const IterationParams& p, int count) {
   if (count <= 0) return true;
   DeviceScope scope(device_);
-  flags_.reserve(2 * std::size_t(count) + 1);
+  flags_.reserve(2 * std::size_t(count) + 2);
   const GraphKey key{p.epsilon, p.cost_scale, p.damping_f, p.damping_g, p.scheme, count, flags_.get()};
   if (graph_ == nullptr || !(key == graph_key_)) {
     if (graph_ != nullptr) {
@@ -364,11 +406,42 @@ bool CudaBackend::iterate(const IterationParams& p, int count) {
     FLASHOT_CUDA_CHECK(status);
     graph_key_ = key;
   }
+  int* skip_first = flags_.get() + 1 + 2 * count;
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(skip_first, 0, sizeof(int), stream_));
+  if (cold_ && one_pass_ && p.scheme == Scheme::kSymmetric) cold_probe(p, skip_first);
+  cold_ = false;
   FLASHOT_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
   int nonfinite = 0;
   FLASHOT_CUDA_CHECK(cudaMemcpyAsync(&nonfinite, flags_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
   sync();
   return nonfinite == 0;
+}
+
+void CudaBackend::cold_probe(const IterationParams& p, int* skip) const {
+  // From zero potentials the first one-pass row sums are ρ_i = Σ_j b_j e^(−C_ij/ε) = e^(−c(0)_i/ε): for ε well below
+  // the distances to the nearest points (d = 64 at ε = 0.1) they underflow and the step is redone — a wasted pass;
+  // for ε near the costs' spread (the first stage of ε-scaling, d = 3 at ε = 0.1) they are in range. The samples'
+  // soft c-transforms of zero (fp32 reductions, kColdSample rows against every column, each way) decide:
+  // FLASHOT_COLD_SKIP=0 turns the probe off (an experiment's switch).
+  static const bool on = [] {
+    const char* v = std::getenv("FLASHOT_COLD_SKIP");
+    return !(v != nullptr && std::string(v) == "0");
+  }();
+  if (!on || cold_nx_ == 0 || cold_ny_ == 0) return;
+  const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
+  const DevSide sx = cold_side(true), sy = cold_side(false);
+  const ReductionPlan px = plan_lse(sx, y_side(), d_, resident_blocks_);
+  const ReductionPlan py = plan_lse(sy, x_side(), d_, resident_blocks_);
+  cold_part_.reserve(std::size_t(px.splits) * sx.count + std::size_t(py.splits) * sy.count);
+  op_flag_.reserve(1);
+  cold_out_.reserve(std::size_t(sx.count) + sy.count);
+  float2* part_y = cold_part_.get() + std::size_t(px.splits) * sx.count;
+  launch_lse(sx, y_side(), g_.get(), sc, px, cold_part_.get(), nullptr, stream_);
+  launch_lse(sy, x_side(), f_.get(), sc, py, part_y, nullptr, stream_);
+  const FinalizeSide a{cold_part_.get(), px.splits, sx.norm2, cold_out_.get(), nullptr, 1.f, sx.count};
+  const FinalizeSide b{part_y, py.splits, sy.norm2, cold_out_.get() + sx.count, nullptr, 1.f, sy.count};
+  launch_finalize(Finalize::kSoftmin, a, b, p.epsilon, sc.s, nullptr, op_flag_.get(), stream_);
+  launch_cold_check(cold_out_.get(), sx.count + sy.count, p.epsilon, skip, stream_);
 }
 
 void CudaBackend::row_lse2(const DevSide& rows, const DevSide& cols, const float* h, const Scale& sc,

@@ -68,14 +68,21 @@ struct FinalizeSide {
   int count = 0;
 };
 /// Finalizes up to two sides in one launch; side b may have count 0. Sets *nonfinite when a result is not finite.
-/// next_skip (kCommit only, may be null): when this step fell back to the two-pass reductions and a new potential
-/// ends farther than kOnePassReach·ε from the soft c-transform it was averaged with, the next one-pass step would
-/// leave the sums' range too: *next_skip = 1 tells it to go straight to the two-pass reductions.
+/// next_skip (kCommit only, may be null): when this step fell back to the two-pass reductions and the next one-pass
+/// step's sums are predicted outside [2^kSumsMinLog2, 2^kSumsMaxLog2], *next_skip = 1 tells that step to go straight
+/// to the two-pass reductions. The prediction is first order: the next row sum is e^((f' − c(g'))/ε) with f' the new
+/// potential, and c(g') is taken as c(g), the soft c-transform just computed (it moves by at most the other side's
+/// step, which is small once the step is in range; a wrong guess costs one pass either way).
+/// FLASHOT_ONEPASS_REACH=R (an experiment's switch) predicts instead with the earlier rule |f' − c(g)| ≤ R·ε.
 void launch_finalize(Finalize mode, const FinalizeSide& a, const FinalizeSide& b, double epsilon, float s,
                      const int* flag, int* nonfinite, cudaStream_t stream, int* next_skip = nullptr);
-/// See launch_finalize: 20 nats of each side keep the next step's sums inside [2^-70, 2^100] (the c-transform is
-/// 1-Lipschitz in the sup norm, so the other side's move adds at most as much again).
-inline constexpr float kOnePassReach = 20.f;
+/// The one-pass step's sums are trusted in [2^-70, 2^100]: below, the entries that ex2.ftz flushed (< 2^-126) may
+/// exceed rounding; above, the sum nears overflow. Outside, the step is redone with the two-pass reductions.
+inline constexpr float kSumsMinLog2 = -70.f, kSumsMaxLog2 = 100.f;
+inline constexpr float kSumsMin = 0x1p-70f, kSumsMax = 0x1p100f;
+/// *skip = 1 when, for some of the `count` soft c-transforms of zero potentials in `softmin` (device), the one-pass
+/// step's sum e^(−softmin/ε) would leave [2^kSumsMinLog2, 2^kSumsMaxLog2] (*skip is not cleared otherwise).
+void launch_cold_check(const float* softmin, int count, double epsilon, int* skip, cudaStream_t stream);
 
 // ---- one-pass symmetric step (row and column sums of one tile of exponentials, DESIGN.md §2) ------------------
 ReductionPlan plan_symmetric(const PointSet& x, const PointSet& y, int d, int resident_blocks);

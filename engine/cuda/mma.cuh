@@ -42,6 +42,7 @@ struct ScreenState {
   int pinned = 0;                         // 1: `use` never changes (Screening::kOn)
   int screened_runs = 0;                  // screened launches so far
   int dense_left = 0;                     // dense launches before the screen is tried again
+  int pays_percent = 50;                  // the screen is kept while it keeps at most this share of warp tiles
   // Totals over the site's life, for FLASHOT_SCREEN_REPORT=1 (printed when the backend is destroyed).
   unsigned long long kept_total = 0, seen_total = 0;
 };

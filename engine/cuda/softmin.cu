@@ -2,6 +2,7 @@
 // the finalize step that merges the column splits and updates the potentials.
 
 #include <cmath>
+#include <cstdlib>
 
 #include "device_common.cuh"
 #include "error.hpp"
@@ -161,7 +162,7 @@ __global__ void __launch_bounds__(kTileThreads) lse_tiled_kernel(PointSet rows, 
 
 // ---- finalize --------------------------------------------------------------------------------------------------
 __global__ void finalize_kernel(Finalize mode, FinalizeSide a, FinalizeSide b, float epsilon_ln2, float s,
-                                const int* flag, int* nonfinite, int* next_skip) {
+                                const int* flag, int* nonfinite, int* next_skip, float reach) {
   const int blocks_a = (a.count + blockDim.x - 1) / blockDim.x;
   const bool on_a = int(blockIdx.x) < blocks_a;
   const FinalizeSide side = on_a ? a : b;
@@ -187,8 +188,14 @@ __global__ void finalize_kernel(Finalize mode, FinalizeSide a, FinalizeSide b, f
       case Finalize::kAlternating: result = side.lambda * softmin; break;
       default: result = 0.5f * (side.out[i] + side.lambda * softmin); break;
     }
-    // A fallen-back one-pass step: would the next one fall back too? (|result − softmin| is its row's log-sum.)
-    if (next_skip != nullptr && !(fabsf(result - softmin) * kLn2 <= kOnePassReach * epsilon_ln2)) *next_skip = 1;
+    // A fallen-back one-pass step: would the next one fall back too? ((result − softmin)/ε is, to first order, the
+    // next step's log row sum; launch_finalize.)
+    if (next_skip != nullptr) {
+      const float next_log2 = (result - softmin) / epsilon_ln2;
+      const bool in_range = reach > 0 ? fabsf(result - softmin) * kLn2 <= reach * epsilon_ln2
+                                      : next_log2 >= kSumsMinLog2 && next_log2 <= kSumsMaxLog2;
+      if (!in_range) *next_skip = 1;
+    }
   }
   side.out[i] = result;
   if (!isfinite(result)) *nonfinite = 1;
@@ -219,13 +226,23 @@ void launch_lse(const PointSet& rows, const PointSet& cols, const float* h, cons
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 
+/// FLASHOT_ONEPASS_REACH (nats; an experiment's switch, read once; launch_finalize), 0 when unset.
+float one_pass_reach() {
+  static const float reach = [] {
+    const char* v = std::getenv("FLASHOT_ONEPASS_REACH");
+    return v != nullptr ? std::strtof(v, nullptr) : 0.f;
+  }();
+  return reach;
+}
+
 void launch_finalize(Finalize mode, const FinalizeSide& a, const FinalizeSide& b, double epsilon, float s,
                      const int* flag, int* nonfinite, cudaStream_t stream, int* next_skip) {
   constexpr int kThreads = 256;
   const int blocks = div_up(a.count, kThreads) + div_up(b.count, kThreads);
   if (blocks == 0) return;
   finalize_kernel<<<blocks, kThreads, 0, stream>>>(mode, a, b, static_cast<float>(epsilon * 0.6931471805599453), s,
-                                                   flag, nonfinite, mode == Finalize::kCommit ? next_skip : nullptr);
+                                                   flag, nonfinite, mode == Finalize::kCommit ? next_skip : nullptr,
+                                                   one_pass_reach());
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 

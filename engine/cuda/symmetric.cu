@@ -17,10 +17,6 @@ constexpr int kSumRows = 8;
 constexpr int kSumTile = 256;
 constexpr int kSumBlockRows = kSumThreads * kSumRows;
 constexpr int kWarps = kSumThreads / 32;
-/// A sum below 2^-70 has lost the entries that ex2.ftz flushed (< 2^-126) to more than rounding; above 2^100 it
-/// is near overflow. Either way the step is redone with the shifted two-pass reduction.
-constexpr float kMinSum = 8.470329472543003e-22f;  // 2^-70
-constexpr float kMaxSum = 1.2676506002282294e30f;  // 2^100
 
 /// One halving step of warp_transpose_sum: lanes with bit W set keep the upper half of v[0, 2W), the others the
 /// lower half, and each adds its partner's copy. W is a template parameter so that every index is a constant
@@ -213,8 +209,15 @@ __global__ void finish_kernel(const float* __restrict__ f, const float* __restri
   } else {
     return;
   }
-  if (!(sum >= kMinSum && sum <= kMaxSum)) *flag = 1;
+  if (!(sum >= kSumsMin && sum <= kSumsMax)) *flag = 1;  // kernels.cuh: why this range
   *out = lambda * (pot - epsilon * logf(sum));
+}
+
+__global__ void cold_check_kernel(const float* __restrict__ softmin, int count, float epsilon_ln2, int* skip) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const float log2_sum = -softmin[i] / epsilon_ln2;
+  if (!(log2_sum >= kSumsMinLog2 && log2_sum <= kSumsMaxLog2)) *skip = 1;
 }
 
 }  // namespace
@@ -240,6 +243,14 @@ void launch_symmetric_sums(const PointSet& x, const PointSet& y, const float* f,
   } else {
     sums_tiled_kernel<<<grid, kTileThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, skip);
   }
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+void launch_cold_check(const float* softmin, int count, double epsilon, int* skip, cudaStream_t stream) {
+  if (count <= 0) return;
+  constexpr int kThreads = 256;
+  cold_check_kernel<<<div_up(count, kThreads), kThreads, 0, stream>>>(
+      softmin, count, static_cast<float>(epsilon * 0.6931471805599453), skip);
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 
