@@ -103,7 +103,7 @@ class CudaBackend final : public Backend {
                 DeviceBuffer<float2>& partials, float* lse) const;
   void sync() const { FLASHOT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   /// *skip = whether the first one-pass step from zero potentials would leave the sums' range, judged on a sample
-  /// of rows and columns (cold_probe_x_/y_); enqueued on the stream.
+  /// of rows and columns (cold_x_ / cold_y_); enqueued on the stream.
   void cold_probe(const IterationParams& p, int* skip) const;
   /// lse (device, rows' count) = the LSE2 that shifts the plan weights of side `source`'s rows: from the tensor
   /// cores when they serve this problem (the scores the weights are then formed from), else in fp32.
