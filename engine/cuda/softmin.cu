@@ -1,6 +1,7 @@
 // Log-sum-exp reductions over the other side (the soft c-transform, DESIGN.md §1) with online max in exp2, and
 // the finalize step that merges the column splits and updates the potentials.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -161,24 +162,39 @@ __global__ void __launch_bounds__(kTileThreads) lse_tiled_kernel(PointSet rows, 
 }
 
 // ---- finalize --------------------------------------------------------------------------------------------------
+/// (m, sum) ← the merge of two (max, Σ exp2(· − max)) pairs, with the accurate exp2f (the partials' last step).
+__device__ __forceinline__ void merge_partial(float& m, float& sum, float other_m, float other_sum) {
+  const float top = fmaxf(m, other_m);
+  sum = sum * exp2f(m - top) + other_sum * exp2f(other_m - top);
+  m = top;
+}
+
+/// G lanes per row (1, or 32 when a side has many splits: a row's partials are then read by a whole warp in
+/// parallel instead of one after another, which at 157 splits took 64 µs).
+template <int G>
 __global__ void finalize_kernel(Finalize mode, FinalizeSide a, FinalizeSide b, float epsilon_ln2, float s,
                                 const int* flag, int* nonfinite, int* next_skip, float reach) {
-  const int blocks_a = (a.count + blockDim.x - 1) / blockDim.x;
+  const int rows_per_block = int(blockDim.x) / G;
+  const int blocks_a = (a.count + rows_per_block - 1) / rows_per_block;
   const bool on_a = int(blockIdx.x) < blocks_a;
   const FinalizeSide side = on_a ? a : b;
-  const int i = (on_a ? blockIdx.x : blockIdx.x - blocks_a) * blockDim.x + threadIdx.x;
-  if (i >= side.count) return;
+  const int i = (on_a ? blockIdx.x : blockIdx.x - blocks_a) * rows_per_block + int(threadIdx.x) / G;
+  const int lane = int(threadIdx.x) % G;
+  if (i >= side.count) return;  // the G lanes of a row leave together
   const bool use_tmp = mode == Finalize::kCommit && *flag == 0;
   float result;
   if (use_tmp) {
     result = 0.5f * (side.out[i] + side.tmp[i]);
   } else {
     float m = kNoMax, sum = 0.f;
-    for (int k = 0; k < side.splits; ++k) {
+    for (int k = lane; k < side.splits; k += G) {
       const float2 p = side.partials[std::size_t(k) * side.count + i];
-      const float top = fmaxf(m, p.x);
-      sum = sum * exp2f(m - top) + p.y * exp2f(p.x - top);
-      m = top;
+      merge_partial(m, sum, p.x, p.y);
+    }
+#pragma unroll
+    for (int offset = G / 2; offset > 0; offset /= 2) {
+      const float om = __shfl_xor_sync(0xffffffffu, m, offset), os = __shfl_xor_sync(0xffffffffu, sum, offset);
+      merge_partial(m, sum, om, os);
     }
     const float lse2 = m + log2f(sum);
     const float softmin = s * side.norm2[i] - epsilon_ln2 * lse2;
@@ -190,13 +206,14 @@ __global__ void finalize_kernel(Finalize mode, FinalizeSide a, FinalizeSide b, f
     }
     // A fallen-back one-pass step: would the next one fall back too? ((result − softmin)/ε is, to first order, the
     // next step's log row sum; launch_finalize.)
-    if (next_skip != nullptr) {
+    if (next_skip != nullptr && lane == 0) {
       const float next_log2 = (result - softmin) / epsilon_ln2;
       const bool in_range = reach > 0 ? fabsf(result - softmin) * kLn2 <= reach * epsilon_ln2
                                       : next_log2 >= kSumsMinLog2 && next_log2 <= kSumsMaxLog2;
       if (!in_range) *next_skip = 1;
     }
   }
+  if (lane != 0) return;
   side.out[i] = result;
   if (!isfinite(result)) *nonfinite = 1;
 }
@@ -226,6 +243,9 @@ void launch_lse(const PointSet& rows, const PointSet& cols, const float* h, cons
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 
+/// A side with this many split partials per row or more is finalized by a warp per row.
+constexpr int kWarpFinalizeSplits = 16;
+
 /// FLASHOT_ONEPASS_REACH (nats; an experiment's switch, read once; launch_finalize), 0 when unset.
 float one_pass_reach() {
   static const float reach = [] {
@@ -238,11 +258,20 @@ float one_pass_reach() {
 void launch_finalize(Finalize mode, const FinalizeSide& a, const FinalizeSide& b, double epsilon, float s,
                      const int* flag, int* nonfinite, cudaStream_t stream, int* next_skip) {
   constexpr int kThreads = 256;
-  const int blocks = div_up(a.count, kThreads) + div_up(b.count, kThreads);
-  if (blocks == 0) return;
-  finalize_kernel<<<blocks, kThreads, 0, stream>>>(mode, a, b, static_cast<float>(epsilon * 0.6931471805599453), s,
-                                                   flag, nonfinite, mode == Finalize::kCommit ? next_skip : nullptr,
-                                                   one_pass_reach());
+  const float epsilon_ln2 = static_cast<float>(epsilon * 0.6931471805599453);
+  int* skip = mode == Finalize::kCommit ? next_skip : nullptr;
+  if (std::max(a.splits, b.splits) >= kWarpFinalizeSplits) {  // a warp per row
+    constexpr int kRows = kThreads / 32;
+    const int blocks = div_up(a.count, kRows) + div_up(b.count, kRows);
+    if (blocks == 0) return;
+    finalize_kernel<32><<<blocks, kThreads, 0, stream>>>(mode, a, b, epsilon_ln2, s, flag, nonfinite, skip,
+                                                         one_pass_reach());
+  } else {
+    const int blocks = div_up(a.count, kThreads) + div_up(b.count, kThreads);
+    if (blocks == 0) return;
+    finalize_kernel<1><<<blocks, kThreads, 0, stream>>>(mode, a, b, epsilon_ln2, s, flag, nonfinite, skip,
+                                                        one_pass_reach());
+  }
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 
