@@ -250,10 +250,19 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
       // Three sites (rows' and columns' LSE, the one-pass sums), each starting with the screened kernel.
       std::vector<cuda::ScreenState> fresh(3);
       // FLASHOT_SCREEN_PAYS=P (an experiment's switch): keep screening while at most P% of tiles are kept.
-      const char* pays_env = std::getenv("FLASHOT_SCREEN_PAYS");
+      int pays = 50;
+      if (const char* env = std::getenv("FLASHOT_SCREEN_PAYS"); env != nullptr) {
+        char* end = nullptr;
+        const long v = std::strtol(env, &end, 10);
+        if (end == env || *end != '\0' || v < 0 || v > 100) {
+          throw std::invalid_argument(std::string("FLASHOT_SCREEN_PAYS must be a percentage from 0 to 100 (got '") +
+                                      env + "')");
+        }
+        pays = static_cast<int>(v);
+      }
       for (auto& site : fresh) {
         site.pinned = options.screening == Screening::kOn ? 1 : 0;
-        if (pays_env != nullptr) site.pays_percent = std::atoi(pays_env);
+        site.pays_percent = pays;
       }
       screen_.upload(std::span<const cuda::ScreenState>(fresh), stream_);
       seeds_x_.reserve(n_);

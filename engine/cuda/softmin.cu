@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 #include "device_common.cuh"
 #include "error.hpp"
@@ -246,11 +248,18 @@ void launch_lse(const PointSet& rows, const PointSet& cols, const float* h, cons
 /// A side with this many split partials per row or more is finalized by a warp per row.
 constexpr int kWarpFinalizeSplits = 16;
 
-/// FLASHOT_ONEPASS_REACH (nats; an experiment's switch, read once; launch_finalize), 0 when unset.
+/// FLASHOT_ONEPASS_REACH (nats > 0; an experiment's switch, read once; launch_finalize), 0 when unset.
 float one_pass_reach() {
   static const float reach = [] {
     const char* v = std::getenv("FLASHOT_ONEPASS_REACH");
-    return v != nullptr ? std::strtof(v, nullptr) : 0.f;
+    if (v == nullptr) return 0.f;
+    char* end = nullptr;
+    const float r = std::strtof(v, &end);
+    if (end == v || *end != '\0' || !(r > 0.f) || !std::isfinite(r)) {
+      throw std::invalid_argument(std::string("FLASHOT_ONEPASS_REACH must be a positive number of nats (got '") + v +
+                                  "')");
+    }
+    return r;
   }();
   return reach;
 }
