@@ -22,10 +22,16 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-/// Merges two (max, sum-of-exp2(· − max)) pairs.
+/// Merges two (max, sum-of-exp2(· − max)) pairs; ACCURATE: with exp2f instead of ex2.approx.ftz (the finalize
+/// step's merge of split partials).
+template <bool ACCURATE = false>
 __device__ __forceinline__ void merge_lse(float& m, float& s, float other_m, float other_s) {
   const float top = fmaxf(m, other_m);
-  s = s * fast_exp2(m - top) + other_s * fast_exp2(other_m - top);
+  if constexpr (ACCURATE) {
+    s = s * exp2f(m - top) + other_s * exp2f(other_m - top);
+  } else {
+    s = s * fast_exp2(m - top) + other_s * fast_exp2(other_m - top);
+  }
   m = top;
 }
 

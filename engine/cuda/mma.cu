@@ -430,7 +430,7 @@ __device__ __forceinline__ void close_site(ScreenState* st, bool ran, const Tile
             ++st->screened_runs;
             // The first launch's seeds were column 0, so it may keep more than the next would; but one that kept
             // over three quarters of its tiles is dense enough not to be tried again at once (n = 10k, d = 64).
-            const bool pays = 100 * kept <= (unsigned long long)st->pays_percent * seen ||
+            const bool pays = 100 * kept <= static_cast<unsigned long long>(st->pays_percent) * seen ||
                               (st->screened_runs == 1 && 4 * kept <= 3 * seen);
             st->use = pays ? 1 : 0;
             st->dense_left = pays ? 0 : kProbeAfter;

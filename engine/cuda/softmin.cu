@@ -164,13 +164,6 @@ __global__ void __launch_bounds__(kTileThreads) lse_tiled_kernel(PointSet rows, 
 }
 
 // ---- finalize --------------------------------------------------------------------------------------------------
-/// (m, sum) ← the merge of two (max, Σ exp2(· − max)) pairs, with the accurate exp2f (the partials' last step).
-__device__ __forceinline__ void merge_partial(float& m, float& sum, float other_m, float other_sum) {
-  const float top = fmaxf(m, other_m);
-  sum = sum * exp2f(m - top) + other_sum * exp2f(other_m - top);
-  m = top;
-}
-
 /// G lanes per row (1, or 32 when a side has many splits: a row's partials are then read by a whole warp in
 /// parallel instead of one after another, which at 157 splits took 64 µs).
 template <int G>
@@ -191,12 +184,12 @@ __global__ void finalize_kernel(Finalize mode, FinalizeSide a, FinalizeSide b, f
     float m = kNoMax, sum = 0.f;
     for (int k = lane; k < side.splits; k += G) {
       const float2 p = side.partials[std::size_t(k) * side.count + i];
-      merge_partial(m, sum, p.x, p.y);
+      merge_lse<true>(m, sum, p.x, p.y);
     }
 #pragma unroll
     for (int offset = G / 2; offset > 0; offset /= 2) {
       const float om = __shfl_xor_sync(0xffffffffu, m, offset), os = __shfl_xor_sync(0xffffffffu, sum, offset);
-      merge_partial(m, sum, om, os);
+      merge_lse<true>(m, sum, om, os);
     }
     const float lse2 = m + log2f(sum);
     const float softmin = s * side.norm2[i] - epsilon_ln2 * lse2;
