@@ -96,8 +96,9 @@ class CudaBackend final : public Backend {
   DevSide y_side() const { return {y_.get(), yn_.get(), logb_.get(), b_.get(), m_}; }
   void enqueue_iteration(const IterationParams& p, int index, int count);
   /// LSE partials of the rows of x (x_rows) or y against the other side, on the path chosen for this problem.
+  /// biases_ready: the warpgroup kernels' column biases of h are already computed (else this launches that first).
   void side_lse(bool x_rows, const float* h, const Scale& sc, const ReductionPlan& plan, float2* partials,
-                const int* guard) const;
+                const int* guard, bool biases_ready = false) const;
   /// rows.count values of LSE2 over `cols` with potential h into lse (device), using partial buffer `partials`.
   void row_lse2(const DevSide& rows, const DevSide& cols, const float* h, const Scale& sc,
                 DeviceBuffer<float2>& partials, float* lse) const;
@@ -123,6 +124,9 @@ class CudaBackend final : public Backend {
   bool cold_ = true;      // the potentials are all zero (a cold start): see cold_probe()
   bool use_mma_ = false;  // tensor-core scores for the soft c-transforms
   DeviceBuffer<std::uint16_t> xhi_, xlo_, yhi_, ylo_;
+  // Warpgroup kernels: each side's operands as column tiles, and its column biases of the current pass.
+  DeviceBuffer<std::uint8_t> xtiles_, ytiles_;
+  DeviceBuffer<float> xbias_, ybias_;
   MmaOperands xop_, yop_;
   // Screened sites of the split operands (ScreenState; empty otherwise): 0 rows' LSE, 1 columns' LSE, 2 sums.
   mutable DeviceBuffer<cuda::ScreenState> screen_;
@@ -244,8 +248,16 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
     const char* wgmma_env = std::getenv("FLASHOT_WGMMA");
     const bool warpgroup = split && !(wgmma_env != nullptr && std::string(wgmma_env) == "0") &&
                            warpgroup_kernels_available();
-    xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode, hx.max_norm, warpgroup};
-    yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode, hy.max_norm, warpgroup};
+    if (warpgroup) {
+      xtiles_.reserve(std::size_t(column_tiles(n_)) * tile_bytes(padded));
+      ytiles_.reserve(std::size_t(column_tiles(m_)) * tile_bytes(padded));
+      xbias_.reserve(std::size_t(column_tiles(n_)) * 64);
+      ybias_.reserve(std::size_t(column_tiles(m_)) * 64);
+      launch_tile_operands(xhi_.get(), xlo_.get(), n_, padded, xtiles_.get(), stream_);
+      launch_tile_operands(yhi_.get(), ylo_.get(), m_, padded, ytiles_.get(), stream_);
+    }
+    xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode, hx.max_norm, warpgroup, xtiles_.get(), xbias_.get()};
+    yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode, hy.max_norm, warpgroup, ytiles_.get(), ybias_.get()};
     if (mode == MmaMode::kSplitFp16 && options.screening != Screening::kOff) {
       // Three sites (rows' and columns' LSE, the one-pass sums), each starting with the screened kernel.
       std::vector<cuda::ScreenState> fresh(3);
@@ -363,6 +375,8 @@ void CudaBackend::enqueue_iteration(const IterationParams& p, int index, int cou
     int* redo = flags_.get() + 1 + index;
     const int* skip = index == 0 ? flags_.get() + 1 + 2 * count : flags_.get() + 1 + count + index;
     int* next_skip = index + 1 < count ? flags_.get() + 1 + count + index + 1 : nullptr;
+    // The sums and both fallback reductions read the potentials of the iteration's start: one bias launch serves them.
+    if (xop_.warpgroup) launch_column_biases(y, g_.get(), ybias_.get(), x, f_.get(), xbias_.get(), sc, stream_);
     if (use_mma_) {
       launch_symmetric_sums_mma(x, y, xop_, yop_, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), skip,
                                 screen_site(2), sums_reach_, stream_);
@@ -371,16 +385,18 @@ void CudaBackend::enqueue_iteration(const IterationParams& p, int index, int cou
     }
     launch_symmetric_finish(f_.get(), g_.get(), rsum_.get(), csum_.get(), b_.get(), n_, m_, p.epsilon, lf, lg,
                             tmp_f_.get(), tmp_g_.get(), redo, skip, stream_);
-    side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), redo);
-    side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), redo);
+    side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), redo, true);
+    side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), redo, true);
     launch_finalize(Finalize::kCommit, rows, cols, p.epsilon, sc.s, redo, nonfinite, stream_, next_skip);
   }
 }
 
 void CudaBackend::side_lse(bool x_rows, const float* h, const Scale& sc, const ReductionPlan& plan,
-                           float2* partials, const int* guard) const {
+                           float2* partials, const int* guard, bool biases_ready) const {
   const DevSide r = x_rows ? x_side() : y_side(), c = x_rows ? y_side() : x_side();
   if (use_mma_) {
+    if (xop_.warpgroup && !biases_ready)
+      launch_column_biases(c, h, x_rows ? ybias_.get() : xbias_.get(), {}, nullptr, nullptr, sc, stream_);
     launch_lse_mma(r, c, x_rows ? xop_ : yop_, x_rows ? yop_ : xop_, h, sc, plan, partials, guard,
                    screen_site(x_rows ? 0 : 1), x_rows ? seeds_x_.get() : seeds_y_.get(), stream_);
   } else {

@@ -753,13 +753,15 @@ struct WgTileCore {
   static constexpr int kStages = 3;
   static constexpr int kRowsLoBytes = kWgBlockRows * kChunks * 16;     // the block's rows' lo halves
   static constexpr int kRowsLoAt = kStages * kStageBytes;              // after the stages (SCREEN)
-  static constexpr int kSharedBytes = kRowsLoAt + (SCREEN ? kRowsLoBytes : 0);
+  static constexpr int kBarriersAt = kRowsLoAt + (SCREEN ? kRowsLoBytes : 0);  // one shared barrier per stage
+  static constexpr int kSharedBytes = kBarriersAt + 8 * kStages;
+  static_assert(2 * kArrayBytes == int(tile_bytes(16 * KS)), "a stage holds one tile of launch_tile_operands");
 
   std::uint32_t a_hi[KS][4], a_lo[SCREEN ? 1 : KS][4];
 
   /// This warp's rows (row0 .. row0 + 15) into registers (hi; lo too for the dense kernels) and, SCREEN, the
   /// block's rows' lo halves (kWgBlockRows rows from block_row0, zeros past count) into shared memory as core
-  /// matrices: cp.async, committed with run()'s first column tile, so they are there after its first barrier.
+  /// matrices: cp.async, waited for by run() before its first barrier.
   __device__ __forceinline__ void load_rows(std::uint8_t* smem, const MmaOperands& rop, int block_row0, int row0,
                                             int count) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -779,22 +781,6 @@ struct WgTileCore {
         if (c < kChunks)
           copy_async16(smem + kRowsLoAt + wgmma::core_offset(p, c, kChunks),
                        rop.lo + std::size_t(r < count ? r : 0) * 16 * KS + c * 8, r < count);
-      }
-    }
-  }
-
-  /// cp.async of columns [j0, j0 + BN) ∩ [.., j_end) into `stage` (zeros beyond): 8 lanes fill one core matrix
-  /// (points p8·8 + lane % 8, chunk 4·quad + lane / 8), so a warp writes 512 contiguous shared bytes and reads 64
-  /// contiguous bytes of each of 8 points.
-  static __device__ __forceinline__ void load_tile(std::uint8_t* stage, const MmaOperands& cop, int j0, int j_end) {
-    constexpr int kQuads = (kChunks + 3) / 4, kUnits = 2 * (kMmaTile / 8) * kQuads;  // (array, p8, quad)
-    const int lane = threadIdx.x % 32;
-    for (int u = threadIdx.x / 32; u < kUnits; u += kWgWarps) {
-      const int array = u / ((kMmaTile / 8) * kQuads), v = u % ((kMmaTile / 8) * kQuads);
-      const int p = (v / kQuads) * 8 + lane % 8, c = (v % kQuads) * 4 + lane / 8, j = j0 + p;
-      if (c < kChunks) {
-        const std::uint16_t* src = (array == 0 ? cop.hi : cop.lo) + std::size_t(j < j_end ? j : 0) * 16 * KS + c * 8;
-        copy_async16(stage + array * kArrayBytes + wgmma::core_offset(p, c, kChunks), src, j < j_end);
       }
     }
   }
@@ -844,34 +830,37 @@ struct WgTileCore {
     }
   }
 
-  /// The loop over this block's column tiles (as MmaTileCore::run_tiles: tile it at tile_start(it), columns ≥ j_end
-  /// masked with bias −∞). Three stages, one barrier per tile: tile it + 2 is copied into the stage that tile it − 1
-  /// used, after the barrier that ends every thread's use of it, with its biases (stored by threads 0..63 with
-  /// ordinary stores, read after tile it + 2's barrier); each product is waited for before its epilogue.
-  /// epilogue(d, vt, parity, it, stage) consumes the scores of tile it; drain(parity, it) runs after the next
-  /// tile's barrier. (docs/engine.md: why the products are not overlapped with the epilogues.)
-  template <typename TileStart, typename Bias, typename Epilogue, typename Drain>
-  __device__ __forceinline__ void run(std::uint8_t* smem, const MmaOperands& cop, int tiles, int j_end,
-                                      TileStart tile_start, Bias bias_at, Epilogue epilogue, Drain drain) const {
+  /// The loop over this block's column tiles (as MmaTileCore::run_tiles: tile it at tile_start(it), a multiple of
+  /// the tile width; the columns ≥ j_end are masked by their biases, −∞ in cop.bias). Three stages, one block
+  /// barrier per tile: thread 0 fetches tile it + 2 (operands and biases, two bulk copies counted on the stage's
+  /// shared barrier) into the stage that tile it − 1 used, after the barrier that ends every thread's use of it; each
+  /// product is waited for before its epilogue. epilogue(d, vt, parity, it, stage) consumes the scores of tile it;
+  /// drain(parity, it) runs after the next tile's barrier. (docs/engine.md: why the products are not overlapped
+  /// with the epilogues.)
+  template <typename TileStart, typename Epilogue, typename Drain>
+  __device__ __forceinline__ void run(std::uint8_t* smem, const MmaOperands& cop, int tiles, TileStart tile_start,
+                                      Epilogue epilogue, Drain drain) const {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");  // the rows' lo halves (SCREEN, load_rows)
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     if (tiles <= 0) return;
+    const std::uint32_t smem_address = wgmma::shared_address(smem);
+    const auto barrier_of = [&](int it) { return smem_address + kBarriersAt + 8 * (it % kStages); };
+    if (threadIdx.x == 0)
+      for (int s = 0; s < kStages; ++s) wgmma::barrier_init(barrier_of(s), 1);
+    __syncthreads();
     const auto issue = [&](int it) {
-      if (it < tiles) {
-        std::uint8_t* stage = smem + (it % kStages) * kStageBytes;
-        load_tile(stage, cop, tile_start(it), j_end);
-        if (threadIdx.x < kMmaTile) {
-          const int j = tile_start(it) + threadIdx.x;
-          const float b = bias_at(min(j, j_end - 1));
-          reinterpret_cast<float*>(stage + 2 * kArrayBytes)[threadIdx.x] = j < j_end ? b : -INFINITY;
-        }
+      if (threadIdx.x == 0 && it < tiles) {
+        const int j0 = tile_start(it);
+        const std::uint32_t stage = smem_address + (it % kStages) * kStageBytes, bar = barrier_of(it);
+        wgmma::arrive_expect_bytes(bar, 2 * kArrayBytes + kMmaTile * 4);
+        wgmma::bulk_copy(stage, cop.tiles + std::size_t(j0 / kMmaTile) * (2 * kArrayBytes), 2 * kArrayBytes, bar);
+        wgmma::bulk_copy(stage + 2 * kArrayBytes, cop.bias + j0, kMmaTile * 4, bar);
       }
-      asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
-    const std::uint32_t smem_address = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
     issue(0);
     issue(1);
     for (int it = 0; it < tiles; ++it) {
-      asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // tile it (tile it + 1 may still be in flight)
-      wgmma::fence_shared_for_async();
+      wgmma::barrier_wait(barrier_of(it), (it / kStages) & 1);  // tile it has arrived
       __syncthreads();
       issue(it + 2);
       if (it > 0) drain((it - 1) & 1, it - 1);
@@ -920,7 +909,6 @@ __global__ void __launch_bounds__(kWgThreads, 1) lse_wg_kernel(PointSet rows, Po
     const int j_end = min(cols.count, j_begin + cols_per_split);
     const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
     const auto tile_start = [&](int it) { return j_begin + it * kMmaTile; };
-    const auto bias_at = [&](int j) { return column_bias(cols, h, sc, j); };
     const auto epilogue = [&](float (&s)[1][8][4], const float* vt, int, int it, const std::uint8_t* stage) {
       if constexpr (SCREEN) {
         const float floor[1][2] = {{run_max[0] - cut, run_max[1] - cut}};
@@ -952,7 +940,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) lse_wg_kernel(PointSet rows, Po
         online_lse_row(top, [&](int e) { return s[0][e / 2][2 * hh + e % 2]; }, run_max[hh], run_sum[hh]);
       }
     };
-    core.run(wg_smem, cop, tiles, j_end, tile_start, bias_at, epilogue, [](int, int) {});
+    core.run(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float sum = quad_sum(run_sum[hh]);
@@ -997,7 +985,6 @@ __global__ void __launch_bounds__(kWgThreads, 1) sums_wg_kernel(PointSet x, Poin
     const int j_end = min(y.count, j_begin + cols_per_split);
     const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
     const auto tile_start = [&](int it) { return j_begin + ((it + blockIdx.x) % tiles) * kMmaTile; };
-    const auto bias_at = [&](int j) { return column_bias(y, g, sc, j); };
     const auto epilogue = [&](float (&s)[1][8][4], const float* vt, int parity, int, const std::uint8_t* stage) {
       if constexpr (SCREEN) {
         const float floor[1][2] = {{-cut - u[0][0], -cut - u[0][1]}};  // an invalid row (u = −∞) is never kept
@@ -1015,7 +1002,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) sums_wg_kernel(PointSet x, Poin
       *reinterpret_cast<float2*>(&colbuf[parity][warp][gr * 8 + 2 * t]) = make_float2(col[0], col[1]);
     };
     const auto drain = [&](int parity, int it) { drain_column_sums(colbuf[parity], tile_start, it, j_end, csum); };
-    core.run(wg_smem, yop, tiles, j_end, tile_start, bias_at, epilogue, drain);
+    core.run(wg_smem, yop, tiles, tile_start, epilogue, drain);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float sum = quad_sum(rs[0][hh]);
@@ -1024,6 +1011,38 @@ __global__ void __launch_bounds__(kWgThreads, 1) sums_wg_kernel(PointSet x, Poin
     }
   }
   close_site<SCREEN>(screen, runs, counts);
+}
+
+/// Unit u of column_tiles(count) × 2 arrays × 64 points × chunks 16-byte units: (tile, array, point, chunk) →
+/// the core-matrix offset of that point and chunk in its tile (WgTileCore's stage layout); zeros past count.
+__global__ void tile_operands_kernel(const std::uint16_t* __restrict__ hi, const std::uint16_t* __restrict__ lo,
+                                     int count, int padded_d, std::uint8_t* __restrict__ out, std::size_t units) {
+  const int chunks = padded_d / 8;
+  const std::size_t per_array = std::size_t(kMmaTile) * chunks, per_tile = 2 * per_array;
+  for (std::size_t u = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; u < units;
+       u += std::size_t(gridDim.x) * blockDim.x) {
+    const std::size_t tile = u / per_tile, rest = u % per_tile;
+    const int array = static_cast<int>(rest / per_array), v = static_cast<int>(rest % per_array);
+    const int p = v / chunks, c = v % chunks;
+    const std::size_t j = tile * kMmaTile + p;
+    uint4 value = make_uint4(0u, 0u, 0u, 0u);
+    if (j < std::size_t(count)) value = *reinterpret_cast<const uint4*>((array == 0 ? hi : lo) + j * padded_d + c * 8);
+    *reinterpret_cast<uint4*>(out + tile * tile_bytes(padded_d) + array * per_array * 16 +
+                              wgmma::core_offset(p, c, chunks)) = value;
+  }
+}
+
+/// Thread i: side a's bias of column i (i < a_padded), else side b's of column i − a_padded (launch_column_biases).
+__global__ void column_biases_kernel(PointSet a, const float* __restrict__ ha, float* __restrict__ out_a,
+                                     int a_padded, PointSet b, const float* __restrict__ hb,
+                                     float* __restrict__ out_b, int b_padded, Scale sc) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < a_padded) {
+    out_a[i] = i < a.count ? column_bias(a, ha, sc, i) : -INFINITY;
+  } else if (i - a_padded < b_padded) {
+    const int j = i - a_padded;
+    out_b[j] = j < b.count ? column_bias(b, hb, sc, j) : -INFINITY;
+  }
 }
 
 /// 1 in *out when this build's image of the kernels has the warpgroup instructions (compiled for sm_90a).
@@ -1166,6 +1185,25 @@ void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOp
           plan.cols_per_split, rsum, csum, skip);
     });
   });
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+void launch_tile_operands(const std::uint16_t* hi, const std::uint16_t* lo, int count, int padded_d, std::uint8_t* out,
+                          cudaStream_t stream) {
+  const std::size_t units = std::size_t(column_tiles(count)) * 2 * kMmaTile * (padded_d / 8);
+  if (units == 0) return;
+  const int blocks = static_cast<int>(std::min<std::size_t>((units + 255) / 256, 4096));
+  tile_operands_kernel<<<blocks, 256, 0, stream>>>(hi, lo, count, padded_d, out, units);
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+void launch_column_biases(const PointSet& a, const float* ha, float* out_a, const PointSet& b, const float* hb,
+                          float* out_b, const Scale& scale, cudaStream_t stream) {
+  const int a_padded = column_tiles(a.count) * kMmaTile, b_padded = column_tiles(b.count) * kMmaTile;
+  const int total = a_padded + b_padded;
+  if (total == 0) return;
+  column_biases_kernel<<<div_up(total, 256), 256, 0, stream>>>(a, ha, out_a, a_padded, b, hb, out_b, b_padded,
+                                                               scale);
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 

@@ -22,7 +22,27 @@ struct MmaOperands {
   MmaMode mode = MmaMode::kSplitFp16;
   float max_norm = 0;  // largest Euclidean norm of the (centred, unscaled) points: bounds the hi·hi product's error
   bool warpgroup = false;  // screened sites use the warpgroup (wgmma) kernels (warpgroup_kernels_available)
+  // Warpgroup kernels only, where this side is the column side: the points as whole column tiles of 64 in the
+  // kernels' shared-memory layout (tile_bytes(padded_d) each: hi then lo core matrices, zero past count;
+  // launch_tile_operands), and the column biases of the current pass, padded with −∞ to whole tiles
+  // (launch_column_biases). Each tile then arrives with one bulk copy.
+  const std::uint8_t* tiles = nullptr;
+  const float* bias = nullptr;
 };
+
+/// Bytes of one column tile of split operands in the warpgroup kernels' layout (hi and lo core matrices of 64 points).
+inline constexpr std::size_t tile_bytes(int padded_d) { return std::size_t(2) * 64 * padded_d * 2; }
+/// Column tiles of `count` points (64 each; the biases are padded to tiles × 64).
+inline constexpr int column_tiles(int count) { return (count + 63) / 64; }
+
+/// Writes the split operands (hi, lo: count × padded_d, row-major) as column tiles into `out`
+/// (column_tiles(count) × tile_bytes(padded_d) bytes).
+void launch_tile_operands(const std::uint16_t* hi, const std::uint16_t* lo, int count, int padded_d, std::uint8_t* out,
+                          cudaStream_t stream);
+/// out_a[j] = v_j = log2e·((h_j − s‖q_j‖²)/ε + ln w_j) for the points of side a, −∞ from a.count up to
+/// column_tiles(a.count) × 64; the same for side b (b.count may be 0). One launch.
+void launch_column_biases(const PointSet& a, const float* ha, float* out_a, const PointSet& b, const float* hb,
+                          float* out_b, const Scale& scale, cudaStream_t stream);
 
 /// Whether the current device runs this build's warpgroup (wgmma, sm_90a) kernels: a Hopper GPU and an engine built
 /// for it (CMake maps CUDA architecture 90 to 90a). Launches one tiny kernel; call outside graph capture.
