@@ -750,11 +750,12 @@ struct WgTileCore {
   static constexpr int kChunks = 2 * KS;                              // 16-byte chunks per point
   static constexpr int kArrayBytes = kMmaTile * kChunks * 16;         // one array of one column tile
   static constexpr int kStageBytes = 2 * kArrayBytes + kMmaTile * 4;  // hi, lo, biases
-  static constexpr int kStages = 3;
+  static constexpr int kStages = 4;
   static constexpr int kRowsLoBytes = kWgBlockRows * kChunks * 16;     // the block's rows' lo halves
   static constexpr int kRowsLoAt = kStages * kStageBytes;              // after the stages (SCREEN)
   static constexpr int kBarriersAt = kRowsLoAt + (SCREEN ? kRowsLoBytes : 0);  // one shared barrier per stage
-  static constexpr int kSharedBytes = kBarriersAt + 8 * kStages;
+  static constexpr int kCountersAt = kBarriersAt + 8 * kStages;                // warps done with each stage
+  static constexpr int kSharedBytes = kCountersAt + 4 * kStages;
   static_assert(2 * kArrayBytes == int(tile_bytes(16 * KS)), "a stage holds one tile of launch_tile_operands");
 
   std::uint32_t a_hi[KS][4], a_lo[SCREEN ? 1 : KS][4];
@@ -831,54 +832,112 @@ struct WgTileCore {
   }
 
   /// The loop over this block's column tiles (as MmaTileCore::run_tiles: tile it at tile_start(it), a multiple of
-  /// the tile width; the columns ≥ j_end are masked by their biases, −∞ in cop.bias). Three stages, one block
-  /// barrier per tile: thread 0 fetches tile it + 2 (operands and biases, two bulk copies counted on the stage's
-  /// shared barrier) into the stage that tile it − 1 used, after the barrier that ends every thread's use of it; each
-  /// product is waited for before its epilogue. epilogue(d, vt, parity, it, stage) consumes the scores of tile it;
-  /// drain(parity, it) runs after the next tile's barrier. (docs/engine.md: why the products are not overlapped
-  /// with the epilogues.)
-  template <typename TileStart, typename Epilogue, typename Drain>
+  /// the tile width; the columns ≥ j_end are masked by their biases, −∞ in cop.bias), without block barriers: tile
+  /// it lives in stage it % kStages and arrives by two bulk copies (operands, biases) counted on that stage's shared
+  /// barrier; each warp waits for it, multiplies (its warpgroup's wgmma, waited for before the epilogue), runs
+  /// epilogue(d, vt, stage index, it, stage), and counts itself done with the stage; the last of the block's warps
+  /// to do so runs drain(stage index, it) (what the epilogues left in shared memory for that stage) and fetches tile
+  /// it + kStages into the stage. So a warpgroup may run up to kStages − 1 tiles ahead of another: one multiplies
+  /// while another sums, and a warp with a costly tile (a screened kernel's kept one) delays no other warpgroup.
+  /// OVERLAP (dense kernels whose registers hold a second accumulator): tile it + 1's product is issued before tile
+  /// it's epilogue.
+  template <bool OVERLAP, typename TileStart, typename Epilogue, typename Drain>
   __device__ __forceinline__ void run(std::uint8_t* smem, const MmaOperands& cop, int tiles, TileStart tile_start,
                                       Epilogue epilogue, Drain drain) const {
+    static_assert(!(OVERLAP && SCREEN), "the screened kernels change their scores on some paths only (kept tiles)");
     asm volatile("cp.async.commit_group;\n" ::: "memory");  // the rows' lo halves (SCREEN, load_rows)
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     if (tiles <= 0) return;
     const std::uint32_t smem_address = wgmma::shared_address(smem);
-    const auto barrier_of = [&](int it) { return smem_address + kBarriersAt + 8 * (it % kStages); };
+    const auto barrier_of = [&](int s) { return smem_address + kBarriersAt + 8 * s; };
+    int* done = reinterpret_cast<int*>(smem + kCountersAt);
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kStages; ++s) {
+        wgmma::barrier_init(barrier_of(s), 1);
+        done[s] = 0;
+      }
+    }
+    __syncthreads();  // the barriers, the counters and every thread's rows
+    // One thread: tile it into its stage (the stage's previous tile is done with by every warp).
+    const auto fetch = [&](int it) {
+      const int j0 = tile_start(it), s = it % kStages;
+      const std::uint32_t stage = smem_address + s * kStageBytes, bar = barrier_of(s);
+      wgmma::arrive_expect_bytes(bar, 2 * kArrayBytes + kMmaTile * 4);
+      wgmma::bulk_copy(stage, cop.tiles + std::size_t(j0 / kMmaTile) * (2 * kArrayBytes), 2 * kArrayBytes, bar);
+      wgmma::bulk_copy(stage + 2 * kArrayBytes, cop.bias + j0, kMmaTile * 4, bar);
+    };
     if (threadIdx.x == 0)
-      for (int s = 0; s < kStages; ++s) wgmma::barrier_init(barrier_of(s), 1);
-    __syncthreads();
-    const auto issue = [&](int it) {
-      if (threadIdx.x == 0 && it < tiles) {
-        const int j0 = tile_start(it);
-        const std::uint32_t stage = smem_address + (it % kStages) * kStageBytes, bar = barrier_of(it);
-        wgmma::arrive_expect_bytes(bar, 2 * kArrayBytes + kMmaTile * 4);
-        wgmma::bulk_copy(stage, cop.tiles + std::size_t(j0 / kMmaTile) * (2 * kArrayBytes), 2 * kArrayBytes, bar);
-        wgmma::bulk_copy(stage + 2 * kArrayBytes, cop.bias + j0, kMmaTile * 4, bar);
+      for (int it = 0; it < kStages && it < tiles; ++it) fetch(it);
+    const int lane = threadIdx.x % 32;
+    const auto arrived = [&](int it) { wgmma::barrier_wait(barrier_of(it % kStages), (it / kStages) & 1); };
+    // Done with tile it's stage: this warp's reads of it (and its warpgroup's products) are complete, its writes for
+    // drain are made visible by the fence before the count (and acquired by the last warp's fence after it).
+    const auto release = [&](int it) {
+      const int s = it % kStages;
+      __syncwarp();
+      int last = 0;
+      if (lane == 0) {
+        __threadfence_block();
+        last = atomicAdd(&done[s], 1) == kWgWarps - 1;
+        __threadfence_block();
+      }
+      if (__shfl_sync(0xffffffffu, last, 0)) {
+        __syncwarp();  // lane 0's acquire, for every lane's reads in drain
+        drain(s, it);
+        __syncwarp();
+        if (lane == 0) {
+          done[s] = 0;  // read again only after tile it + kStages arrives (the fetch's arrival releases this store)
+          if (it + kStages < tiles) fetch(it + kStages);
+        }
       }
     };
-    issue(0);
-    issue(1);
-    for (int it = 0; it < tiles; ++it) {
-      wgmma::barrier_wait(barrier_of(it), (it / kStages) & 1);  // tile it has arrived
-      __syncthreads();
-      issue(it + 2);
-      if (it > 0) drain((it - 1) & 1, it - 1);
-      float d[1][8][4];
-      issue_product(smem_address + (it % kStages) * kStageBytes, d);
+    const auto consume = [&](float (&d)[1][8][4], int it) {
+      const int s = it % kStages;
+      const std::uint8_t* stage = smem + s * kStageBytes;
+      epilogue(d, reinterpret_cast<const float*>(stage + 2 * kArrayBytes), s, it, stage);
+      release(it);
+    };
+    const auto stage_address = [&](int it) { return smem_address + (it % kStages) * kStageBytes; };
+    if constexpr (OVERLAP) {
+      // Two accumulators: tile it + 1's product runs on the tensor cores while tile it is summed (FlashAttention-3's
+      // intra-warpgroup overlap). Unrolled by two so that they swap roles without moves, and every group is waited
+      // for within the body (a group in flight across the back edge makes ptxas serialise every wgmma: C7514).
+      // Past the last tile the product reads a stage that no copy writes any more, and its result is not used.
+      float da[1][8][4], db[1][8][4];
+      arrived(0);
+      issue_product(stage_address(0), da);
+      const auto step = [&](float (&cur)[1][8][4], float (&next)[1][8][4], int it) {
+        if (it + 1 < tiles) arrived(it + 1);
+        issue_product(stage_address(it + 1), next);
+        wgmma::wait<1>();  // tile it's product
+        wgmma::fence_operands(cur[0]);
+        consume(cur, it);
+      };
+      int it = 0;
+      for (; it + 1 < tiles; it += 2) {
+        step(da, db, it);
+        step(db, da, it + 1);
+        wgmma::wait<0>();  // tile it + 2's, issued before tile it + 1's epilogue
+        wgmma::fence_operands(da[0]);
+      }
+      if (it < tiles) step(da, db, it);
       wgmma::wait<0>();
-      wgmma::fence_operands(d[0]);
-      const std::uint8_t* stage = smem + (it % kStages) * kStageBytes;
-      epilogue(d, reinterpret_cast<const float*>(stage + 2 * kArrayBytes), it & 1, it, stage);
+    } else {
+      for (int it = 0; it < tiles; ++it) {
+        arrived(it);
+        float d[1][8][4];
+        issue_product(stage_address(it), d);
+        wgmma::wait<0>();
+        wgmma::fence_operands(d[0]);
+        consume(d, it);
+      }
     }
-    __syncthreads();
-    drain((tiles - 1) & 1, tiles - 1);
   }
 };
 
 // The largest instantiation (d = 128, screened: three stages of hi, lo and biases, the rows' lo halves) plus the sums
 // kernel's static column buffers must fit the 227 KB a Hopper block may have.
-static_assert(WgTileCore<8, true>::kSharedBytes + 2 * kWgWarps * kMmaTile * sizeof(float) <= 227 * 1024,
+static_assert(WgTileCore<8, true>::kSharedBytes + WgTileCore<8, true>::kStages * kMmaTile * sizeof(float) <= 227 * 1024,
               "warpgroup kernels' shared memory exceeds a Hopper block's");
 
 /// The log-sum-exp of split operands on warpgroups, 256 rows per block: lse_mma_kernel<KS, 3, false, SCREEN>'s
@@ -940,7 +999,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) lse_wg_kernel(PointSet rows, Po
         online_lse_row(top, [&](int e) { return s[0][e / 2][2 * hh + e % 2]; }, run_max[hh], run_sum[hh]);
       }
     };
-    core.run(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
+    core.template run<!SCREEN && KS <= 4>(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float sum = quad_sum(run_sum[hh]);
@@ -965,7 +1024,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) sums_wg_kernel(PointSet x, Poin
   if (skip != nullptr && *skip != 0) return;
   using Core = WgTileCore<KS, SCREEN>;
   extern __shared__ __align__(128) std::uint8_t wg_smem[];
-  __shared__ __align__(8) float colbuf[2][kWgWarps][kMmaTile];  // (2 tiles, warps, BN) column sums
+  // (stage, BN): the column sums of the stage's tile, added by every warp (shared atomics), taken by drain.
+  __shared__ float colacc[Core::kStages][kMmaTile];
+  for (int e = threadIdx.x; e < Core::kStages * kMmaTile; e += kWgThreads) colacc[e / kMmaTile][e % kMmaTile] = 0.f;
   const bool runs = site_runs<SCREEN>(screen);
   TileCounts counts;
   if (runs) {
@@ -985,24 +1046,31 @@ __global__ void __launch_bounds__(kWgThreads, 1) sums_wg_kernel(PointSet x, Poin
     const int j_end = min(y.count, j_begin + cols_per_split);
     const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
     const auto tile_start = [&](int it) { return j_begin + ((it + blockIdx.x) % tiles) * kMmaTile; };
-    const auto epilogue = [&](float (&s)[1][8][4], const float* vt, int parity, int, const std::uint8_t* stage) {
+    const auto epilogue = [&](float (&s)[1][8][4], const float* vt, int slot, int, const std::uint8_t* stage) {
       if constexpr (SCREEN) {
         const float floor[1][2] = {{-cut - u[0][0], -cut - u[0][1]}};  // an invalid row (u = −∞) is never kept
         const bool keep = screen_keeps(s, vt, alpha, floor);
         counts.add(keep);
-        if (!keep) {
-          *reinterpret_cast<float2*>(&colbuf[parity][warp][gr * 8 + 2 * t]) = make_float2(0.f, 0.f);
-          return;
-        }
+        if (!keep) return;
         core.add_cross(stage, wg_smem, s);
       }
       float col[16] = {};  // (n8, 2): Σ over this lane's two rows of a_i E_ij, columns nt·8 + 2t + q
       add_entries(s, vt, alpha, u, ar, rs, col);
       total_column_sums(col);
-      *reinterpret_cast<float2*>(&colbuf[parity][warp][gr * 8 + 2 * t]) = make_float2(col[0], col[1]);
+      atomicAdd(&colacc[slot][gr * 8 + 2 * t], col[0]);
+      atomicAdd(&colacc[slot][gr * 8 + 2 * t + 1], col[1]);
     };
-    const auto drain = [&](int parity, int it) { drain_column_sums(colbuf[parity], tile_start, it, j_end, csum); };
-    core.run(wg_smem, yop, tiles, tile_start, epilogue, drain);
+    // By the last warp done with the tile's stage: lane L takes columns L and L + 32 (and leaves zeros). Every
+    // access to colacc is atomic, so the order of the warps' additions is the only thing the schedule changes.
+    const auto drain = [&](int stage, int it) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int c = lane + 32 * h, j = tile_start(it) + c;
+        const float total = atomicExch(&colacc[stage][c], 0.f);
+        if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
+      }
+    };
+    core.template run<!SCREEN && KS <= 4>(wg_smem, yop, tiles, tile_start, epilogue, drain);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float sum = quad_sum(rs[0][hh]);
