@@ -132,6 +132,8 @@ class CudaBackend final : public Backend {
   mutable DeviceBuffer<cuda::ScreenState> screen_;
   mutable DeviceBuffer<int> seeds_x_, seeds_y_;  // each row's best column so far (launch_lse_mma)
   float sums_reach_ = 0;
+  // The one-pass sums' trusted lower end (log2): kSumsMinLog2, or FLASHOT_SUMS_FLOOR where the sums are screened.
+  float sums_floor_ = cuda::kSumsMinLog2;
   cuda::ScreenState* screen_site(int site) const { return screen_.size() > 0 ? screen_.get() + site : nullptr; }
 
   DeviceBuffer<float> x_, y_, xn_, yn_, loga_, logb_, a_, b_, f_, g_;
@@ -276,6 +278,8 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
         site.pinned = options.screening == Screening::kOn ? 1 : 0;
         site.pays_percent = pays;
       }
+      fresh[0].siblings = 2;  // the rows' LSE is the first site a cold solve screens (ScreenState)
+      fresh[2].seeded = 0;    // the sums have no seeds
       screen_.upload(std::span<const cuda::ScreenState>(fresh), stream_);
       seeds_x_.reserve(n_);
       seeds_y_.reserve(m_);
@@ -284,6 +288,17 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
       float smallest_b = 1;
       for (float w : data.b) smallest_b = std::min(smallest_b, w);
       sums_reach_ = std::ceil(std::log2(std::max(double(m_), smallest_b > 0 ? 1.0 / smallest_b : 1.0)));
+      // FLASHOT_SUMS_FLOOR=F: the screened sums are trusted down to 2^-F (10 ≤ F ≤ 70): a smaller F lets the screen
+      // drop more tiles, and makes a step whose sums fall below 2^-F redo itself with the two-pass reductions.
+      if (const char* env = std::getenv("FLASHOT_SUMS_FLOOR"); env != nullptr) {
+        char* end = nullptr;
+        const double v = std::strtod(env, &end);
+        if (end == env || *end != '\0' || !(v >= 10 && v <= 70)) {
+          throw std::invalid_argument(std::string("FLASHOT_SUMS_FLOOR must be a number from 10 to 70 (got '") + env +
+                                      "')");
+        }
+        sums_floor_ = static_cast<float>(-v);
+      }
     }
     const int sms = prop.multiProcessorCount;
     plan_rows_ = plan_lse_mma(x_side(), y_side(), xop_, resident_blocks_, sms);
@@ -379,15 +394,15 @@ void CudaBackend::enqueue_iteration(const IterationParams& p, int index, int cou
     if (xop_.warpgroup) launch_column_biases(y, g_.get(), ybias_.get(), x, f_.get(), xbias_.get(), sc, stream_);
     if (use_mma_) {
       launch_symmetric_sums_mma(x, y, xop_, yop_, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), skip,
-                                screen_site(2), sums_reach_, stream_);
+                                screen_site(2), sums_reach_, sums_floor_, stream_);
     } else {
       launch_symmetric_sums(x, y, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), skip, stream_);
     }
     launch_symmetric_finish(f_.get(), g_.get(), rsum_.get(), csum_.get(), b_.get(), n_, m_, p.epsilon, lf, lg,
-                            tmp_f_.get(), tmp_g_.get(), redo, skip, stream_);
+                            tmp_f_.get(), tmp_g_.get(), redo, skip, stream_, sums_floor_);
     side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), redo, true);
     side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), redo, true);
-    launch_finalize(Finalize::kCommit, rows, cols, p.epsilon, sc.s, redo, nonfinite, stream_, next_skip);
+    launch_finalize(Finalize::kCommit, rows, cols, p.epsilon, sc.s, redo, nonfinite, stream_, next_skip, sums_floor_);
   }
 }
 
@@ -466,7 +481,7 @@ void CudaBackend::cold_probe(const IterationParams& p, int* skip) const {
   const FinalizeSide a{cold_part_.get(), px.splits, sx.norm2, cold_out_.get(), nullptr, 1.f, sx.count};
   const FinalizeSide b{part_y, py.splits, sy.norm2, cold_out_.get() + sx.count, nullptr, 1.f, sy.count};
   launch_finalize(Finalize::kSoftmin, a, b, p.epsilon, sc.s, nullptr, op_flag_.get(), stream_);
-  launch_cold_check(cold_out_.get(), sx.count + sy.count, p.epsilon, skip, stream_);
+  launch_cold_check(cold_out_.get(), sx.count + sy.count, p.epsilon, skip, stream_, sums_floor_);
 }
 
 void CudaBackend::row_lse2(const DevSide& rows, const DevSide& cols, const float* h, const Scale& sc,

@@ -67,22 +67,27 @@ struct FinalizeSide {
   float lambda = 1;
   int count = 0;
 };
+/// The one-pass step's sums are trusted in [2^-70, 2^100]: below, the entries that ex2.ftz flushed (< 2^-126) may
+/// exceed rounding; above, the sum nears overflow. Outside, the step is redone with the two-pass reductions. A
+/// screened sums pass may raise the lower end (floor_log2 below; the backend's FLASHOT_SUMS_FLOOR): the higher it is,
+/// the more entries its screen may drop (each is compared with the floor, not with its own row's sum), and the more
+/// steps fall back.
+inline constexpr float kSumsMinLog2 = -70.f, kSumsMaxLog2 = 100.f;
+inline constexpr float kSumsMax = 0x1p100f;
 /// Finalizes up to two sides in one launch; side b may have count 0. Sets *nonfinite when a result is not finite.
 /// next_skip (kCommit only, may be null): when this step fell back to the two-pass reductions and the next one-pass
-/// step's sums are predicted outside [2^kSumsMinLog2, 2^kSumsMaxLog2], *next_skip = 1 tells that step to go straight
+/// step's sums are predicted outside [2^floor_log2, 2^kSumsMaxLog2], *next_skip = 1 tells that step to go straight
 /// to the two-pass reductions. The prediction is first order: the next row sum is e^((f' − c(g'))/ε) with f' the new
 /// potential, and c(g') is taken as c(g), the soft c-transform just computed (it moves by at most the other side's
 /// step, which is small once the step is in range; a wrong guess costs one pass either way).
 /// FLASHOT_ONEPASS_REACH=R (an experiment's switch) predicts instead with the earlier rule |f' − c(g)| ≤ R·ε.
 void launch_finalize(Finalize mode, const FinalizeSide& a, const FinalizeSide& b, double epsilon, float s,
-                     const int* flag, int* nonfinite, cudaStream_t stream, int* next_skip = nullptr);
-/// The one-pass step's sums are trusted in [2^-70, 2^100]: below, the entries that ex2.ftz flushed (< 2^-126) may
-/// exceed rounding; above, the sum nears overflow. Outside, the step is redone with the two-pass reductions.
-inline constexpr float kSumsMinLog2 = -70.f, kSumsMaxLog2 = 100.f;
-inline constexpr float kSumsMin = 0x1p-70f, kSumsMax = 0x1p100f;
+                     const int* flag, int* nonfinite, cudaStream_t stream, int* next_skip = nullptr,
+                     float floor_log2 = kSumsMinLog2);
 /// *skip = 1 when, for some of the `count` soft c-transforms of zero potentials in `softmin` (device), the one-pass
-/// step's sum e^(−softmin/ε) would leave [2^kSumsMinLog2, 2^kSumsMaxLog2] (*skip is not cleared otherwise).
-void launch_cold_check(const float* softmin, int count, double epsilon, int* skip, cudaStream_t stream);
+/// step's sum e^(−softmin/ε) would leave [2^floor_log2, 2^kSumsMaxLog2] (*skip is not cleared otherwise).
+void launch_cold_check(const float* softmin, int count, double epsilon, int* skip, cudaStream_t stream,
+                       float floor_log2 = kSumsMinLog2);
 
 // ---- one-pass symmetric step (row and column sums of one tile of exponentials, DESIGN.md §2) ------------------
 ReductionPlan plan_symmetric(const PointSet& x, const PointSet& y, int d, int resident_blocks);
@@ -97,7 +102,7 @@ void launch_symmetric_sums(const PointSet& x, const PointSet& y, const float* f,
 /// so only *flag = 1 is set.
 void launch_symmetric_finish(const float* f, const float* g, float* rsum, float* csum, const float* b, int n, int m,
                              double epsilon, float lambda_f, float lambda_g, float* tmp_f, float* tmp_g, int* flag,
-                             const int* skip, cudaStream_t stream);
+                             const int* skip, cudaStream_t stream, float floor_log2 = kSumsMinLog2);
 
 // ---- plan application --------------------------------------------------------------------------------------
 /// out (rows.count × k) += Σ_j exp2(score_ij − lse2_i) · V_j for the column range of each split; V is

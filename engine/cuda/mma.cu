@@ -405,11 +405,14 @@ __device__ __forceinline__ bool site_runs(const ScreenState* st) {
 
 /// End of every block of a screened site's kernels: the screened launch's warps add their counts; the dense
 /// launch's last block (whichever kernel ran) chooses the kernel of the next launch. After a screened launch: keep
-/// screening while at most half of the warp tiles were kept — and once more after a first launch that kept at most
-/// three quarters, whose seeds were column 0 — else run dense for kProbeAfter launches and then screen once again
-/// to re-measure (the plan sharpens as ε falls). The dense kernels count nothing: their running max is not seeded,
-/// so their count would not predict the screened kernel's.
-inline constexpr int kProbeAfter = 8;
+/// screening while at most pays_percent of the warp tiles were kept — and, at an LSE site, once more after a first
+/// launch that kept at most three quarters, whose seeds were column 0 — else run dense for `backoff` launches (8,
+/// doubling up to kProbeMost while the screen keeps not paying) and then screen once again to re-measure (the plan
+/// sharpens as ε falls). A state with siblings (the rows' LSE, the first site a cold solve screens) that decides
+/// against its screen sends those that have not screened yet straight to dense as well (at n = 10k, d = 64 each
+/// screened launch that keeps 60% of its tiles costs ≈ 50 µs more than the dense one). The dense kernels count
+/// nothing: their running max is not seeded, so their count would not predict the screened kernel's.
+inline constexpr int kProbeAfter = 8, kProbeMost = 64;
 
 template <bool SCREEN>
 __device__ __forceinline__ void close_site(ScreenState* st, bool ran, const TileCounts& counts) {
@@ -431,9 +434,21 @@ __device__ __forceinline__ void close_site(ScreenState* st, bool ran, const Tile
             // The first launch's seeds were column 0, so it may keep more than the next would; but one that kept
             // over three quarters of its tiles is dense enough not to be tried again at once (n = 10k, d = 64).
             const bool pays = 100 * kept <= static_cast<unsigned long long>(st->pays_percent) * seen ||
-                              (st->screened_runs == 1 && 4 * kept <= 3 * seen);
+                              (st->seeded != 0 && st->screened_runs == 1 && 4 * kept <= 3 * seen);
             st->use = pays ? 1 : 0;
-            st->dense_left = pays ? 0 : kProbeAfter;
+            if (pays) {
+              st->dense_left = 0;
+              st->backoff = kProbeAfter;
+            } else {
+              st->dense_left = st->backoff;
+              st->backoff = min(2 * st->backoff, kProbeMost);
+              for (int k = 1; k <= st->siblings; ++k) {
+                if (st[k].pinned == 0 && st[k].screened_runs == 0) {
+                  st[k].use = 0;
+                  st[k].dense_left = kProbeAfter;
+                }
+              }
+            }
           } else if (st->use == 0 && --st->dense_left <= 0) {
             st->use = 1;
           }
@@ -1234,12 +1249,13 @@ ReductionPlan plan_symmetric_mma(const PointSet& x, const PointSet& y, const Mma
 void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOperands& xop, const MmaOperands& yop,
                                const float* f, const float* g, const Scale& scale, const ReductionPlan& plan,
                                float* rsum, float* csum, const int* skip, ScreenState* screen, float sums_reach,
-                               cudaStream_t stream) {
+                               float floor_log2, cudaStream_t stream) {
   const dim3 grid(plan.row_blocks, plan.splits);
   const float alpha = scale.alpha / (xop.scale * yop.scale);
-  // The finish kernel keeps sums down to 2^-70; dropped entries are each below 2^-reach, at most m of them per row
-  // sum and total weight 1 per column sum (≥ 2^-70·b_j): reach = 70 + 26 + log2 max(m, 1/min b) keeps them < 2^-26.
-  const float cut = 96.f + sums_reach + screen_margin(xop, yop, alpha);
+  // The finish kernel keeps sums down to 2^floor (floor_log2 ≤ 0); dropped entries are each below 2^-cut, at most m
+  // of them per row sum and total weight 1 per column sum (≥ 2^floor·b_j): cut = 26 − floor + log2 max(m, 1/min b)
+  // keeps them < 2^-26 of every sum.
+  const float cut = 26.f - floor_log2 + sums_reach + screen_margin(xop, yop, alpha);
   dispatch_mode(xop.mode, [&](auto terms, auto bf16) {
     dispatch_ks(xop.padded_d / 16, [&](auto ks) {
       constexpr int kKs = decltype(ks)::value, kTerms = decltype(terms)::value;

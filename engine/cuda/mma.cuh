@@ -63,6 +63,9 @@ struct ScreenState {
   int screened_runs = 0;                  // screened launches so far
   int dense_left = 0;                     // dense launches before the screen is tried again
   int pays_percent = 50;                  // the screen is kept while it keeps at most this share of warp tiles
+  int backoff = 8;                        // dense launches after the next screened one that does not pay (doubles)
+  int seeded = 1;                         // 1: an LSE site (its first launch's seeds are column 0); 0: the sums
+  int siblings = 0;                       // states after this one that start dense if this one's screen never pays
   // Totals over the site's life, for FLASHOT_SCREEN_REPORT=1 (printed when the backend is destroyed).
   unsigned long long kept_total = 0, seen_total = 0;
 };
@@ -82,12 +85,12 @@ void launch_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperand
 
 /// The one-pass symmetric step on tensor cores: the contract of launch_symmetric_sums (kernels.cuh), scores from
 /// the operands' tensor-core products (skip as there). sums_reach: log2 of the largest of m and 1/min b_j, the
-/// weight range that the screen's reach must cover (the sums may be as small as 2^-70 and still be kept).
+/// weight range that the screen's reach must cover; floor_log2: the smallest sum the finish kernel keeps (log2).
 ReductionPlan plan_symmetric_mma(const PointSet& x, const PointSet& y, const MmaOperands& op, int resident_blocks,
                                  int sms);
 void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOperands& xop, const MmaOperands& yop,
                                const float* f, const float* g, const Scale& scale, const ReductionPlan& plan,
                                float* rsum, float* csum, const int* skip, ScreenState* screen, float sums_reach,
-                               cudaStream_t stream);
+                               float floor_log2, cudaStream_t stream);
 
 }  // namespace flashot::detail::cuda
