@@ -22,6 +22,12 @@ namespace flashot::detail {
 namespace cuda {
 namespace {
 
+/// The screened one-pass sums are trusted down to 2^-kSumsFloor (FLASHOT_SUMS_FLOOR overrides): their screen then
+/// drops each entry below 2^-(26 + kSumsFloor + log2 max(m, 1/min b)) instead of 2^-(96 + …). H200, n = 100k,
+/// d = 64, ε = 0.1, 10 iterations: 81.0 ms (floor 70, the dense sums' range), 72.9 (40), 73.0 (30), 71.4 (20): the
+/// sums keep 9% of their warp tiles instead of 19%, against two more fallen-back steps (docs/benchmarks.md).
+constexpr float kSumsFloor = 20.f;
+
 /// Host-side copy of one side with the per-point values the kernels need.
 struct HostSide {
   std::vector<float> points, norm2, logw, weight;
@@ -133,8 +139,14 @@ class CudaBackend final : public Backend {
   mutable DeviceBuffer<int> seeds_x_, seeds_y_;  // each row's best column so far (launch_lse_mma)
   float sums_reach_ = 0;
   // The one-pass sums' trusted lower end (log2): kSumsMinLog2, or FLASHOT_SUMS_FLOOR where the sums are screened.
-  float sums_floor_ = cuda::kSumsMinLog2;
+  float sums_floor_ = -kSumsFloor;
   cuda::ScreenState* screen_site(int site) const { return screen_.size() > 0 ? screen_.get() + site : nullptr; }
+  /// Device flag of the sums site: whether its next launch will run screened (next) or its last one did; null
+  /// without screening (the sums' floor then stays kSumsMinLog2).
+  const int* sums_screened(bool next) const {
+    cuda::ScreenState* st = screen_site(2);
+    return st == nullptr ? nullptr : next ? &st->use : &st->last_screened;
+  }
 
   DeviceBuffer<float> x_, y_, xn_, yn_, loga_, logb_, a_, b_, f_, g_;
   // Up to kColdSample evenly spaced points of each side ((points, ‖p‖², ln w, w) packed), for cold_probe().
@@ -288,8 +300,9 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
       float smallest_b = 1;
       for (float w : data.b) smallest_b = std::min(smallest_b, w);
       sums_reach_ = std::ceil(std::log2(std::max(double(m_), smallest_b > 0 ? 1.0 / smallest_b : 1.0)));
-      // FLASHOT_SUMS_FLOOR=F: the screened sums are trusted down to 2^-F (10 ≤ F ≤ 70): a smaller F lets the screen
-      // drop more tiles, and makes a step whose sums fall below 2^-F redo itself with the two-pass reductions.
+      // FLASHOT_SUMS_FLOOR=F: the screened sums are trusted down to 2^-F (10 ≤ F ≤ 70; kSumsFloor by default): a
+      // smaller F lets the screen drop more tiles, and makes a step whose sums fall below 2^-F redo itself with the
+      // two-pass reductions (the dense sums are always trusted down to 2^kSumsMinLog2).
       if (const char* env = std::getenv("FLASHOT_SUMS_FLOOR"); env != nullptr) {
         char* end = nullptr;
         const double v = std::strtod(env, &end);
@@ -399,10 +412,11 @@ void CudaBackend::enqueue_iteration(const IterationParams& p, int index, int cou
       launch_symmetric_sums(x, y, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), skip, stream_);
     }
     launch_symmetric_finish(f_.get(), g_.get(), rsum_.get(), csum_.get(), b_.get(), n_, m_, p.epsilon, lf, lg,
-                            tmp_f_.get(), tmp_g_.get(), redo, skip, stream_, sums_floor_);
+                            tmp_f_.get(), tmp_g_.get(), redo, skip, stream_, sums_screened(false), sums_floor_);
     side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), redo, true);
     side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), redo, true);
-    launch_finalize(Finalize::kCommit, rows, cols, p.epsilon, sc.s, redo, nonfinite, stream_, next_skip, sums_floor_);
+    launch_finalize(Finalize::kCommit, rows, cols, p.epsilon, sc.s, redo, nonfinite, stream_, next_skip,
+                    sums_screened(true), sums_floor_);
   }
 }
 
@@ -481,7 +495,7 @@ void CudaBackend::cold_probe(const IterationParams& p, int* skip) const {
   const FinalizeSide a{cold_part_.get(), px.splits, sx.norm2, cold_out_.get(), nullptr, 1.f, sx.count};
   const FinalizeSide b{part_y, py.splits, sy.norm2, cold_out_.get() + sx.count, nullptr, 1.f, sy.count};
   launch_finalize(Finalize::kSoftmin, a, b, p.epsilon, sc.s, nullptr, op_flag_.get(), stream_);
-  launch_cold_check(cold_out_.get(), sx.count + sy.count, p.epsilon, skip, stream_, sums_floor_);
+  launch_cold_check(cold_out_.get(), sx.count + sy.count, p.epsilon, skip, stream_, sums_screened(true), sums_floor_);
 }
 
 void CudaBackend::row_lse2(const DevSide& rows, const DevSide& cols, const float* h, const Scale& sc,

@@ -69,9 +69,11 @@ struct FinalizeSide {
 };
 /// The one-pass step's sums are trusted in [2^-70, 2^100]: below, the entries that ex2.ftz flushed (< 2^-126) may
 /// exceed rounding; above, the sum nears overflow. Outside, the step is redone with the two-pass reductions. A
-/// screened sums pass may raise the lower end (floor_log2 below; the backend's FLASHOT_SUMS_FLOOR): the higher it is,
+/// screened sums pass may raise the lower end to floor_log2 (the backend's FLASHOT_SUMS_FLOOR): the higher it is,
 /// the more entries its screen may drop (each is compared with the floor, not with its own row's sum), and the more
-/// steps fall back.
+/// steps fall back. `screened` (device, may be null) says whether that floor applies: the finish kernel reads the
+/// sums site's ScreenState::last_screened (did the pass just run screened?), the prediction and the cold check its
+/// `use` (will the next one?); where it is null or 0 the floor is kSumsMinLog2.
 inline constexpr float kSumsMinLog2 = -70.f, kSumsMaxLog2 = 100.f;
 inline constexpr float kSumsMax = 0x1p100f;
 /// Finalizes up to two sides in one launch; side b may have count 0. Sets *nonfinite when a result is not finite.
@@ -83,11 +85,11 @@ inline constexpr float kSumsMax = 0x1p100f;
 /// FLASHOT_ONEPASS_REACH=R (an experiment's switch) predicts instead with the earlier rule |f' − c(g)| ≤ R·ε.
 void launch_finalize(Finalize mode, const FinalizeSide& a, const FinalizeSide& b, double epsilon, float s,
                      const int* flag, int* nonfinite, cudaStream_t stream, int* next_skip = nullptr,
-                     float floor_log2 = kSumsMinLog2);
+                     const int* screened = nullptr, float floor_log2 = kSumsMinLog2);
 /// *skip = 1 when, for some of the `count` soft c-transforms of zero potentials in `softmin` (device), the one-pass
 /// step's sum e^(−softmin/ε) would leave [2^floor_log2, 2^kSumsMaxLog2] (*skip is not cleared otherwise).
 void launch_cold_check(const float* softmin, int count, double epsilon, int* skip, cudaStream_t stream,
-                       float floor_log2 = kSumsMinLog2);
+                       const int* screened = nullptr, float floor_log2 = kSumsMinLog2);
 
 // ---- one-pass symmetric step (row and column sums of one tile of exponentials, DESIGN.md §2) ------------------
 ReductionPlan plan_symmetric(const PointSet& x, const PointSet& y, int d, int resident_blocks);
@@ -102,7 +104,8 @@ void launch_symmetric_sums(const PointSet& x, const PointSet& y, const float* f,
 /// so only *flag = 1 is set.
 void launch_symmetric_finish(const float* f, const float* g, float* rsum, float* csum, const float* b, int n, int m,
                              double epsilon, float lambda_f, float lambda_g, float* tmp_f, float* tmp_g, int* flag,
-                             const int* skip, cudaStream_t stream, float floor_log2 = kSumsMinLog2);
+                             const int* skip, cudaStream_t stream, const int* screened = nullptr,
+                             float floor_log2 = kSumsMinLog2);
 
 // ---- plan application --------------------------------------------------------------------------------------
 /// out (rows.count × k) += Σ_j exp2(score_ij − lse2_i) · V_j for the column range of each split; V is

@@ -420,6 +420,7 @@ __device__ __forceinline__ void close_site(ScreenState* st, bool ran, const Tile
   if (SCREEN && ran && threadIdx.x % 32 == 0 && counts.seen > 0) {
     atomicAdd(&st->kept, static_cast<unsigned long long>(counts.kept));
     atomicAdd(&st->seen, static_cast<unsigned long long>(counts.seen));
+    __threadfence();  // before the block's end count (a site kernel decides in the same launch)
   }
   if constexpr (!SCREEN) {
     __syncthreads();
@@ -428,6 +429,7 @@ __device__ __forceinline__ void close_site(ScreenState* st, bool ran, const Tile
       if (atomicAdd(&st->done, 1u) == gridDim.x * gridDim.y - 1) {
         __threadfence();
         const unsigned long long kept = atomicAdd(&st->kept, 0ull), seen = atomicAdd(&st->seen, 0ull);
+        st->last_screened = seen > 0 ? 1 : 0;
         if (st->pinned == 0) {
           if (seen > 0) {  // the screened kernel ran
             ++st->screened_runs;
@@ -958,15 +960,13 @@ static_assert(WgTileCore<8, true>::kSharedBytes + WgTileCore<8, true>::kStages *
 /// The log-sum-exp of split operands on warpgroups, 256 rows per block: lse_mma_kernel<KS, 3, false, SCREEN>'s
 /// contract (SCREEN: each warp screens its 16 × 64 tile; otherwise every entry is summed, three wgmma products).
 template <int KS, bool SCREEN>
-__global__ void __launch_bounds__(kWgThreads, 1) lse_wg_kernel(PointSet rows, PointSet cols, MmaOperands rop,
+__device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOperands rop,
                                                               MmaOperands cop, const float* __restrict__ h,
                                                               Scale sc, float alpha, int cols_per_split,
                                                               float2* __restrict__ partials, const int* guard,
-                                                              int* seeds, ScreenState* screen, float cut) {
-  if (guard != nullptr && *guard == 0) return;
+                                                              int* seeds, ScreenState* screen, float cut, bool runs) {
   using Core = WgTileCore<KS, SCREEN>;
   extern __shared__ __align__(128) std::uint8_t wg_smem[];
-  const bool runs = site_runs<SCREEN>(screen);
   TileCounts counts;
   if (runs) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
@@ -1027,22 +1027,48 @@ __global__ void __launch_bounds__(kWgThreads, 1) lse_wg_kernel(PointSet rows, Po
   close_site<SCREEN>(screen, runs, counts);
 }
 
+template <int KS, bool SCREEN>
+__global__ void __launch_bounds__(kWgThreads, 1) lse_wg_kernel(PointSet rows, PointSet cols, MmaOperands rop,
+                                                              MmaOperands cop, const float* __restrict__ h,
+                                                              Scale sc, float alpha, int cols_per_split,
+                                                              float2* __restrict__ partials, const int* guard,
+                                                              int* seeds, ScreenState* screen, float cut) {
+  if (guard != nullptr && *guard == 0) return;
+  lse_wg_body<KS, SCREEN>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, guard, seeds, screen, cut, site_runs<SCREEN>(screen));
+}
+
+/// A screened site in one launch (rather than a screened and a dense launch of which one returns at once): the
+/// screened or the dense body, as the site's state says; the decision for the next launch is taken at the end of
+/// either (close_site).
+template <int KS>
+__global__ void __launch_bounds__(kWgThreads, 1) lse_wg_site_kernel(PointSet rows, PointSet cols, MmaOperands rop,
+                                                              MmaOperands cop, const float* __restrict__ h,
+                                                              Scale sc, float alpha, int cols_per_split,
+                                                              float2* __restrict__ partials, const int* guard,
+                                                              int* seeds, ScreenState* screen, float cut) {
+  if (guard != nullptr && *guard == 0) return;
+  if (site_runs<true>(screen)) {
+    lse_wg_body<KS, true>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, guard, seeds, screen, cut, true);
+    close_site<false>(screen, false, TileCounts{});
+  } else {
+    lse_wg_body<KS, false>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, guard, seeds, screen, cut, true);
+  }
+}
+
 /// The one-pass sums of split operands on warpgroups, 256 rows per block: sums_mma_kernel<KS, 3, false, SCREEN>'s
 /// contract.
 template <int KS, bool SCREEN>
-__global__ void __launch_bounds__(kWgThreads, 1) sums_wg_kernel(PointSet x, PointSet y, MmaOperands xop,
+__device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands xop,
                                                                MmaOperands yop, const float* __restrict__ f,
                                                                const float* __restrict__ g, Scale sc, float alpha,
                                                                int cols_per_split, float* __restrict__ rsum,
                                                                float* __restrict__ csum, const int* skip,
-                                                               ScreenState* screen, float cut) {
-  if (skip != nullptr && *skip != 0) return;
+                                                               ScreenState* screen, float cut, bool runs) {
   using Core = WgTileCore<KS, SCREEN>;
   extern __shared__ __align__(128) std::uint8_t wg_smem[];
   // (stage, BN): the column sums of the stage's tile, added by every warp (shared atomics), taken by drain.
   __shared__ float colacc[Core::kStages][kMmaTile];
   for (int e = threadIdx.x; e < Core::kStages * kMmaTile; e += kWgThreads) colacc[e / kMmaTile][e % kMmaTile] = 0.f;
-  const bool runs = site_runs<SCREEN>(screen);
   TileCounts counts;
   if (runs) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gr = lane / 4, t = lane % 4;
@@ -1094,6 +1120,34 @@ __global__ void __launch_bounds__(kWgThreads, 1) sums_wg_kernel(PointSet x, Poin
     }
   }
   close_site<SCREEN>(screen, runs, counts);
+}
+
+template <int KS, bool SCREEN>
+__global__ void __launch_bounds__(kWgThreads, 1) sums_wg_kernel(PointSet x, PointSet y, MmaOperands xop,
+                                                               MmaOperands yop, const float* __restrict__ f,
+                                                               const float* __restrict__ g, Scale sc, float alpha,
+                                                               int cols_per_split, float* __restrict__ rsum,
+                                                               float* __restrict__ csum, const int* skip,
+                                                               ScreenState* screen, float cut) {
+  if (skip != nullptr && *skip != 0) return;
+  sums_wg_body<KS, SCREEN>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, skip, screen, cut, site_runs<SCREEN>(screen));
+}
+
+/// The sums of a screened site in one launch (lse_wg_site_kernel).
+template <int KS>
+__global__ void __launch_bounds__(kWgThreads, 1) sums_wg_site_kernel(PointSet x, PointSet y, MmaOperands xop,
+                                                               MmaOperands yop, const float* __restrict__ f,
+                                                               const float* __restrict__ g, Scale sc, float alpha,
+                                                               int cols_per_split, float* __restrict__ rsum,
+                                                               float* __restrict__ csum, const int* skip,
+                                                               ScreenState* screen, float cut) {
+  if (skip != nullptr && *skip != 0) return;
+  if (site_runs<true>(screen)) {
+    sums_wg_body<KS, true>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, skip, screen, cut, true);
+    close_site<false>(screen, false, TileCounts{});
+  } else {
+    sums_wg_body<KS, false>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, skip, screen, cut, true);
+  }
 }
 
 /// Unit u of column_tiles(count) × 2 arrays × 64 points × chunks 16-byte units: (tile, array, point, chunk) →
@@ -1191,16 +1245,19 @@ float screen_margin(const MmaOperands& a, const MmaOperands& b, float alpha) {
 
 /// A screened site launches its screened kernel, then its dense one (ScreenState); otherwise the dense one alone.
 /// Where the operands allow it (MmaOperands::warpgroup), the warpgroup kernels replace both (256 rows per block,
-/// their own shared memory; `grid` then comes from their plan, plan_lse_mma).
-template <auto Screened, auto Dense, auto WgScreened, auto WgDense, typename... Args>
+/// their own shared memory; `grid` then comes from their plan, plan_lse_mma), a screened site as one launch of its
+/// site kernel (which runs either body).
+template <auto Screened, auto Dense, auto WgSite, auto WgDense, typename... Args>
 void launch_site(dim3 grid, int bytes, bool warpgroup, int wg_screened_bytes, int wg_dense_bytes,
                  cudaStream_t stream, ScreenState* screen, float cut, Args... args) {
   if constexpr (Screened == nullptr) screen = nullptr;
   if constexpr (WgDense != nullptr) {
     if (warpgroup) {  // the plan is the warpgroup kernels' (plan_lse_mma)
       if (screen != nullptr) {
-        allow_shared_bytes<WgScreened>(wg_screened_bytes);
-        WgScreened<<<grid, kWgThreads, wg_screened_bytes, stream>>>(args..., screen, cut);
+        const int bytes = std::max(wg_screened_bytes, wg_dense_bytes);
+        allow_shared_bytes<WgSite>(bytes);
+        WgSite<<<grid, kWgThreads, bytes, stream>>>(args..., screen, cut);
+        return;
       }
       allow_shared_bytes<WgDense>(wg_dense_bytes);
       WgDense<<<grid, kWgThreads, wg_dense_bytes, stream>>>(args..., screen, cut);
@@ -1232,7 +1289,7 @@ void launch_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperand
       constexpr bool kBf16 = decltype(bf16)::value;
       constexpr bool kSplit = kTerms == 3;
       launch_site<kSplit ? lse_mma_kernel<kKs, 3, false, true> : nullptr, lse_mma_kernel<kKs, kTerms, kBf16, false>,
-                  kSplit ? lse_wg_kernel<kKs, true> : nullptr, kSplit ? lse_wg_kernel<kKs, false> : nullptr>(
+                  kSplit ? lse_wg_site_kernel<kKs> : nullptr, kSplit ? lse_wg_kernel<kKs, false> : nullptr>(
           grid, mma_shared_bytes(kKs, kTerms), rop.warpgroup, WgTileCore<kKs, true>::kSharedBytes,
           WgTileCore<kKs, false>::kSharedBytes, stream, screen, cut, rows, cols, rop, cop, h, scale, alpha,
           plan.cols_per_split, partials, guard, seeds);
@@ -1262,7 +1319,7 @@ void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOp
       constexpr bool kBf16 = decltype(bf16)::value;
       constexpr bool kSplit = kTerms == 3;
       launch_site<kSplit ? sums_mma_kernel<kKs, 3, false, true> : nullptr,
-                  sums_mma_kernel<kKs, kTerms, kBf16, false>, kSplit ? sums_wg_kernel<kKs, true> : nullptr,
+                  sums_mma_kernel<kKs, kTerms, kBf16, false>, kSplit ? sums_wg_site_kernel<kKs> : nullptr,
                   kSplit ? sums_wg_kernel<kKs, false> : nullptr>(
           grid, mma_shared_bytes(kKs, kTerms), xop.warpgroup, WgTileCore<kKs, true>::kSharedBytes,
           WgTileCore<kKs, false>::kSharedBytes, stream, screen, cut, x, y, xop, yop, f, g, scale, alpha,

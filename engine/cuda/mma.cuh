@@ -66,6 +66,7 @@ struct ScreenState {
   int backoff = 8;                        // dense launches after the next screened one that does not pay (doubles)
   int seeded = 1;                         // 1: an LSE site (its first launch's seeds are column 0); 0: the sums
   int siblings = 0;                       // states after this one that start dense if this one's screen never pays
+  int last_screened = 0;                  // 1: the launch that just ended ran the screened kernel
   // Totals over the site's life, for FLASHOT_SCREEN_REPORT=1 (printed when the backend is destroyed).
   unsigned long long kept_total = 0, seen_total = 0;
 };

@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kTileThreads) lse_tiled_kernel(PointSet rows, 
 template <int G>
 __global__ void finalize_kernel(Finalize mode, FinalizeSide a, FinalizeSide b, float epsilon_ln2, float s,
                                 const int* flag, int* nonfinite, int* next_skip, float reach,
-                                float floor_log2) {
+                                const int* screened, float floor_log2) {
   const int rows_per_block = int(blockDim.x) / G;
   const int blocks_a = (a.count + rows_per_block - 1) / rows_per_block;
   const bool on_a = int(blockIdx.x) < blocks_a;
@@ -205,7 +205,8 @@ __global__ void finalize_kernel(Finalize mode, FinalizeSide a, FinalizeSide b, f
     if (next_skip != nullptr && lane == 0) {
       const float next_log2 = (result - softmin) / epsilon_ln2;
       const bool in_range = reach > 0 ? fabsf(result - softmin) * kLn2 <= reach * epsilon_ln2
-                                      : next_log2 >= floor_log2 && next_log2 <= kSumsMaxLog2;
+                                      : next_log2 >= (screened != nullptr && *screened != 0 ? floor_log2 : kSumsMinLog2) &&
+                                            next_log2 <= kSumsMaxLog2;
       if (!in_range) *next_skip = 1;
     }
   }
@@ -259,7 +260,8 @@ float one_pass_reach() {
 }
 
 void launch_finalize(Finalize mode, const FinalizeSide& a, const FinalizeSide& b, double epsilon, float s,
-                     const int* flag, int* nonfinite, cudaStream_t stream, int* next_skip, float floor_log2) {
+                     const int* flag, int* nonfinite, cudaStream_t stream, int* next_skip, const int* screened,
+                     float floor_log2) {
   constexpr int kThreads = 256;
   const float epsilon_ln2 = static_cast<float>(epsilon * 0.6931471805599453);
   int* skip = mode == Finalize::kCommit ? next_skip : nullptr;
@@ -268,12 +270,12 @@ void launch_finalize(Finalize mode, const FinalizeSide& a, const FinalizeSide& b
     const int blocks = div_up(a.count, kRows) + div_up(b.count, kRows);
     if (blocks == 0) return;
     finalize_kernel<32><<<blocks, kThreads, 0, stream>>>(mode, a, b, epsilon_ln2, s, flag, nonfinite, skip,
-                                                         one_pass_reach(), floor_log2);
+                                                         one_pass_reach(), screened, floor_log2);
   } else {
     const int blocks = div_up(a.count, kThreads) + div_up(b.count, kThreads);
     if (blocks == 0) return;
     finalize_kernel<1><<<blocks, kThreads, 0, stream>>>(mode, a, b, epsilon_ln2, s, flag, nonfinite, skip,
-                                                        one_pass_reach(), floor_log2);
+                                                        one_pass_reach(), screened, floor_log2);
   }
   FLASHOT_CUDA_CHECK_LAUNCH();
 }

@@ -189,7 +189,8 @@ __global__ void __launch_bounds__(kTileThreads) sums_tiled_kernel(PointSet x, Po
 __global__ void finish_kernel(const float* __restrict__ f, const float* __restrict__ g, float* __restrict__ rsum,
                               float* __restrict__ csum, const float* __restrict__ b, int n, int m, float epsilon,
                               float lambda_f, float lambda_g, float* __restrict__ tmp_f, float* __restrict__ tmp_g,
-                              int* flag, const int* skip, float sums_min) {
+                              int* flag, const int* skip, float sums_min, const int* screened,
+                              float screened_min) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (skip != nullptr && *skip != 0) {  // the sums were not computed (and rsum/csum are still zero): redo
     if (idx == 0) *flag = 1;
@@ -209,16 +210,18 @@ __global__ void finish_kernel(const float* __restrict__ f, const float* __restri
   } else {
     return;
   }
-  if (!(sum >= sums_min && sum <= kSumsMax)) *flag = 1;  // kernels.cuh: why this range
+  const float low = screened != nullptr && *screened != 0 ? screened_min : sums_min;
+  if (!(sum >= low && sum <= kSumsMax)) *flag = 1;  // kernels.cuh: why this range
   *out = lambda * (pot - epsilon * logf(sum));
 }
 
 __global__ void cold_check_kernel(const float* __restrict__ softmin, int count, float epsilon_ln2, int* skip,
-                                  float floor_log2) {
+                                  const int* screened, float floor_log2) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const float log2_sum = -softmin[i] / epsilon_ln2;
-  if (!(log2_sum >= floor_log2 && log2_sum <= kSumsMaxLog2)) *skip = 1;
+  const float low = screened != nullptr && *screened != 0 ? floor_log2 : kSumsMinLog2;
+  if (!(log2_sum >= low && log2_sum <= kSumsMaxLog2)) *skip = 1;
 }
 
 }  // namespace
@@ -248,21 +251,21 @@ void launch_symmetric_sums(const PointSet& x, const PointSet& y, const float* f,
 }
 
 void launch_cold_check(const float* softmin, int count, double epsilon, int* skip, cudaStream_t stream,
-                       float floor_log2) {
+                       const int* screened, float floor_log2) {
   if (count <= 0) return;
   constexpr int kThreads = 256;
   cold_check_kernel<<<div_up(count, kThreads), kThreads, 0, stream>>>(
-      softmin, count, static_cast<float>(epsilon * 0.6931471805599453), skip, floor_log2);
+      softmin, count, static_cast<float>(epsilon * 0.6931471805599453), skip, screened, floor_log2);
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 
 void launch_symmetric_finish(const float* f, const float* g, float* rsum, float* csum, const float* b, int n, int m,
                              double epsilon, float lambda_f, float lambda_g, float* tmp_f, float* tmp_g, int* flag,
-                             const int* skip, cudaStream_t stream, float floor_log2) {
+                             const int* skip, cudaStream_t stream, const int* screened, float floor_log2) {
   constexpr int kThreads = 256;
   finish_kernel<<<div_up(std::int64_t(n) + m, kThreads), kThreads, 0, stream>>>(
       f, g, rsum, csum, b, n, m, static_cast<float>(epsilon), lambda_f, lambda_g, tmp_f, tmp_g, flag, skip,
-      std::exp2(floor_log2));
+      std::exp2(kSumsMinLog2), screened, std::exp2(floor_log2));
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 
