@@ -145,7 +145,7 @@ class CudaBackend final : public Backend {
   /// without screening (the sums' floor then stays kSumsMinLog2).
   const int* sums_screened(bool next) const {
     cuda::ScreenState* st = screen_site(2);
-    return st == nullptr ? nullptr : next ? &st->use : &st->last_screened;
+    return st == nullptr ? nullptr : next ? &st->next_low : &st->last_low;
   }
 
   DeviceBuffer<float> x_, y_, xn_, yn_, loga_, logb_, a_, b_, f_, g_;
@@ -286,20 +286,6 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
         }
         pays = static_cast<int>(v);
       }
-      for (auto& site : fresh) {
-        site.pinned = options.screening == Screening::kOn ? 1 : 0;
-        site.pays_percent = pays;
-      }
-      fresh[0].siblings = 2;  // the rows' LSE is the first site a cold solve screens (ScreenState)
-      fresh[2].seeded = 0;    // the sums have no seeds
-      screen_.upload(std::span<const cuda::ScreenState>(fresh), stream_);
-      seeds_x_.reserve(n_);
-      seeds_y_.reserve(m_);
-      FLASHOT_CUDA_CHECK(cudaMemsetAsync(seeds_x_.get(), 0, sizeof(int) * n_, stream_));
-      FLASHOT_CUDA_CHECK(cudaMemsetAsync(seeds_y_.get(), 0, sizeof(int) * m_, stream_));
-      float smallest_b = 1;
-      for (float w : data.b) smallest_b = std::min(smallest_b, w);
-      sums_reach_ = std::ceil(std::log2(std::max(double(m_), smallest_b > 0 ? 1.0 / smallest_b : 1.0)));
       // FLASHOT_SUMS_FLOOR=F: the screened sums are trusted down to 2^-F (10 ≤ F ≤ 70; kSumsFloor by default): a
       // smaller F lets the screen drop more tiles, and makes a step whose sums fall below 2^-F redo itself with the
       // two-pass reductions (the dense sums are always trusted down to 2^kSumsMinLog2).
@@ -312,6 +298,24 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
         }
         sums_floor_ = static_cast<float>(-v);
       }
+      for (auto& site : fresh) {
+        site.pinned = options.screening == Screening::kOn ? 1 : 0;
+        site.pays_percent = pays;
+      }
+      fresh[0].siblings = 2;  // the rows' LSE is the first site a cold solve screens (ScreenState)
+      fresh[2].seeded = 0;    // the sums have no seeds
+      // The sums' low floor serves only a screen that pays (or is pinned on); a probe uses the kSumsMinLog2 cut.
+      fresh[2].floor_gap = sums_floor_ - cuda::kSumsMinLog2;
+      fresh[2].paid = fresh[2].pinned;
+      fresh[2].next_low = fresh[2].pinned;
+      screen_.upload(std::span<const cuda::ScreenState>(fresh), stream_);
+      seeds_x_.reserve(n_);
+      seeds_y_.reserve(m_);
+      FLASHOT_CUDA_CHECK(cudaMemsetAsync(seeds_x_.get(), 0, sizeof(int) * n_, stream_));
+      FLASHOT_CUDA_CHECK(cudaMemsetAsync(seeds_y_.get(), 0, sizeof(int) * m_, stream_));
+      float smallest_b = 1;
+      for (float w : data.b) smallest_b = std::min(smallest_b, w);
+      sums_reach_ = std::ceil(std::log2(std::max(double(m_), smallest_b > 0 ? 1.0 / smallest_b : 1.0)));
     }
     const int sms = prop.multiProcessorCount;
     plan_rows_ = plan_lse_mma(x_side(), y_side(), xop_, resident_blocks_, sms);

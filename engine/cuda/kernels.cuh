@@ -72,8 +72,8 @@ struct FinalizeSide {
 /// screened sums pass may raise the lower end to floor_log2 (the backend's FLASHOT_SUMS_FLOOR): the higher it is,
 /// the more entries its screen may drop (each is compared with the floor, not with its own row's sum), and the more
 /// steps fall back. `screened` (device, may be null) says whether that floor applies: the finish kernel reads the
-/// sums site's ScreenState::last_screened (did the pass just run screened?), the prediction and the cold check its
-/// `use` (will the next one?); where it is null or 0 the floor is kSumsMinLog2.
+/// sums site's ScreenState::last_low (did the pass just run screened with it?), the prediction and the cold check
+/// its next_low (will the next one?); where it is null or 0 the floor is kSumsMinLog2.
 inline constexpr float kSumsMinLog2 = -70.f, kSumsMaxLog2 = 100.f;
 inline constexpr float kSumsMax = 0x1p100f;
 /// Finalizes up to two sides in one launch; side b may have count 0. Sets *nonfinite when a result is not finite.

@@ -429,7 +429,7 @@ __device__ __forceinline__ void close_site(ScreenState* st, bool ran, const Tile
       if (atomicAdd(&st->done, 1u) == gridDim.x * gridDim.y - 1) {
         __threadfence();
         const unsigned long long kept = atomicAdd(&st->kept, 0ull), seen = atomicAdd(&st->seen, 0ull);
-        st->last_screened = seen > 0 ? 1 : 0;
+        st->last_low = seen > 0 && st->paid != 0 ? 1 : 0;  // the cut this launch's blocks read (paid changes here)
         if (st->pinned == 0) {
           if (seen > 0) {  // the screened kernel ran
             ++st->screened_runs;
@@ -438,6 +438,7 @@ __device__ __forceinline__ void close_site(ScreenState* st, bool ran, const Tile
             const bool pays = 100 * kept <= static_cast<unsigned long long>(st->pays_percent) * seen ||
                               (st->seeded != 0 && st->screened_runs == 1 && 4 * kept <= 3 * seen);
             st->use = pays ? 1 : 0;
+            st->paid = pays ? 1 : 0;
             if (pays) {
               st->dense_left = 0;
               st->backoff = kProbeAfter;
@@ -448,6 +449,7 @@ __device__ __forceinline__ void close_site(ScreenState* st, bool ran, const Tile
                 if (st[k].pinned == 0 && st[k].screened_runs == 0) {
                   st[k].use = 0;
                   st[k].dense_left = kProbeAfter;
+                  st[k].next_low = 0;
                 }
               }
             }
@@ -455,6 +457,7 @@ __device__ __forceinline__ void close_site(ScreenState* st, bool ran, const Tile
             st->use = 1;
           }
         }
+        st->next_low = st->use != 0 && st->paid != 0 ? 1 : 0;
         st->kept_total += kept;
         st->seen_total += seen;
         st->kept = 0;
@@ -675,6 +678,7 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
                                                                ScreenState* screen, float cut) {
   static_assert(!SCREEN || TERMS == 3, "only split operands are screened");
   if (skip != nullptr && *skip != 0) return;
+  if (SCREEN && screen != nullptr && screen->paid == 0) cut += screen->floor_gap;  // ScreenState::paid
   using Core = MmaTileCore<KS, TERMS, BF16, !SCREEN>;
   extern __shared__ __align__(16) std::uint16_t smem[];                 // (2 stages, arrays, BN, DP + 8)
   __shared__ __align__(8) float vtile[2][kMmaThreads];                  // (2 tiles, BN used of 128) biases v_j
@@ -1143,6 +1147,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) sums_wg_site_kernel(PointSet x,
                                                                ScreenState* screen, float cut) {
   if (skip != nullptr && *skip != 0) return;
   if (site_runs<true>(screen)) {
+    if (screen->paid == 0) cut += screen->floor_gap;  // ScreenState::paid
     sums_wg_body<KS, true>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, skip, screen, cut, true);
     close_site<false>(screen, false, TileCounts{});
   } else {

@@ -66,7 +66,13 @@ struct ScreenState {
   int backoff = 8;                        // dense launches after the next screened one that does not pay (doubles)
   int seeded = 1;                         // 1: an LSE site (its first launch's seeds are column 0); 0: the sums
   int siblings = 0;                       // states after this one that start dense if this one's screen never pays
-  int last_screened = 0;                  // 1: the launch that just ended ran the screened kernel
+  // The sums site's floor (launch_symmetric_sums_mma): its screened kernel drops entries down to the low floor's
+  // cut only while its screen pays (a re-probe after dense launches uses the kSumsMinLog2 cut, floor_gap log2
+  // units higher), so a probe that does not pay costs no fallen-back step.
+  int paid = 0;           // the last screened launch paid (1 from the start where the screen is pinned on)
+  float floor_gap = 0;    // cut difference between the high and the low floor (0: one floor)
+  int last_low = 0;       // 1: the launch that just ended ran screened with the low floor (the finish check's floor)
+  int next_low = 0;       // 1: the next launch will (the prediction's and the cold check's floor)
   // Totals over the site's life, for FLASHOT_SCREEN_REPORT=1 (printed when the backend is destroyed).
   unsigned long long kept_total = 0, seen_total = 0;
 };
