@@ -964,11 +964,10 @@ static_assert(WgTileCore<8, true>::kSharedBytes + WgTileCore<8, true>::kStages *
 /// The log-sum-exp of split operands on warpgroups, 256 rows per block: lse_mma_kernel<KS, 3, false, SCREEN>'s
 /// contract (SCREEN: each warp screens its 16 × 64 tile; otherwise every entry is summed, three wgmma products).
 template <int KS, bool SCREEN>
-__device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOperands rop,
-                                                              MmaOperands cop, const float* __restrict__ h,
-                                                              Scale sc, float alpha, int cols_per_split,
-                                                              float2* __restrict__ partials, const int* guard,
-                                                              int* seeds, ScreenState* screen, float cut, bool runs) {
+__device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop,
+                                            const float* __restrict__ h, Scale sc, float alpha, int cols_per_split,
+                                            float2* __restrict__ partials, const int* guard, int* seeds,
+                                            ScreenState* screen, float cut, bool runs) {
   using Core = WgTileCore<KS, SCREEN>;
   extern __shared__ __align__(128) std::uint8_t wg_smem[];
   TileCounts counts;
@@ -1032,42 +1031,42 @@ __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOpe
 }
 
 template <int KS, bool SCREEN>
-__global__ void __launch_bounds__(kWgThreads, 1) lse_wg_kernel(PointSet rows, PointSet cols, MmaOperands rop,
-                                                              MmaOperands cop, const float* __restrict__ h,
-                                                              Scale sc, float alpha, int cols_per_split,
-                                                              float2* __restrict__ partials, const int* guard,
-                                                              int* seeds, ScreenState* screen, float cut) {
+__global__ void __launch_bounds__(kWgThreads, 1)
+    lse_wg_kernel(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop, const float* __restrict__ h, Scale sc,
+                  float alpha, int cols_per_split, float2* __restrict__ partials, const int* guard, int* seeds,
+                  ScreenState* screen, float cut) {
   if (guard != nullptr && *guard == 0) return;
-  lse_wg_body<KS, SCREEN>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, guard, seeds, screen, cut, site_runs<SCREEN>(screen));
+  lse_wg_body<KS, SCREEN>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, guard, seeds, screen, cut,
+                          site_runs<SCREEN>(screen));
 }
 
 /// A screened site in one launch (rather than a screened and a dense launch of which one returns at once): the
 /// screened or the dense body, as the site's state says; the decision for the next launch is taken at the end of
 /// either (close_site).
 template <int KS>
-__global__ void __launch_bounds__(kWgThreads, 1) lse_wg_site_kernel(PointSet rows, PointSet cols, MmaOperands rop,
-                                                              MmaOperands cop, const float* __restrict__ h,
-                                                              Scale sc, float alpha, int cols_per_split,
-                                                              float2* __restrict__ partials, const int* guard,
-                                                              int* seeds, ScreenState* screen, float cut) {
+__global__ void __launch_bounds__(kWgThreads, 1)
+    lse_wg_site_kernel(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop, const float* __restrict__ h,
+                       Scale sc, float alpha, int cols_per_split, float2* __restrict__ partials, const int* guard,
+                       int* seeds, ScreenState* screen, float cut) {
   if (guard != nullptr && *guard == 0) return;
   if (site_runs<true>(screen)) {
-    lse_wg_body<KS, true>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, guard, seeds, screen, cut, true);
+    lse_wg_body<KS, true>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, guard, seeds, screen, cut,
+                          true);
     close_site<false>(screen, false, TileCounts{});
   } else {
-    lse_wg_body<KS, false>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, guard, seeds, screen, cut, true);
+    lse_wg_body<KS, false>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, guard, seeds, screen, cut,
+                           true);
   }
 }
 
 /// The one-pass sums of split operands on warpgroups, 256 rows per block: sums_mma_kernel<KS, 3, false, SCREEN>'s
 /// contract.
 template <int KS, bool SCREEN>
-__device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands xop,
-                                                               MmaOperands yop, const float* __restrict__ f,
-                                                               const float* __restrict__ g, Scale sc, float alpha,
-                                                               int cols_per_split, float* __restrict__ rsum,
-                                                               float* __restrict__ csum, const int* skip,
-                                                               ScreenState* screen, float cut, bool runs) {
+__device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop,
+                                             const float* __restrict__ f, const float* __restrict__ g, Scale sc,
+                                             float alpha, int cols_per_split, float* __restrict__ rsum,
+                                             float* __restrict__ csum, const int* skip, ScreenState* screen, float cut,
+                                             bool runs) {
   using Core = WgTileCore<KS, SCREEN>;
   extern __shared__ __align__(128) std::uint8_t wg_smem[];
   // (stage, BN): the column sums of the stage's tile, added by every warp (shared atomics), taken by drain.
@@ -1127,24 +1126,22 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
 }
 
 template <int KS, bool SCREEN>
-__global__ void __launch_bounds__(kWgThreads, 1) sums_wg_kernel(PointSet x, PointSet y, MmaOperands xop,
-                                                               MmaOperands yop, const float* __restrict__ f,
-                                                               const float* __restrict__ g, Scale sc, float alpha,
-                                                               int cols_per_split, float* __restrict__ rsum,
-                                                               float* __restrict__ csum, const int* skip,
-                                                               ScreenState* screen, float cut) {
+__global__ void __launch_bounds__(kWgThreads, 1)
+    sums_wg_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
+                   const float* __restrict__ g, Scale sc, float alpha, int cols_per_split, float* __restrict__ rsum,
+                   float* __restrict__ csum, const int* skip, ScreenState* screen, float cut) {
   if (skip != nullptr && *skip != 0) return;
-  sums_wg_body<KS, SCREEN>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, skip, screen, cut, site_runs<SCREEN>(screen));
+  sums_wg_body<KS, SCREEN>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, skip, screen, cut,
+                           site_runs<SCREEN>(screen));
 }
 
 /// The sums of a screened site in one launch (lse_wg_site_kernel).
 template <int KS>
-__global__ void __launch_bounds__(kWgThreads, 1) sums_wg_site_kernel(PointSet x, PointSet y, MmaOperands xop,
-                                                               MmaOperands yop, const float* __restrict__ f,
-                                                               const float* __restrict__ g, Scale sc, float alpha,
-                                                               int cols_per_split, float* __restrict__ rsum,
-                                                               float* __restrict__ csum, const int* skip,
-                                                               ScreenState* screen, float cut) {
+__global__ void __launch_bounds__(kWgThreads, 1)
+    sums_wg_site_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
+                        const float* __restrict__ g, Scale sc, float alpha, int cols_per_split,
+                        float* __restrict__ rsum, float* __restrict__ csum, const int* skip, ScreenState* screen,
+                        float cut) {
   if (skip != nullptr && *skip != 0) return;
   if (site_runs<true>(screen)) {
     if (screen->paid == 0) cut += screen->floor_gap;  // ScreenState::paid
