@@ -756,14 +756,15 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
 // to the kept tiles. Each warp decides for its own 16 × 64 tile (a finer grain than the 32 × 64 above), adds the
 // cross products of a kept tile with mma.sync (ldmatrix from the same core matrices) and sums it. The dense
 // variants (SCREEN = false) take all three products from wgmma. The per-entry arithmetic, the screen's bound
-// (screen_margin, cut) and the site protocol (site_runs, close_site) are those of the kernels above.
+// (screen_margin, cut) and the site protocol (site_runs, close_site) are those of the kernels above; a screened site
+// is one launch of its site kernel (lse_wg_site_kernel, sums_wg_site_kernel), which runs either body.
 
 constexpr int kWgThreads = 512;           // four warpgroups
 constexpr int kWgBlockRows = 256;         // 16 rows per warp
 constexpr int kWgWarps = kWgThreads / 32;
 
 /// The rows' A fragments of one warp (16 rows), the column tiles' staging (hi, lo as interleaved core matrices;
-/// biases) in three cp.async stages, and the products: SCREEN, the wgmma hi·hi product and, for kept tiles, the
+/// biases) in four stages filled by bulk copies (run), and the products: SCREEN, the wgmma hi·hi product and, for kept tiles, the
 /// mma.sync cross products (rows' lo from shared memory); otherwise (the dense kernels) all three products by
 /// wgmma, the rows' lo halves in registers.
 template <int KS, bool SCREEN>
@@ -956,7 +957,7 @@ struct WgTileCore {
   }
 };
 
-// The largest instantiation (d = 128, screened: three stages of hi, lo and biases, the rows' lo halves) plus the sums
+// The largest instantiation (d = 128, screened: four stages of hi, lo and biases, the rows' lo halves) plus the sums
 // kernel's static column buffers must fit the 227 KB a Hopper block may have.
 static_assert(WgTileCore<8, true>::kSharedBytes + WgTileCore<8, true>::kStages * kMmaTile * sizeof(float) <= 227 * 1024,
               "warpgroup kernels' shared memory exceeds a Hopper block's");
