@@ -1031,14 +1031,15 @@ __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOpe
   close_site<SCREEN>(screen, runs, counts);
 }
 
-template <int KS, bool SCREEN>
+/// The dense kernel of a site that is not screened (a screened site launches lse_wg_site_kernel).
+template <int KS>
 __global__ void __launch_bounds__(kWgThreads, 1)
     lse_wg_kernel(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop, const float* __restrict__ h, Scale sc,
                   float alpha, int cols_per_split, float2* __restrict__ partials, const int* guard, int* seeds,
                   ScreenState* screen, float cut) {
   if (guard != nullptr && *guard == 0) return;
-  lse_wg_body<KS, SCREEN>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, guard, seeds, screen, cut,
-                          site_runs<SCREEN>(screen));
+  lse_wg_body<KS, false>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, guard, seeds, screen, cut,
+                         true);
 }
 
 /// A screened site in one launch (rather than a screened and a dense launch of which one returns at once): the
@@ -1126,14 +1127,14 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
   close_site<SCREEN>(screen, runs, counts);
 }
 
-template <int KS, bool SCREEN>
+/// The dense kernel of a sums site that is not screened (a screened one launches sums_wg_site_kernel).
+template <int KS>
 __global__ void __launch_bounds__(kWgThreads, 1)
     sums_wg_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
                    const float* __restrict__ g, Scale sc, float alpha, int cols_per_split, float* __restrict__ rsum,
                    float* __restrict__ csum, const int* skip, ScreenState* screen, float cut) {
   if (skip != nullptr && *skip != 0) return;
-  sums_wg_body<KS, SCREEN>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, skip, screen, cut,
-                           site_runs<SCREEN>(screen));
+  sums_wg_body<KS, false>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, skip, screen, cut, true);
 }
 
 /// The sums of a screened site in one launch (lse_wg_site_kernel).
@@ -1292,7 +1293,7 @@ void launch_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperand
       constexpr bool kBf16 = decltype(bf16)::value;
       constexpr bool kSplit = kTerms == 3;
       launch_site<kSplit ? lse_mma_kernel<kKs, 3, false, true> : nullptr, lse_mma_kernel<kKs, kTerms, kBf16, false>,
-                  kSplit ? lse_wg_site_kernel<kKs> : nullptr, kSplit ? lse_wg_kernel<kKs, false> : nullptr>(
+                  kSplit ? lse_wg_site_kernel<kKs> : nullptr, kSplit ? lse_wg_kernel<kKs> : nullptr>(
           grid, mma_shared_bytes(kKs, kTerms), rop.warpgroup, WgTileCore<kKs, true>::kSharedBytes,
           WgTileCore<kKs, false>::kSharedBytes, stream, screen, cut, rows, cols, rop, cop, h, scale, alpha,
           plan.cols_per_split, partials, guard, seeds);
@@ -1323,7 +1324,7 @@ void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOp
       constexpr bool kSplit = kTerms == 3;
       launch_site<kSplit ? sums_mma_kernel<kKs, 3, false, true> : nullptr,
                   sums_mma_kernel<kKs, kTerms, kBf16, false>, kSplit ? sums_wg_site_kernel<kKs> : nullptr,
-                  kSplit ? sums_wg_kernel<kKs, false> : nullptr>(
+                  kSplit ? sums_wg_kernel<kKs> : nullptr>(
           grid, mma_shared_bytes(kKs, kTerms), xop.warpgroup, WgTileCore<kKs, true>::kSharedBytes,
           WgTileCore<kKs, false>::kSharedBytes, stream, screen, cut, x, y, xop, yop, f, g, scale, alpha,
           plan.cols_per_split, rsum, csum, skip);

@@ -223,30 +223,9 @@ __global__ void __launch_bounds__(128 * WGS) sweep_kernel(const __half* x, const
 // barrier, so warps drift apart by up to two tiles. Column tiles are stored tile-major in global memory (hi then lo
 // core matrices, 16 KB per tile at d = 64), the layout a bulk copy needs.
 
-__device__ __forceinline__ void mbar_init(std::uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(std::uint32_t bar, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
+// The barrier and bulk-copy helpers are the engine's (wgmma.cuh); only the plain arrival is the probe's own.
 __device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(std::uint32_t bar, int parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_copy(std::uint32_t dst, const void* src, int bytes, std::uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
 }
 
 template <int KS, bool TMA>
@@ -276,16 +255,16 @@ __global__ void __launch_bounds__(512, 1) kept_kernel(const __half* x, const std
   if constexpr (TMA) {
     if (threadIdx.x == 0) {
       for (int s = 0; s < kStages; ++s) {
-        mbar_init(full(s), 1);
-        mbar_init(empty(s), 16);
+        wgmma::barrier_init(full(s), 1);
+        wgmma::barrier_init(empty(s), 16);
       }
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
     if (threadIdx.x == 0) {
       for (int s = 0; s < kStages && s < tiles; ++s) {
-        mbar_expect_tx(full(s), kTileBytes);
-        bulk_copy(smem_base + s * kTileBytes, y_tiles + std::size_t(s) * kTileBytes, kTileBytes, full(s));
+        wgmma::arrive_expect_bytes(full(s), kTileBytes);
+        wgmma::bulk_copy(smem_base + s * kTileBytes, y_tiles + std::size_t(s) * kTileBytes, kTileBytes, full(s));
       }
     }
   } else {
@@ -297,7 +276,7 @@ __global__ void __launch_bounds__(512, 1) kept_kernel(const __half* x, const std
   for (int it = 0; it < tiles; ++it) {
     const int s = it % kStages;
     if constexpr (TMA) {
-      mbar_wait(full(s), (it / kStages) & 1);
+      wgmma::barrier_wait(full(s), (it / kStages) & 1);
     } else {
       asm volatile("cp.async.wait_group 1;\n" ::: "memory");
       wgmma::fence_shared_for_async();
@@ -338,9 +317,9 @@ __global__ void __launch_bounds__(512, 1) kept_kernel(const __half* x, const std
       __syncwarp();
       if (lane == 0) mbar_arrive(empty(s));
       if (threadIdx.x == 0 && it + kStages < tiles) {
-        mbar_wait(empty(s), (it / kStages) & 1);
-        mbar_expect_tx(full(s), kTileBytes);
-        bulk_copy(base, y_tiles + std::size_t(it + kStages) * kTileBytes, kTileBytes, full(s));
+        wgmma::barrier_wait(empty(s), (it / kStages) & 1);
+        wgmma::arrive_expect_bytes(full(s), kTileBytes);
+        wgmma::bulk_copy(base, y_tiles + std::size_t(it + kStages) * kTileBytes, kTileBytes, full(s));
       }
     }
   }
