@@ -873,6 +873,7 @@ struct WgTileCore {
     const std::uint32_t smem_address = wgmma::shared_address(smem);
     const auto barrier_of = [&](int s) { return smem_address + kBarriersAt + 8 * s; };
     int* done = reinterpret_cast<int*>(smem + kCountersAt);
+    const std::uint32_t done_address = smem_address + kCountersAt;
     if (threadIdx.x == 0) {
       for (int s = 0; s < kStages; ++s) {
         wgmma::barrier_init(barrier_of(s), 1);
@@ -890,24 +891,20 @@ struct WgTileCore {
     };
     if (threadIdx.x == 0)
       for (int it = 0; it < kStages && it < tiles; ++it) fetch(it);
-    const int lane = threadIdx.x % 32;
     const auto arrived = [&](int it) { wgmma::barrier_wait(barrier_of(it % kStages), (it / kStages) & 1); };
     // Done with tile it's stage: this warp's reads of it (and its warpgroup's products) are complete, its writes for
-    // drain are made visible by the fence before the count (and acquired by the last warp's fence after it).
+    // drain are made visible by the count's release (and acquired by the last warp's count, whose leader's lanes
+    // follow it after __syncwarp).
     const auto release = [&](int it) {
       const int s = it % kStages;
       __syncwarp();
-      int last = 0;
-      if (lane == 0) {
-        __threadfence_block();
-        last = atomicAdd(&done[s], 1) == kWgWarps - 1;
-        __threadfence_block();
-      }
-      if (__shfl_sync(0xffffffffu, last, 0)) {
-        __syncwarp();  // lane 0's acquire, for every lane's reads in drain
+      const bool leader = wgmma::elect_one();
+      const bool mine = leader && wgmma::count_in(done_address + 4 * s) == kWgWarps - 1;
+      if (__any_sync(0xffffffffu, mine)) {
+        __syncwarp();  // the leader's acquire, for every lane's reads in drain
         drain(s, it);
         __syncwarp();
-        if (lane == 0) {
+        if (leader) {
           done[s] = 0;  // read again only after tile it + kStages arrives (the fetch's arrival releases this store)
           if (it + kStages < tiles) fetch(it + kStages);
         }
