@@ -964,68 +964,66 @@ static_assert(WgTileCore<8, true>::kSharedBytes + WgTileCore<8, true>::kStages *
 template <int KS, bool SCREEN>
 __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop,
                                             const float* __restrict__ h, Scale sc, float alpha, int cols_per_split,
-                                            float2* __restrict__ partials, const int* guard, int* seeds,
-                                            ScreenState* screen, float cut, bool runs) {
+                                            float2* __restrict__ partials, int* seeds, ScreenState* screen,
+                                            float cut) {
   using Core = WgTileCore<KS, SCREEN>;
   extern __shared__ __align__(128) std::uint8_t wg_smem[];
   TileCounts counts;
-  if (runs) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-    const int row0 = blockIdx.x * kWgBlockRows + warp * 16;
-    Core core;
-    core.load_rows(wg_smem, rop, blockIdx.x * kWgBlockRows, row0, rows.count);
-    // Screened: running max seeded at the row's best column of the last screened pass (lse_mma_kernel has the
-    // reasons).
-    float run_max[2] = {kNoMax, kNoMax}, run_sum[2] = {0.f, 0.f}, best[2] = {-INFINITY, -INFINITY};
-    int best_col[2] = {-1, -1};
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int row0 = blockIdx.x * kWgBlockRows + warp * 16;
+  Core core;
+  core.load_rows(wg_smem, rop, blockIdx.x * kWgBlockRows, row0, rows.count);
+  // Screened: running max seeded at the row's best column of the last screened pass (lse_mma_kernel has the
+  // reasons).
+  float run_max[2] = {kNoMax, kNoMax}, run_sum[2] = {0.f, 0.f}, best[2] = {-INFINITY, -INFINITY};
+  int best_col[2] = {-1, -1};
 #pragma unroll
-    for (int hh = 0; hh < 2 && SCREEN; ++hh) run_max[hh] = seeded_max(rows, cols, h, sc, seeds, row0 + g + hh * 8, t);
-    const int j_begin = blockIdx.y * cols_per_split;
-    const int j_end = min(cols.count, j_begin + cols_per_split);
-    const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
-    const auto tile_start = [&](int it) { return j_begin + it * kMmaTile; };
-    const auto epilogue = [&](float (&s)[1][8][4], const float* vt, int, int it, const std::uint8_t* stage) {
-      if constexpr (SCREEN) {
-        const float floor[1][2] = {{run_max[0] - cut, run_max[1] - cut}};
-        const bool keep = screen_keeps(s, vt, alpha, floor);
-        counts.add(keep);
-        if (!keep) return;
-        core.add_cross(stage, wg_smem, s);
-      }
+  for (int hh = 0; hh < 2 && SCREEN; ++hh) run_max[hh] = seeded_max(rows, cols, h, sc, seeds, row0 + g + hh * 8, t);
+  const int j_begin = blockIdx.y * cols_per_split;
+  const int j_end = min(cols.count, j_begin + cols_per_split);
+  const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
+  const auto tile_start = [&](int it) { return j_begin + it * kMmaTile; };
+  const auto epilogue = [&](float (&s)[1][8][4], const float* vt, int, int it, const std::uint8_t* stage) {
+    if constexpr (SCREEN) {
+      const float floor[1][2] = {{run_max[0] - cut, run_max[1] - cut}};
+      const bool keep = screen_keeps(s, vt, alpha, floor);
+      counts.add(keep);
+      if (!keep) return;
+      core.add_cross(stage, wg_smem, s);
+    }
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          s[0][nt][2 * hh] = fmaf(alpha, s[0][nt][2 * hh], b2.x);
-          s[0][nt][2 * hh + 1] = fmaf(alpha, s[0][nt][2 * hh + 1], b2.y);
-        }
-      }
+    for (int nt = 0; nt < 8; ++nt) {
+      const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        float top = kNoMax;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            const float v = s[0][nt][2 * hh + q];
-            if (SCREEN && v > best[hh]) best[hh] = v, best_col[hh] = tile_start(it) + nt * 8 + 2 * t + q;
-            top = fmaxf(top, v);
-          }
-        online_lse_row(top, [&](int e) { return s[0][e / 2][2 * hh + e % 2]; }, run_max[hh], run_sum[hh]);
+        s[0][nt][2 * hh] = fmaf(alpha, s[0][nt][2 * hh], b2.x);
+        s[0][nt][2 * hh + 1] = fmaf(alpha, s[0][nt][2 * hh + 1], b2.y);
       }
-    };
-    core.template run<!SCREEN && KS <= 4>(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
+    }
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const float sum = quad_sum(run_sum[hh]);
-      const int r = row0 + g + hh * 8;
-      if (t == 0 && r < rows.count)
-        partials[std::size_t(blockIdx.y) * rows.count + r] = make_float2(run_max[hh], sum);
-      if constexpr (SCREEN) store_seed(best[hh], best_col[hh], r, rows.count, t, seeds);
+      float top = kNoMax;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const float v = s[0][nt][2 * hh + q];
+          if (SCREEN && v > best[hh]) best[hh] = v, best_col[hh] = tile_start(it) + nt * 8 + 2 * t + q;
+          top = fmaxf(top, v);
+        }
+      online_lse_row(top, [&](int e) { return s[0][e / 2][2 * hh + e % 2]; }, run_max[hh], run_sum[hh]);
     }
+  };
+  core.template run<!SCREEN && KS <= 4>(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const float sum = quad_sum(run_sum[hh]);
+    const int r = row0 + g + hh * 8;
+    if (t == 0 && r < rows.count)
+      partials[std::size_t(blockIdx.y) * rows.count + r] = make_float2(run_max[hh], sum);
+    if constexpr (SCREEN) store_seed(best[hh], best_col[hh], r, rows.count, t, seeds);
   }
-  close_site<SCREEN>(screen, runs, counts);
+  close_site<SCREEN>(screen, true, counts);
 }
 
 /// The dense kernel of a site that is not screened (a screened site launches lse_wg_site_kernel).
@@ -1035,8 +1033,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
                   float alpha, int cols_per_split, float2* __restrict__ partials, const int* guard, int* seeds,
                   ScreenState* screen, float cut) {
   if (guard != nullptr && *guard == 0) return;
-  lse_wg_body<KS, false>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, guard, seeds, screen, cut,
-                         true);
+  lse_wg_body<KS, false>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, seeds, screen, cut);
 }
 
 /// A screened site in one launch (rather than a screened and a dense launch of which one returns at once): the
@@ -1049,12 +1046,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
                        int* seeds, ScreenState* screen, float cut) {
   if (guard != nullptr && *guard == 0) return;
   if (site_runs<true>(screen)) {
-    lse_wg_body<KS, true>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, guard, seeds, screen, cut,
-                          true);
+    lse_wg_body<KS, true>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, seeds, screen, cut);
     close_site<false>(screen, false, TileCounts{});
   } else {
-    lse_wg_body<KS, false>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, guard, seeds, screen, cut,
-                           true);
+    lse_wg_body<KS, false>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, seeds, screen, cut);
   }
 }
 
@@ -1064,64 +1059,61 @@ template <int KS, bool SCREEN>
 __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop,
                                              const float* __restrict__ f, const float* __restrict__ g, Scale sc,
                                              float alpha, int cols_per_split, float* __restrict__ rsum,
-                                             float* __restrict__ csum, const int* skip, ScreenState* screen, float cut,
-                                             bool runs) {
+                                             float* __restrict__ csum, ScreenState* screen, float cut) {
   using Core = WgTileCore<KS, SCREEN>;
   extern __shared__ __align__(128) std::uint8_t wg_smem[];
   // (stage, BN): the column sums of the stage's tile, added by every warp (shared atomics), taken by drain.
   __shared__ float colacc[Core::kStages][kMmaTile];
   for (int e = threadIdx.x; e < Core::kStages * kMmaTile; e += kWgThreads) colacc[e / kMmaTile][e % kMmaTile] = 0.f;
   TileCounts counts;
-  if (runs) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gr = lane / 4, t = lane % 4;
-    const int row0 = blockIdx.x * kWgBlockRows + warp * 16;
-    Core core;
-    core.load_rows(wg_smem, xop, blockIdx.x * kWgBlockRows, row0, x.count);
-    float u[1][2], ar[1][2], rs[1][2] = {};  // (m16, row g / g + 8)
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gr = lane / 4, t = lane % 4;
+  const int row0 = blockIdx.x * kWgBlockRows + warp * 16;
+  Core core;
+  core.load_rows(wg_smem, xop, blockIdx.x * kWgBlockRows, row0, x.count);
+  float u[1][2], ar[1][2], rs[1][2] = {};  // (m16, row g / g + 8)
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = row0 + gr + hh * 8;
-      const bool valid = i < x.count;
-      u[0][hh] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) : -INFINITY;
-      ar[0][hh] = valid ? x.weight[i] : 0.f;
-    }
-    const int j_begin = blockIdx.y * cols_per_split;
-    const int j_end = min(y.count, j_begin + cols_per_split);
-    const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
-    const auto tile_start = [&](int it) { return j_begin + ((it + blockIdx.x) % tiles) * kMmaTile; };
-    const auto epilogue = [&](float (&s)[1][8][4], const float* vt, int slot, int, const std::uint8_t* stage) {
-      if constexpr (SCREEN) {
-        const float floor[1][2] = {{-cut - u[0][0], -cut - u[0][1]}};  // an invalid row (u = −∞) is never kept
-        const bool keep = screen_keeps(s, vt, alpha, floor);
-        counts.add(keep);
-        if (!keep) return;
-        core.add_cross(stage, wg_smem, s);
-      }
-      float col[16] = {};  // (n8, 2): Σ over this lane's two rows of a_i E_ij, columns nt·8 + 2t + q
-      add_entries(s, vt, alpha, u, ar, rs, col);
-      total_column_sums(col);
-      atomicAdd(&colacc[slot][gr * 8 + 2 * t], col[0]);
-      atomicAdd(&colacc[slot][gr * 8 + 2 * t + 1], col[1]);
-    };
-    // By the last warp done with the tile's stage: lane L takes columns L and L + 32 (and leaves zeros). Every
-    // access to colacc is atomic, so the order of the warps' additions is the only thing the schedule changes.
-    const auto drain = [&](int stage, int it) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int c = lane + 32 * h, j = tile_start(it) + c;
-        const float total = atomicExch(&colacc[stage][c], 0.f);
-        if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
-      }
-    };
-    core.template run<!SCREEN && KS <= 4>(wg_smem, yop, tiles, tile_start, epilogue, drain);
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const float sum = quad_sum(rs[0][hh]);
-      const int i = row0 + gr + hh * 8;
-      if (t == 0 && i < x.count) atomicAdd(&rsum[i], sum);
-    }
+  for (int hh = 0; hh < 2; ++hh) {
+    const int i = row0 + gr + hh * 8;
+    const bool valid = i < x.count;
+    u[0][hh] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) : -INFINITY;
+    ar[0][hh] = valid ? x.weight[i] : 0.f;
   }
-  close_site<SCREEN>(screen, runs, counts);
+  const int j_begin = blockIdx.y * cols_per_split;
+  const int j_end = min(y.count, j_begin + cols_per_split);
+  const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
+  const auto tile_start = [&](int it) { return j_begin + ((it + blockIdx.x) % tiles) * kMmaTile; };
+  const auto epilogue = [&](float (&s)[1][8][4], const float* vt, int slot, int, const std::uint8_t* stage) {
+    if constexpr (SCREEN) {
+      const float floor[1][2] = {{-cut - u[0][0], -cut - u[0][1]}};  // an invalid row (u = −∞) is never kept
+      const bool keep = screen_keeps(s, vt, alpha, floor);
+      counts.add(keep);
+      if (!keep) return;
+      core.add_cross(stage, wg_smem, s);
+    }
+    float col[16] = {};  // (n8, 2): Σ over this lane's two rows of a_i E_ij, columns nt·8 + 2t + q
+    add_entries(s, vt, alpha, u, ar, rs, col);
+    total_column_sums(col);
+    atomicAdd(&colacc[slot][gr * 8 + 2 * t], col[0]);
+    atomicAdd(&colacc[slot][gr * 8 + 2 * t + 1], col[1]);
+  };
+  // By the last warp done with the tile's stage: lane L takes columns L and L + 32 (and leaves zeros). Every
+  // access to colacc is atomic, so the order of the warps' additions is the only thing the schedule changes.
+  const auto drain = [&](int stage, int it) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int c = lane + 32 * h, j = tile_start(it) + c;
+      const float total = atomicExch(&colacc[stage][c], 0.f);
+      if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
+    }
+  };
+  core.template run<!SCREEN && KS <= 4>(wg_smem, yop, tiles, tile_start, epilogue, drain);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const float sum = quad_sum(rs[0][hh]);
+    const int i = row0 + gr + hh * 8;
+    if (t == 0 && i < x.count) atomicAdd(&rsum[i], sum);
+  }
+  close_site<SCREEN>(screen, true, counts);
 }
 
 /// The dense kernel of a sums site that is not screened (a screened one launches sums_wg_site_kernel).
@@ -1131,7 +1123,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
                    const float* __restrict__ g, Scale sc, float alpha, int cols_per_split, float* __restrict__ rsum,
                    float* __restrict__ csum, const int* skip, ScreenState* screen, float cut) {
   if (skip != nullptr && *skip != 0) return;
-  sums_wg_body<KS, false>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, skip, screen, cut, true);
+  sums_wg_body<KS, false>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, screen, cut);
 }
 
 /// The sums of a screened site in one launch (lse_wg_site_kernel).
@@ -1144,10 +1136,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   if (skip != nullptr && *skip != 0) return;
   if (site_runs<true>(screen)) {
     if (screen->paid == 0) cut += screen->floor_gap;  // ScreenState::paid
-    sums_wg_body<KS, true>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, skip, screen, cut, true);
+    sums_wg_body<KS, true>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, screen, cut);
     close_site<false>(screen, false, TileCounts{});
   } else {
-    sums_wg_body<KS, false>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, skip, screen, cut, true);
+    sums_wg_body<KS, false>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, screen, cut);
   }
 }
 
