@@ -35,6 +35,10 @@ __device__ __forceinline__ void merge_lse(float& m, float& s, float other_m, flo
   m = top;
 }
 
+/// Whether a launch trusts the one-pass sums only down to the screened sums' floor rather than 2^kSumsMinLog2:
+/// the device flag `screened` (may be null; kernels.cuh, launch_finalize) is set.
+__device__ __forceinline__ bool low_floor_applies(const int* screened) { return screened != nullptr && *screened != 0; }
+
 /// v_j of the column side: log2e·((h_j − s‖q_j‖²)/ε + ln w_j).
 __device__ __forceinline__ float column_bias(const PointSet& cols, const float* h, const Scale& sc, int j) {
   return sc.c1 * (h[j] - sc.s * cols.norm2[j]) + kLog2e * cols.logw[j];

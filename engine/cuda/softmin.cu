@@ -205,7 +205,7 @@ __global__ void finalize_kernel(Finalize mode, FinalizeSide a, FinalizeSide b, f
     if (next_skip != nullptr && lane == 0) {
       const float next_log2 = (result - softmin) / epsilon_ln2;
       const bool in_range = reach > 0 ? fabsf(result - softmin) * kLn2 <= reach * epsilon_ln2
-                                      : next_log2 >= (screened != nullptr && *screened != 0 ? floor_log2 : kSumsMinLog2) &&
+                                      : next_log2 >= (low_floor_applies(screened) ? floor_log2 : kSumsMinLog2) &&
                                             next_log2 <= kSumsMaxLog2;
       if (!in_range) *next_skip = 1;
     }

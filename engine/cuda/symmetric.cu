@@ -210,7 +210,7 @@ __global__ void finish_kernel(const float* __restrict__ f, const float* __restri
   } else {
     return;
   }
-  const float low = screened != nullptr && *screened != 0 ? screened_min : sums_min;
+  const float low = low_floor_applies(screened) ? screened_min : sums_min;
   if (!(sum >= low && sum <= kSumsMax)) *flag = 1;  // kernels.cuh: why this range
   *out = lambda * (pot - epsilon * logf(sum));
 }
@@ -220,7 +220,7 @@ __global__ void cold_check_kernel(const float* __restrict__ softmin, int count, 
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const float log2_sum = -softmin[i] / epsilon_ln2;
-  const float low = screened != nullptr && *screened != 0 ? floor_log2 : kSumsMinLog2;
+  const float low = low_floor_applies(screened) ? floor_log2 : kSumsMinLog2;
   if (!(log2_sum >= low && log2_sum <= kSumsMaxLog2)) *skip = 1;
 }
 

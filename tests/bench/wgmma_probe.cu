@@ -258,7 +258,6 @@ __global__ void __launch_bounds__(512, 1) kept_kernel(const __half* x, const std
         wgmma::barrier_init(full(s), 1);
         wgmma::barrier_init(empty(s), 16);
       }
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
     if (threadIdx.x == 0) {
