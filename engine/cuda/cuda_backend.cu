@@ -324,7 +324,7 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
   } else {
     plan_rows_ = plan_lse(x_side(), y_side(), d_, resident_blocks_);
     plan_cols_ = plan_lse(y_side(), x_side(), d_, resident_blocks_);
-    plan_sums_ = plan_symmetric(x_side(), y_side(), d_, resident_blocks_);
+    plan_sums_ = plan_symmetric(x_side(), y_side(), d_, resident_blocks_, prop.multiProcessorCount);
   }
   part_rows_.reserve(std::size_t(plan_rows_.splits) * n_);
   part_cols_.reserve(std::size_t(plan_cols_.splits) * m_);

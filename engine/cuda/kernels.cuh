@@ -92,7 +92,8 @@ void launch_cold_check(const float* softmin, int count, double epsilon, int* ski
                        const int* screened = nullptr, float floor_log2 = kSumsMinLog2);
 
 // ---- one-pass symmetric step (row and column sums of one tile of exponentials, DESIGN.md §2) ------------------
-ReductionPlan plan_symmetric(const PointSet& x, const PointSet& y, int d, int resident_blocks);
+/// sms: the device's SM count (the small-d plan balances their work, plan_balanced).
+ReductionPlan plan_symmetric(const PointSet& x, const PointSet& y, int d, int resident_blocks, int sms);
 /// rsum (n) += Σ_j E_ij and csum (m) += Σ_i a_i E_ij with E_ij = exp2(α⟨x_i,y_j⟩ + u_i + v_j),
 /// u_i = log2e·(f_i − s‖x_i‖²)/ε, v_j = log2e·((g_j − s‖y_j‖²)/ε + ln b_j). rsum/csum must start at zero.
 /// skip: when non-null and *skip != 0 the kernel does nothing (the caller predicted that the step would fall back

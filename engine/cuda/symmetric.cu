@@ -4,6 +4,7 @@
 // The shift is the potentials themselves (no running max), so sums can underflow or overflow far from the fixed
 // point: the finish kernel flags that and the caller redoes the step with the two-pass reductions.
 
+#include <algorithm>
 #include <cmath>
 
 #include "device_common.cuh"
@@ -226,9 +227,21 @@ __global__ void cold_check_kernel(const float* __restrict__ softmin, int count, 
 
 }  // namespace
 
-ReductionPlan plan_symmetric(const PointSet& x, const PointSet& y, int d, int resident_blocks) {
+ReductionPlan plan_symmetric(const PointSet& x, const PointSet& y, int d, int resident_blocks, int sms) {
   if (choose_path(d) == Path::kSmallD) {
-    return plan_reduction(x.count, y.count, kSumBlockRows, kSumTile, resident_blocks);
+    // Bound by the SMs' exponential units, all blocks resident at once up to n ≈ 100k: balance the SMs' work
+    // (plan_balanced) in 32-column chunks, the kernel's inner step, with the kernel's own occupancy.
+    int per_sm = 0;
+    const cudaError_t status =
+        d == 1   ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sums_small_kernel<1>, kSumThreads, 0)
+        : d == 2 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sums_small_kernel<2>, kSumThreads, 0)
+        : d == 3 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sums_small_kernel<3>, kSumThreads, 0)
+                 : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sums_small_kernel<4>, kSumThreads, 0);
+    if (status != cudaSuccess || per_sm <= 0) {
+      (void)cudaGetLastError();
+      per_sm = std::max(resident_blocks / std::max(sms, 1), 1);
+    }
+    return plan_balanced(x.count, y.count, kSumBlockRows, 32, sms, per_sm, 3, 2);
   }
   return plan_reduction(x.count, y.count, kTileRows, kTileCols, resident_blocks);
 }

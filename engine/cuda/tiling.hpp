@@ -60,6 +60,39 @@ inline ReductionPlan plan_waves(std::int64_t rows, std::int64_t cols, int rows_p
   return plan;
 }
 
+/// A plan for throughput-bound kernels that run several blocks per SM (the small-d one-pass sums, bound by the SM's
+/// exponential unit): an SM's time is the work of the blocks it holds. While every block is resident at once
+/// (blocks ≤ sms · resident_per_sm) the busiest SM holds ⌈blocks / sms⌉ of them; beyond that the blocks are
+/// handed out as SMs free up and the work spreads evenly, plus one block's tail. Each block costs its column chunks
+/// plus `overhead_chunks` (its rows, its partial sums). Among splits that give every SM at least `min_per_sm`
+/// blocks (latency hiding) where the columns allow it, the plan takes the least time, the fewest splits among
+/// equals. plan_reduction's "about two waves" of whole 256-column tiles gives n = 10k, d = 3 400 blocks on 132 SMs:
+/// four SMs hold four blocks while the rest hold three, and the kernel lasts as long as those four.
+inline ReductionPlan plan_balanced(std::int64_t rows, std::int64_t cols, int rows_per_block, int cols_per_chunk,
+                                   int sms, int resident_per_sm, int min_per_sm, int overhead_chunks) {
+  const std::int64_t row_blocks = (rows + rows_per_block - 1) / rows_per_block;
+  const std::int64_t chunks = (cols + cols_per_chunk - 1) / cols_per_chunk;
+  const std::int64_t s = std::max(sms, 1), slots = s * std::max(resident_per_sm, 1);
+  std::int64_t best_splits = 1, best_chunks = chunks, best_cost = -1;
+  bool best_busy = false;  // the best so far gives every SM min_per_sm blocks
+  const std::int64_t most = std::min<std::int64_t>(chunks, 64 * s);
+  for (std::int64_t wanted = 1; wanted <= most; ++wanted) {
+    const std::int64_t per_split = (chunks + wanted - 1) / wanted;
+    const std::int64_t splits = (chunks + per_split - 1) / per_split;
+    const std::int64_t blocks = row_blocks * splits, work = per_split + overhead_chunks;
+    const std::int64_t cost = blocks <= slots ? (blocks + s - 1) / s * work : (blocks * work + s - 1) / s + work;
+    const bool busy = blocks >= s * min_per_sm;
+    if (best_cost < 0 || (busy && !best_busy) || (busy == best_busy && cost < best_cost)) {
+      best_cost = cost, best_splits = splits, best_chunks = per_split, best_busy = busy;
+    }
+  }
+  ReductionPlan plan;
+  plan.row_blocks = static_cast<int>(row_blocks);
+  plan.splits = static_cast<int>(best_splits);
+  plan.cols_per_split = static_cast<int>(best_chunks * cols_per_chunk);
+  return plan;
+}
+
 /// Columns of V handled per pass of the plan-application kernel: k is cut into chunks of this many.
 inline constexpr int kApplyChunk = 64;
 

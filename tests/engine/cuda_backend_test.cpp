@@ -19,6 +19,7 @@
 namespace flashot::test {
 namespace {
 
+using detail::cuda::plan_balanced;
 using detail::cuda::plan_reduction;
 using detail::cuda::plan_waves;
 using detail::cuda::ReductionPlan;
@@ -82,6 +83,35 @@ TEST(CudaTiling, WavePlansFillWholeWaves) {
   // One row block: the columns are spread over every SM.
   const ReductionPlan narrow = plan_waves(100, 1'000'000, 256, 64, 132, 2);
   EXPECT_EQ(narrow.splits, 132);
+}
+
+TEST(CudaTiling, BalancedPlansCoverEveryColumnExactlyOnce) {
+  for (std::int64_t rows : {1, 1023, 1024, 10'000, 100'000, 1'000'000})
+    for (std::int64_t cols : {1, 31, 32, 33, 10'000, 100'000, 1'000'000}) {
+      const ReductionPlan plan = plan_balanced(rows, cols, 1024, 32, 132, 6, 3, 2);
+      EXPECT_EQ(plan.cols_per_split % 32, 0);
+      EXPECT_GE(std::int64_t(plan.splits) * plan.cols_per_split, cols) << rows << "x" << cols;
+      EXPECT_LT(std::int64_t(plan.splits - 1) * plan.cols_per_split, cols) << rows << "x" << cols;
+      EXPECT_EQ(plan.row_blocks, (rows + 1023) / 1024);
+    }
+}
+
+TEST(CudaTiling, BalancedPlansEvenOutTheSms) {
+  // n = 10k, d <= 4: 10 row blocks of 1024 rows, 313 chunks of 32 columns, 132 SMs holding up to 6 blocks each.
+  // Whole 256-column tiles (plan_reduction: 40 splits) make 400 blocks, and four SMs hold four of them: 4 × (8 + 2)
+  // = 40 chunks. 63 splits of 5 chunks make 630 blocks, at most 5 per SM: 5 × (5 + 2) = 35.
+  const ReductionPlan small = plan_balanced(10'000, 10'000, 1024, 32, 132, 6, 3, 2);
+  EXPECT_EQ(small.row_blocks, 10);
+  EXPECT_EQ(small.splits, 63);
+  EXPECT_EQ(small.cols_per_split, 5 * 32);
+  // n = 100k: 8 splits make 784 blocks, all resident at once, at most 6 per SM: 6 × 393 = 2358 chunks; plan_reduction's
+  // 11 (1078 blocks, more than fit at once) spread to ≈ 1078 × 290 / 132 + 290 = 2658.
+  const ReductionPlan large = plan_balanced(100'000, 100'000, 1024, 32, 132, 6, 3, 2);
+  EXPECT_EQ(large.splits, 8);
+  EXPECT_EQ(large.cols_per_split, 391 * 32);
+  // Too few columns for three blocks per SM: the quickest plan there is one chunk per block.
+  const ReductionPlan tiny = plan_balanced(1'000, 1'000, 1024, 32, 132, 6, 3, 2);
+  EXPECT_EQ(tiny.splits, 32);
 }
 
 // ---- on a GPU --------------------------------------------------------------------------------------------------
