@@ -70,7 +70,8 @@ struct GraphKey {
   double epsilon = 0, cost_scale = 0, damping_f = 0, damping_g = 0;
   Scheme scheme = Scheme::kSymmetric;
   int count = 0;
-  const int* flags = nullptr;
+  const int* flags = nullptr;  // the scratch the graph was captured with (reserve may move it)
+  const void* forecasts = nullptr;
   bool operator==(const GraphKey&) const = default;
 };
 
@@ -112,6 +113,8 @@ class CudaBackend final : public Backend {
   /// *skip = whether the first one-pass step from zero potentials would leave the sums' range, judged on a sample
   /// of rows and columns (cold_x_ / cold_y_); enqueued on the stream.
   void cold_probe(const IterationParams& p, int* skip) const;
+  /// Adds the outcome of the last launch's `count` one-pass steps to tally_ (FLASHOT_ONEPASS_REPORT).
+  void tally_steps(int count);
   /// lse (device, rows' count) = the LSE2 that shifts the plan weights of side `source`'s rows: from the tensor
   /// cores when they serve this problem (the scores the weights are then formed from), else in fp32.
   void plan_shift(bool source, const Scale& sc, float* lse) const;
@@ -163,10 +166,17 @@ class CudaBackend final : public Backend {
   ReductionPlan plan_rows_, plan_cols_, plan_sums_;
   DeviceBuffer<float2> part_rows_, part_cols_;
   DeviceBuffer<float> tmp_f_, tmp_g_, rsum_, csum_;
-  // [0]: non-finite seen; [1 + k]: iteration k's one-pass step must be redone; [1 + count + k]: iteration k skips
-  // the one-pass sums (the fallback of iteration k − 1 predicted that they would be out of range); [1 + 2·count]:
-  // iteration 0 skips them (set by the host before each launch, outside the graph: a cold start far from ε)
+  // [0]: non-finite seen; [1 + k]: iteration k's one-pass step must be redone.
   DeviceBuffer<int> flags_;
+  // [k]: the forecast iteration k's one-pass step goes by (skip, shift: sums_step), written by iteration k − 1's
+  // commit; [0] by the host before each launch, outside the graph (and the cold check: a cold start far from ε
+  // skips); [count]: the next launch's first step's.
+  DeviceBuffer<SumsForecast> forecasts_;
+  bool carry_forecast_ = false;  // forecasts_[count] is for the potentials as the last launch left them
+  // FLASHOT_ONEPASS_REPORT=1: the symmetric one-pass steps so far, by outcome (tally_steps; printed on destruction).
+  struct {
+    long long one_pass = 0, shifted = 0, skipped = 0, redone = 0;
+  } tally_;
   cudaGraphExec_t graph_ = nullptr;
   GraphKey graph_key_;
   // Operation scratch (grown on demand).
@@ -364,6 +374,13 @@ CudaBackend::~CudaBackend() {
                      sites[i].use != 0 ? "screened" : "dense");
     }
   }
+  if (std::getenv("FLASHOT_ONEPASS_REPORT") != nullptr) {
+    // Diagnostic (docs/engine.md): how the symmetric one-pass steps of this backend's life went (tally_steps).
+    std::fprintf(stderr,
+                 "flashot one-pass steps: %lld in one pass (%lld of them shifted), %lld skipped their sums, %lld "
+                 "redone with the two-pass reductions\n",
+                 tally_.one_pass, tally_.shifted, tally_.skipped, tally_.redone);
+  }
   if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
   cudaStreamDestroy(stream_);
   cudaSetDevice(previous);
@@ -373,6 +390,7 @@ void CudaBackend::set_potentials(std::span<const float> f, std::span<const float
   DeviceScope scope(device_);
   f_.upload(f, stream_);
   g_.upload(g, stream_);
+  carry_forecast_ = false;  // the last launch's forecast was for other potentials
   cold_ = std::all_of(f.begin(), f.end(), [](float v) { return v == 0; }) &&
           std::all_of(g.begin(), g.end(), [](float v) { return v == 0; });
   sync();
@@ -403,24 +421,25 @@ void CudaBackend::enqueue_iteration(const IterationParams& p, int index, int cou
     launch_finalize(Finalize::kSymmetric, rows, cols, p.epsilon, sc.s, nullptr, nonfinite, stream_);
   } else {
     // Far from the fixed point (a cold start) the one-pass sums leave their range and the step is redone with the
-    // two-pass reductions; a fallback that predicts the same for the next step lets that step skip the sums.
+    // two-pass reductions. Each step's commit predicts the next step's sums: in range, or shifted into it, or too
+    // wide (the next step skips its sums; launch_finalize).
     int* redo = flags_.get() + 1 + index;
-    const int* skip = index == 0 ? flags_.get() + 1 + 2 * count : flags_.get() + 1 + count + index;
-    int* next_skip = index + 1 < count ? flags_.get() + 1 + count + index + 1 : nullptr;
+    const SumsForecast* forecast = forecasts_.get() + index;
     // The sums and both fallback reductions read the potentials of the iteration's start: one bias launch serves them.
     if (xop_.warpgroup) launch_column_biases(y, g_.get(), ybias_.get(), x, f_.get(), xbias_.get(), sc, stream_);
     if (use_mma_) {
-      launch_symmetric_sums_mma(x, y, xop_, yop_, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), skip,
-                                screen_site(2), sums_reach_, sums_floor_, stream_);
+      launch_symmetric_sums_mma(x, y, xop_, yop_, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(),
+                                forecast, screen_site(2), sums_reach_, sums_floor_, stream_);
     } else {
-      launch_symmetric_sums(x, y, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), skip, stream_);
+      launch_symmetric_sums(x, y, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), forecast, stream_);
     }
     launch_symmetric_finish(f_.get(), g_.get(), rsum_.get(), csum_.get(), b_.get(), n_, m_, p.epsilon, lf, lg,
-                            tmp_f_.get(), tmp_g_.get(), redo, skip, stream_, sums_screened(false), sums_floor_);
+                            tmp_f_.get(), tmp_g_.get(), redo, forecast, stream_, sums_screened(false), sums_floor_,
+                            forecasts_.get() + index + 1, sums_screened(true));
     side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), redo, true);
     side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), redo, true);
-    launch_finalize(Finalize::kCommit, rows, cols, p.epsilon, sc.s, redo, nonfinite, stream_, next_skip,
-                    sums_screened(true), sums_floor_);
+    launch_finalize(Finalize::kCommit, rows, cols, p.epsilon, sc.s, redo, nonfinite, stream_,
+                    forecasts_.get() + index + 1, sums_screened(true), sums_floor_);
   }
 }
 
@@ -440,16 +459,20 @@ void CudaBackend::side_lse(bool x_rows, const float* h, const Scale& sc, const R
 bool CudaBackend::iterate(const IterationParams& p, int count) {
   if (count <= 0) return true;
   DeviceScope scope(device_);
-  flags_.reserve(2 * std::size_t(count) + 2);
-  const GraphKey key{p.epsilon, p.cost_scale, p.damping_f, p.damping_g, p.scheme, count, flags_.get()};
+  flags_.reserve(std::size_t(count) + 1);
+  forecasts_.reserve(std::size_t(count) + 1);
+  const GraphKey key{p.epsilon,    p.cost_scale, p.damping_f,  p.damping_g,
+                     p.scheme,     count,        flags_.get(), forecasts_.get()};
   if (graph_ == nullptr || !(key == graph_key_)) {
+    carry_forecast_ = false;
     if (graph_ != nullptr) {
       FLASHOT_CUDA_CHECK(cudaGraphExecDestroy(graph_));
       graph_ = nullptr;
     }
     FLASHOT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
-      FLASHOT_CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int) * (2 * std::size_t(count) + 1), stream_));
+      FLASHOT_CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int) * (std::size_t(count) + 1), stream_));
+      FLASHOT_CUDA_CHECK(cudaMemsetAsync(forecasts_.get() + 1, 0, sizeof(SumsForecast) * count, stream_));
       for (int k = 0; k < count; ++k) enqueue_iteration(p, k, count);
     } catch (...) {
       cudaGraph_t broken = nullptr;
@@ -464,15 +487,44 @@ bool CudaBackend::iterate(const IterationParams& p, int count) {
     FLASHOT_CUDA_CHECK(status);
     graph_key_ = key;
   }
-  int* skip_first = flags_.get() + 1 + 2 * count;
-  FLASHOT_CUDA_CHECK(cudaMemsetAsync(skip_first, 0, sizeof(int), stream_));
-  if (cold_ && one_pass_ && p.scheme == Scheme::kSymmetric) cold_probe(p, skip_first);
+  // The first step: what the last launch's last step predicted for it, where that launch ran this very graph on
+  // the potentials it left (else no skip, no shift; the cold probe may still say skip).
+  if (carry_forecast_ && !cold_) {
+    FLASHOT_CUDA_CHECK(cudaMemcpyAsync(forecasts_.get(), forecasts_.get() + count, sizeof(SumsForecast),
+                                       cudaMemcpyDeviceToDevice, stream_));
+  } else {
+    FLASHOT_CUDA_CHECK(cudaMemsetAsync(forecasts_.get(), 0, sizeof(SumsForecast), stream_));
+  }
+  if (cold_ && one_pass_ && p.scheme == Scheme::kSymmetric) cold_probe(p, &forecasts_.get()->skip);
   cold_ = false;
+  carry_forecast_ = true;
   FLASHOT_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
   int nonfinite = 0;
   FLASHOT_CUDA_CHECK(cudaMemcpyAsync(&nonfinite, flags_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
   sync();
+  if (one_pass_ && p.scheme == Scheme::kSymmetric && std::getenv("FLASHOT_ONEPASS_REPORT") != nullptr) {
+    tally_steps(count);
+  }
   return nonfinite == 0;
+}
+
+void CudaBackend::tally_steps(int count) {
+  std::vector<int> flags(std::size_t(count) + 1);
+  std::vector<SumsForecast> forecasts(count);
+  flags_.download(flags, stream_);
+  forecasts_.download(forecasts, stream_);
+  sync();
+  for (int k = 0; k < count; ++k) {
+    const SumsStep step = sums_step(forecasts[k]);
+    if (step.skip != 0) {
+      ++tally_.skipped;
+    } else if (flags[1 + k] != 0) {
+      ++tally_.redone;
+    } else {
+      ++tally_.one_pass;
+      if (step.shift != 0) ++tally_.shifted;
+    }
+  }
 }
 
 void CudaBackend::cold_probe(const IterationParams& p, int* skip) const {

@@ -93,4 +93,32 @@ __device__ __forceinline__ void tile_dots(const float* __restrict__ x, int nx, i
 
 inline int div_up(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
 
+/// A predicted log2 sum as a range [lo, hi] for add_forecast: a NaN makes the forecast unusable (the next step skips).
+__device__ __forceinline__ void predicted_log2_sum(float predicted, float& lo, float& hi) {
+  const bool number = predicted == predicted;
+  lo = number ? predicted : -INFINITY;
+  hi = number ? predicted : INFINITY;
+}
+
+/// Adds the block's predicted log2 sums (each thread's [lo, hi]; +∞/−∞ for none) to `range`, block 0 records the
+/// floor. Every thread of the block must call it. Most blocks find their extremes already there (a plain load
+/// first), so the atomics on the two addresses stay few.
+__device__ __forceinline__ void add_forecast(float lo, float hi, SumsRange& range, float& floor_out, float floor) {
+  __shared__ float lows[32], highs[32];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, offset));
+    hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, offset));
+  }
+  const int warp = int(threadIdx.x) / 32, warps = int(blockDim.x) / 32;
+  if (threadIdx.x % 32 == 0) lows[warp] = lo, highs[warp] = hi;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < warps; ++w) lo = fminf(lo, lows[w]), hi = fmaxf(hi, highs[w]);
+  const unsigned low = ~float_key(lo), high = float_key(hi);
+  if (low > *reinterpret_cast<volatile unsigned*>(&range.low)) atomicMax(&range.low, low);
+  if (high > *reinterpret_cast<volatile unsigned*>(&range.high)) atomicMax(&range.high, high);
+  if (blockIdx.x == 0) floor_out = floor;
+}
+
 }  // namespace flashot::detail::cuda

@@ -12,6 +12,7 @@
 
 #include <cuda_runtime.h>
 
+#include "one_pass.hpp"
 #include "tiling.hpp"
 
 namespace flashot::detail::cuda {
@@ -67,24 +68,16 @@ struct FinalizeSide {
   float lambda = 1;
   int count = 0;
 };
-/// The one-pass step's sums are trusted in [2^-70, 2^100]: below, the entries that ex2.ftz flushed (< 2^-126) may
-/// exceed rounding; above, the sum nears overflow. Outside, the step is redone with the two-pass reductions. A
-/// screened sums pass may raise the lower end to floor_log2 (the backend's FLASHOT_SUMS_FLOOR): the higher it is,
-/// the more entries its screen may drop (each is compared with the floor, not with its own row's sum), and the more
-/// steps fall back. `screened` (device, may be null) says whether that floor applies: the finish kernel reads the
-/// sums site's ScreenState::last_low (did the pass just run screened with it?), the prediction and the cold check
-/// its next_low (will the next one?); where it is null or 0 the floor is kSumsMinLog2.
-inline constexpr float kSumsMinLog2 = -70.f, kSumsMaxLog2 = 100.f;
-inline constexpr float kSumsMax = 0x1p100f;
 /// Finalizes up to two sides in one launch; side b may have count 0. Sets *nonfinite when a result is not finite.
-/// next_skip (kCommit only, may be null): when this step fell back to the two-pass reductions and the next one-pass
-/// step's sums are predicted outside [2^floor_log2, 2^kSumsMaxLog2], *next_skip = 1 tells that step to go straight
-/// to the two-pass reductions. The prediction is first order: the next row sum is e^((f' − c(g'))/ε) with f' the new
-/// potential, and c(g') is taken as c(g), the soft c-transform just computed (it moves by at most the other side's
-/// step, which is small once the step is in range; a wrong guess costs one pass either way).
-/// FLASHOT_ONEPASS_REACH=R (an experiment's switch) predicts instead with the earlier rule |f' − c(g)| ≤ R·ε.
+/// forecast (kCommit only, may be null): the next step's. When this step was redone (*flag), its commit predicts,
+/// to first order, the next one-pass step's log2 sums — the next row sum is e^((f' − c(g'))/ε) with f' the new
+/// potential, and c(g') is taken as c(g), the soft c-transform just computed — and records their range as
+/// `fallback` (and `fell_back`), with the lower end of the range the next launch trusts (floor_log2 where
+/// `screened` says the screened floor applies to it, else kSumsMinLog2); a step that stands leaves the finish
+/// kernel's forecast. The next step's kernels read it as a SumsStep (sums_step, one_pass.hpp): unshifted in range,
+/// shifted into it, or skipped. A wrong guess costs one pass either way (the finish kernel still checks).
 void launch_finalize(Finalize mode, const FinalizeSide& a, const FinalizeSide& b, double epsilon, float s,
-                     const int* flag, int* nonfinite, cudaStream_t stream, int* next_skip = nullptr,
+                     const int* flag, int* nonfinite, cudaStream_t stream, SumsForecast* forecast = nullptr,
                      const int* screened = nullptr, float floor_log2 = kSumsMinLog2);
 /// *skip = 1 when, for some of the `count` soft c-transforms of zero potentials in `softmin` (device), the one-pass
 /// step's sum e^(−softmin/ε) would leave [2^floor_log2, 2^kSumsMaxLog2] (*skip is not cleared otherwise).
@@ -96,17 +89,23 @@ void launch_cold_check(const float* softmin, int count, double epsilon, int* ski
 ReductionPlan plan_symmetric(const PointSet& x, const PointSet& y, int d, int resident_blocks, int sms);
 /// rsum (n) += Σ_j E_ij and csum (m) += Σ_i a_i E_ij with E_ij = exp2(α⟨x_i,y_j⟩ + u_i + v_j),
 /// u_i = log2e·(f_i − s‖x_i‖²)/ε, v_j = log2e·((g_j − s‖y_j‖²)/ε + ln b_j). rsum/csum must start at zero.
-/// skip: when non-null and *skip != 0 the kernel does nothing (the caller predicted that the step would fall back
-/// to the two-pass reductions anyway, see launch_finalize's next_skip).
+/// forecast (may be null: no skip, no shift): the step's SumsStep (sums_step): when it says skip the kernel does
+/// nothing (the previous step predicted that this one would fall back to the two-pass reductions anyway); every
+/// exponent is raised by its shift.
 void launch_symmetric_sums(const PointSet& x, const PointSet& y, const float* f, const float* g, const Scale& scale,
-                           const ReductionPlan& plan, float* rsum, float* csum, const int* skip, cudaStream_t stream);
-/// tmp_f = λx(f − ε ln rsum), tmp_g = λy(g − ε ln(csum/b)); rsum/csum reset to zero; *flag = 1 when a sum is too
-/// small or not finite for the result to be trusted. skip (may be null): when *skip != 0 the sums were skipped,
-/// so only *flag = 1 is set.
+                           const ReductionPlan& plan, float* rsum, float* csum, const SumsForecast* forecast,
+                           cudaStream_t stream);
+/// tmp_f = λx(f − ε ln rsum), tmp_g = λy(g − ε ln(csum/b)) (the sums' shift taken out); rsum/csum reset to zero;
+/// *flag = 1 when a (shifted) sum is too small or not finite for the result to be trusted. forecast (may be null):
+/// the sums' (their SumsStep); when it says skip the sums were skipped, so only *flag = 1 is set. next (may be
+/// null; zero before the launch): the next step's forecast, its `sums` range — what the commit's ½(pot + tmp) implies
+/// for the next step's sums, to first order (launch_finalize) — and the floor the next launch trusts (floor_log2
+/// where `next_screened` says the screened floor applies to it).
 void launch_symmetric_finish(const float* f, const float* g, float* rsum, float* csum, const float* b, int n, int m,
                              double epsilon, float lambda_f, float lambda_g, float* tmp_f, float* tmp_g, int* flag,
-                             const int* skip, cudaStream_t stream, const int* screened = nullptr,
-                             float floor_log2 = kSumsMinLog2);
+                             const SumsForecast* forecast, cudaStream_t stream, const int* screened = nullptr,
+                             float floor_log2 = kSumsMinLog2, SumsForecast* next = nullptr,
+                             const int* next_screened = nullptr);
 
 // ---- plan application --------------------------------------------------------------------------------------
 /// out (rows.count × k) += Σ_j exp2(score_ij − lse2_i) · V_j for the column range of each split; V is

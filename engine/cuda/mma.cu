@@ -674,10 +674,12 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
                                                                MmaOperands yop, const float* __restrict__ f,
                                                                const float* __restrict__ g, Scale sc, float alpha,
                                                                int cols_per_split, float* __restrict__ rsum,
-                                                               float* __restrict__ csum, const int* skip,
+                                                               float* __restrict__ csum, const SumsForecast* forecast,
                                                                ScreenState* screen, float cut) {
   static_assert(!SCREEN || TERMS == 3, "only split operands are screened");
-  if (skip != nullptr && *skip != 0) return;
+  const SumsStep step = forecast != nullptr ? sums_step(*forecast) : SumsStep{};
+  if (step.skip != 0) return;
+  const float shift = step.shift;
   if (SCREEN && screen != nullptr && screen->paid == 0) cut += screen->floor_gap;  // ScreenState::paid
   using Core = MmaTileCore<KS, TERMS, BF16, !SCREEN>;
   extern __shared__ __align__(16) std::uint16_t smem[];                 // (2 stages, arrays, BN, DP + 8)
@@ -698,7 +700,7 @@ __global__ void __launch_bounds__(kMmaThreads) sums_mma_kernel(PointSet x, Point
       for (int hh = 0; hh < 2; ++hh) {
         const int i = row0 + mt * 16 + gr + hh * 8;
         const bool valid = i < x.count;
-        u[mt][hh] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) : -INFINITY;
+        u[mt][hh] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) + shift : -INFINITY;
         ar[mt][hh] = valid ? x.weight[i] : 0.f;
         rs[mt][hh] = 0.f;
       }
@@ -1059,7 +1061,8 @@ template <int KS, bool SCREEN>
 __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop,
                                              const float* __restrict__ f, const float* __restrict__ g, Scale sc,
                                              float alpha, int cols_per_split, float* __restrict__ rsum,
-                                             float* __restrict__ csum, ScreenState* screen, float cut) {
+                                             float* __restrict__ csum, float shift, ScreenState* screen,
+                                             float cut) {
   using Core = WgTileCore<KS, SCREEN>;
   extern __shared__ __align__(128) std::uint8_t wg_smem[];
   // (stage, BN): the column sums of the stage's tile, added by every warp (shared atomics), taken by drain.
@@ -1075,7 +1078,7 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
   for (int hh = 0; hh < 2; ++hh) {
     const int i = row0 + gr + hh * 8;
     const bool valid = i < x.count;
-    u[0][hh] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) : -INFINITY;
+    u[0][hh] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) + shift : -INFINITY;
     ar[0][hh] = valid ? x.weight[i] : 0.f;
   }
   const int j_begin = blockIdx.y * cols_per_split;
@@ -1121,9 +1124,11 @@ template <int KS>
 __global__ void __launch_bounds__(kWgThreads, 1)
     sums_wg_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
                    const float* __restrict__ g, Scale sc, float alpha, int cols_per_split, float* __restrict__ rsum,
-                   float* __restrict__ csum, const int* skip, ScreenState* screen, float cut) {
-  if (skip != nullptr && *skip != 0) return;
-  sums_wg_body<KS, false>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, screen, cut);
+                   float* __restrict__ csum, const SumsForecast* forecast, ScreenState* screen, float cut) {
+  const SumsStep step = forecast != nullptr ? sums_step(*forecast) : SumsStep{};
+  if (step.skip != 0) return;
+  const float shift = step.shift;
+  sums_wg_body<KS, false>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, shift, screen, cut);
 }
 
 /// The sums of a screened site in one launch (lse_wg_site_kernel).
@@ -1131,15 +1136,17 @@ template <int KS>
 __global__ void __launch_bounds__(kWgThreads, 1)
     sums_wg_site_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
                         const float* __restrict__ g, Scale sc, float alpha, int cols_per_split,
-                        float* __restrict__ rsum, float* __restrict__ csum, const int* skip, ScreenState* screen,
-                        float cut) {
-  if (skip != nullptr && *skip != 0) return;
+                        float* __restrict__ rsum, float* __restrict__ csum, const SumsForecast* forecast,
+                        ScreenState* screen, float cut) {
+  const SumsStep step = forecast != nullptr ? sums_step(*forecast) : SumsStep{};
+  if (step.skip != 0) return;
+  const float shift = step.shift;
   if (site_runs<true>(screen)) {
     if (screen->paid == 0) cut += screen->floor_gap;  // ScreenState::paid
-    sums_wg_body<KS, true>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, screen, cut);
+    sums_wg_body<KS, true>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, shift, screen, cut);
     close_site<false>(screen, false, TileCounts{});
   } else {
-    sums_wg_body<KS, false>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, screen, cut);
+    sums_wg_body<KS, false>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, shift, screen, cut);
   }
 }
 
@@ -1298,8 +1305,8 @@ ReductionPlan plan_symmetric_mma(const PointSet& x, const PointSet& y, const Mma
 
 void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOperands& xop, const MmaOperands& yop,
                                const float* f, const float* g, const Scale& scale, const ReductionPlan& plan,
-                               float* rsum, float* csum, const int* skip, ScreenState* screen, float sums_reach,
-                               float floor_log2, cudaStream_t stream) {
+                               float* rsum, float* csum, const SumsForecast* forecast, ScreenState* screen,
+                               float sums_reach, float floor_log2, cudaStream_t stream) {
   const dim3 grid(plan.row_blocks, plan.splits);
   const float alpha = scale.alpha / (xop.scale * yop.scale);
   // The finish kernel keeps sums down to 2^floor (floor_log2 ≤ 0); dropped entries are each below 2^-cut, at most m
@@ -1316,7 +1323,7 @@ void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOp
                   kSplit ? sums_wg_kernel<kKs> : nullptr>(
           grid, mma_shared_bytes(kKs, kTerms), xop.warpgroup, WgTileCore<kKs, true>::kSharedBytes,
           WgTileCore<kKs, false>::kSharedBytes, stream, screen, cut, x, y, xop, yop, f, g, scale, alpha,
-          plan.cols_per_split, rsum, csum, skip);
+          plan.cols_per_split, rsum, csum, forecast);
     });
   });
   FLASHOT_CUDA_CHECK_LAUNCH();

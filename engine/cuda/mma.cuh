@@ -97,7 +97,7 @@ ReductionPlan plan_symmetric_mma(const PointSet& x, const PointSet& y, const Mma
                                  int sms);
 void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOperands& xop, const MmaOperands& yop,
                                const float* f, const float* g, const Scale& scale, const ReductionPlan& plan,
-                               float* rsum, float* csum, const int* skip, ScreenState* screen, float sums_reach,
-                               float floor_log2, cudaStream_t stream);
+                               float* rsum, float* csum, const SumsForecast* forecast, ScreenState* screen,
+                               float sums_reach, float floor_log2, cudaStream_t stream);
 
 }  // namespace flashot::detail::cuda

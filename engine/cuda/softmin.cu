@@ -3,9 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <stdexcept>
-#include <string>
 
 #include "device_common.cuh"
 #include "error.hpp"
@@ -168,51 +165,53 @@ __global__ void __launch_bounds__(kTileThreads) lse_tiled_kernel(PointSet rows, 
 /// parallel instead of one after another, which at 157 splits took 64 µs).
 template <int G>
 __global__ void finalize_kernel(Finalize mode, FinalizeSide a, FinalizeSide b, float epsilon_ln2, float s,
-                                const int* flag, int* nonfinite, int* next_skip, float reach,
-                                const int* screened, float floor_log2) {
+                                const int* flag, int* nonfinite, SumsForecast* forecast, const int* screened,
+                                float floor_log2) {
   const int rows_per_block = int(blockDim.x) / G;
   const int blocks_a = (a.count + rows_per_block - 1) / rows_per_block;
   const bool on_a = int(blockIdx.x) < blocks_a;
   const FinalizeSide side = on_a ? a : b;
   const int i = (on_a ? blockIdx.x : blockIdx.x - blocks_a) * rows_per_block + int(threadIdx.x) / G;
   const int lane = int(threadIdx.x) % G;
-  if (i >= side.count) return;  // the G lanes of a row leave together
-  const bool use_tmp = mode == Finalize::kCommit && *flag == 0;
-  float result;
-  if (use_tmp) {
-    result = 0.5f * (side.out[i] + side.tmp[i]);
-  } else {
-    float m = kNoMax, sum = 0.f;
-    for (int k = lane; k < side.splits; k += G) {
-      const float2 p = side.partials[std::size_t(k) * side.count + i];
-      merge_lse<true>(m, sum, p.x, p.y);
-    }
+  float lo = INFINITY, hi = -INFINITY;  // this thread's predicted next log2 sum (forecast)
+  if (i < side.count) {                 // the G lanes of a row agree
+    const bool use_tmp = mode == Finalize::kCommit && *flag == 0;
+    float result, transform = 0.f;  // transform: the soft c-transform of a redone step (for the forecast)
+    if (use_tmp) {
+      result = 0.5f * (side.out[i] + side.tmp[i]);
+    } else {
+      float m = kNoMax, sum = 0.f;
+      for (int k = lane; k < side.splits; k += G) {
+        const float2 p = side.partials[std::size_t(k) * side.count + i];
+        merge_lse<true>(m, sum, p.x, p.y);
+      }
 #pragma unroll
-    for (int offset = G / 2; offset > 0; offset /= 2) {
-      const float om = __shfl_xor_sync(0xffffffffu, m, offset), os = __shfl_xor_sync(0xffffffffu, sum, offset);
-      merge_lse<true>(m, sum, om, os);
+      for (int offset = G / 2; offset > 0; offset /= 2) {
+        const float om = __shfl_xor_sync(0xffffffffu, m, offset), os = __shfl_xor_sync(0xffffffffu, sum, offset);
+        merge_lse<true>(m, sum, om, os);
+      }
+      const float lse2 = m + log2f(sum);
+      const float softmin = s * side.norm2[i] - epsilon_ln2 * lse2;
+      switch (mode) {
+        case Finalize::kLse2: result = lse2; break;
+        case Finalize::kSoftmin: result = softmin; break;
+        case Finalize::kAlternating: result = side.lambda * softmin; break;
+        default: result = 0.5f * (side.out[i] + side.lambda * softmin); break;
+      }
+      transform = softmin;
     }
-    const float lse2 = m + log2f(sum);
-    const float softmin = s * side.norm2[i] - epsilon_ln2 * lse2;
-    switch (mode) {
-      case Finalize::kLse2: result = lse2; break;
-      case Finalize::kSoftmin: result = softmin; break;
-      case Finalize::kAlternating: result = side.lambda * softmin; break;
-      default: result = 0.5f * (side.out[i] + side.lambda * softmin); break;
-    }
-    // A fallen-back one-pass step: would the next one fall back too? ((result − softmin)/ε is, to first order, the
-    // next step's log row sum; launch_finalize.)
-    if (next_skip != nullptr && lane == 0) {
-      const float next_log2 = (result - softmin) / epsilon_ln2;
-      const bool in_range = reach > 0 ? fabsf(result - softmin) * kLn2 <= reach * epsilon_ln2
-                                      : next_log2 >= (low_floor_applies(screened) ? floor_log2 : kSumsMinLog2) &&
-                                            next_log2 <= kSumsMaxLog2;
-      if (!in_range) *next_skip = 1;
+    if (lane == 0) {
+      side.out[i] = result;
+      if (!isfinite(result)) *nonfinite = 1;
+      predicted_log2_sum((result - transform) / epsilon_ln2, lo, hi);  // to first order (launch_finalize)
     }
   }
-  if (lane != 0) return;
-  side.out[i] = result;
-  if (!isfinite(result)) *nonfinite = 1;
+  // A redone one-pass step (kCommit with *flag): the next step goes by this forecast (a step that stands goes by
+  // the finish kernel's).
+  if (forecast != nullptr && *flag != 0) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) forecast->fell_back = 1;
+    add_forecast(lo, hi, forecast->fallback, forecast->floor, low_floor_applies(screened) ? floor_log2 : kSumsMinLog2);
+  }
 }
 
 }  // namespace
@@ -243,39 +242,23 @@ void launch_lse(const PointSet& rows, const PointSet& cols, const float* h, cons
 /// A side with this many split partials per row or more is finalized by a warp per row.
 constexpr int kWarpFinalizeSplits = 16;
 
-/// FLASHOT_ONEPASS_REACH (nats > 0; an experiment's switch, read once; launch_finalize), 0 when unset.
-float one_pass_reach() {
-  static const float reach = [] {
-    const char* v = std::getenv("FLASHOT_ONEPASS_REACH");
-    if (v == nullptr) return 0.f;
-    char* end = nullptr;
-    const float r = std::strtof(v, &end);
-    if (end == v || *end != '\0' || !(r > 0.f) || !std::isfinite(r)) {
-      throw std::invalid_argument(std::string("FLASHOT_ONEPASS_REACH must be a positive number of nats (got '") + v +
-                                  "')");
-    }
-    return r;
-  }();
-  return reach;
-}
-
 void launch_finalize(Finalize mode, const FinalizeSide& a, const FinalizeSide& b, double epsilon, float s,
-                     const int* flag, int* nonfinite, cudaStream_t stream, int* next_skip, const int* screened,
-                     float floor_log2) {
+                     const int* flag, int* nonfinite, cudaStream_t stream, SumsForecast* forecast,
+                     const int* screened, float floor_log2) {
   constexpr int kThreads = 256;
   const float epsilon_ln2 = static_cast<float>(epsilon * 0.6931471805599453);
-  int* skip = mode == Finalize::kCommit ? next_skip : nullptr;
+  if (mode != Finalize::kCommit) forecast = nullptr;
   if (std::max(a.splits, b.splits) >= kWarpFinalizeSplits) {  // a warp per row
     constexpr int kRows = kThreads / 32;
     const int blocks = div_up(a.count, kRows) + div_up(b.count, kRows);
     if (blocks == 0) return;
-    finalize_kernel<32><<<blocks, kThreads, 0, stream>>>(mode, a, b, epsilon_ln2, s, flag, nonfinite, skip,
-                                                         one_pass_reach(), screened, floor_log2);
+    finalize_kernel<32><<<blocks, kThreads, 0, stream>>>(mode, a, b, epsilon_ln2, s, flag, nonfinite, forecast,
+                                                         screened, floor_log2);
   } else {
     const int blocks = div_up(a.count, kThreads) + div_up(b.count, kThreads);
     if (blocks == 0) return;
-    finalize_kernel<1><<<blocks, kThreads, 0, stream>>>(mode, a, b, epsilon_ln2, s, flag, nonfinite, skip,
-                                                        one_pass_reach(), screened, floor_log2);
+    finalize_kernel<1><<<blocks, kThreads, 0, stream>>>(mode, a, b, epsilon_ln2, s, flag, nonfinite, forecast,
+                                                        screened, floor_log2);
   }
   FLASHOT_CUDA_CHECK_LAUNCH();
 }

@@ -49,8 +49,11 @@ template <int D>
 __global__ void __launch_bounds__(kSumThreads) sums_small_kernel(PointSet x, PointSet y, const float* __restrict__ f,
                                                                  const float* __restrict__ g, Scale sc,
                                                                  int cols_per_split, float* __restrict__ rsum,
-                                                                 float* __restrict__ csum, const int* skip) {
-  if (skip != nullptr && *skip != 0) return;
+                                                                 float* __restrict__ csum,
+                                                                 const SumsForecast* forecast) {
+  const SumsStep step = forecast != nullptr ? sums_step(*forecast) : SumsStep{};
+  if (step.skip != 0) return;
+  const float shift = step.shift;
   __shared__ float4 tile[kSumTile];           // (BN): (y0, y1, y2, v) for D ≤ 3, (y0..y3) for D = 4
   __shared__ float vtile[kSumTile];           // (BN): v for D = 4
   __shared__ float colbuf[kWarps][kSumTile];  // (warps, BN): per-warp column sums
@@ -63,7 +66,7 @@ __global__ void __launch_bounds__(kSumThreads) sums_small_kernel(PointSet x, Poi
     const bool valid = i < x.count;
 #pragma unroll
     for (int k = 0; k < D; ++k) xr[r][k] = valid ? sc.alpha * x.points[std::size_t(i) * D + k] : 0.f;
-    u[r] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) : -INFINITY;
+    u[r] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) + shift : -INFINITY;
     ar[r] = valid ? x.weight[i] : 0.f;
     rs[r] = 0.f;
   }
@@ -132,8 +135,11 @@ __global__ void __launch_bounds__(kSumThreads) sums_small_kernel(PointSet x, Poi
 __global__ void __launch_bounds__(kTileThreads) sums_tiled_kernel(PointSet x, PointSet y, const float* __restrict__ f,
                                                                   const float* __restrict__ g, Scale sc,
                                                                   int cols_per_split, float* __restrict__ rsum,
-                                                                  float* __restrict__ csum, const int* skip) {
-  if (skip != nullptr && *skip != 0) return;
+                                                                  float* __restrict__ csum,
+                                                                 const SumsForecast* forecast) {
+  const SumsStep step = forecast != nullptr ? sums_step(*forecast) : SumsStep{};
+  if (step.skip != 0) return;
+  const float shift = step.shift;
   __shared__ TileStage<> st;
   __shared__ float colbuf[kTileThreads / 32][kTileCols];  // (warps, BN)
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -143,7 +149,7 @@ __global__ void __launch_bounds__(kTileThreads) sums_tiled_kernel(PointSet x, Po
   for (int r = 0; r < 4; ++r) {
     const int i = i0 + ty + 16 * r;
     const bool valid = i < x.count;
-    u[r] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) : -INFINITY;
+    u[r] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) + shift : -INFINITY;
     ar[r] = valid ? x.weight[i] : 0.f;
     rs[r] = 0.f;
   }
@@ -190,30 +196,41 @@ __global__ void __launch_bounds__(kTileThreads) sums_tiled_kernel(PointSet x, Po
 __global__ void finish_kernel(const float* __restrict__ f, const float* __restrict__ g, float* __restrict__ rsum,
                               float* __restrict__ csum, const float* __restrict__ b, int n, int m, float epsilon,
                               float lambda_f, float lambda_g, float* __restrict__ tmp_f, float* __restrict__ tmp_g,
-                              int* flag, const int* skip, float sums_min, const int* screened,
-                              float screened_min) {
+                              int* flag, const SumsForecast* forecast, float sums_min, const int* screened,
+                              float screened_min, SumsForecast* next, const int* next_screened, float next_floor) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-  if (skip != nullptr && *skip != 0) {  // the sums were not computed (and rsum/csum are still zero): redo
+  const SumsStep step = forecast != nullptr ? sums_step(*forecast) : SumsStep{};
+  if (step.skip != 0) {  // the sums were not computed (and rsum/csum are still zero): redo (and its commit forecasts)
     if (idx == 0) *flag = 1;
     return;
   }
-  float sum, pot, lambda;
-  float* out;
-  if (idx < n) {
-    sum = rsum[idx];
-    rsum[idx] = 0.f;
-    pot = f[idx], lambda = lambda_f, out = tmp_f + idx;
-  } else if (idx < n + m) {
-    const int j = idx - n;
-    sum = csum[j] / b[j];
-    csum[j] = 0.f;
-    pot = g[j], lambda = lambda_g, out = tmp_g + j;
-  } else {
-    return;
+  // The sums carry 2^shift: ln of the true sum is ln(sum) − shift·ln 2.
+  const float shift_ln = step.shift * 0.69314718f;
+  float lo = INFINITY, hi = -INFINITY;              // the next step's log2 sum if this result stands
+  if (idx < n + m) {
+    float sum, pot, lambda;
+    float* out;
+    if (idx < n) {
+      sum = rsum[idx];
+      rsum[idx] = 0.f;
+      pot = f[idx], lambda = lambda_f, out = tmp_f + idx;
+    } else {
+      const int j = idx - n;
+      sum = csum[j] / b[j];
+      csum[j] = 0.f;
+      pot = g[j], lambda = lambda_g, out = tmp_g + j;
+    }
+    const float low = low_floor_applies(screened) ? screened_min : sums_min;
+    if (!(sum >= low && sum <= kSumsMax)) *flag = 1;  // kernels.cuh: why this range
+    const float transform = pot - epsilon * (logf(sum) - shift_ln);  // the soft c-transform
+    *out = lambda * transform;
+    // The commit makes the potential ½(pot + λ·c); the next row sum is then e^((that − c)/ε) to first order
+    // (launch_finalize).
+    predicted_log2_sum((0.5f * (pot + lambda * transform) - transform) / (epsilon * 0.69314718f), lo, hi);
   }
-  const float low = low_floor_applies(screened) ? screened_min : sums_min;
-  if (!(sum >= low && sum <= kSumsMax)) *flag = 1;  // kernels.cuh: why this range
-  *out = lambda * (pot - epsilon * logf(sum));
+  if (next != nullptr) {
+    add_forecast(lo, hi, next->sums, next->floor, low_floor_applies(next_screened) ? next_floor : kSumsMinLog2);
+  }
 }
 
 __global__ void cold_check_kernel(const float* __restrict__ softmin, int count, float epsilon_ln2, int* skip,
@@ -247,18 +264,20 @@ ReductionPlan plan_symmetric(const PointSet& x, const PointSet& y, int d, int re
 }
 
 void launch_symmetric_sums(const PointSet& x, const PointSet& y, const float* f, const float* g, const Scale& scale,
-                           const ReductionPlan& plan, float* rsum, float* csum, const int* skip, cudaStream_t stream) {
+                           const ReductionPlan& plan, float* rsum, float* csum, const SumsForecast* forecast,
+                           cudaStream_t stream) {
   const dim3 grid(plan.row_blocks, plan.splits);
   const int cps = plan.cols_per_split;
+  const SumsForecast* fc = forecast;
   if (choose_path(scale.d) == Path::kSmallD) {
     switch (scale.d) {
-      case 1: sums_small_kernel<1><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, skip); break;
-      case 2: sums_small_kernel<2><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, skip); break;
-      case 3: sums_small_kernel<3><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, skip); break;
-      default: sums_small_kernel<4><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, skip); break;
+      case 1: sums_small_kernel<1><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, fc); break;
+      case 2: sums_small_kernel<2><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, fc); break;
+      case 3: sums_small_kernel<3><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, fc); break;
+      default: sums_small_kernel<4><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, fc); break;
     }
   } else {
-    sums_tiled_kernel<<<grid, kTileThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, skip);
+    sums_tiled_kernel<<<grid, kTileThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, fc);
   }
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
@@ -274,11 +293,12 @@ void launch_cold_check(const float* softmin, int count, double epsilon, int* ski
 
 void launch_symmetric_finish(const float* f, const float* g, float* rsum, float* csum, const float* b, int n, int m,
                              double epsilon, float lambda_f, float lambda_g, float* tmp_f, float* tmp_g, int* flag,
-                             const int* skip, cudaStream_t stream, const int* screened, float floor_log2) {
+                             const SumsForecast* forecast, cudaStream_t stream, const int* screened, float floor_log2,
+                             SumsForecast* next, const int* next_screened) {
   constexpr int kThreads = 256;
   finish_kernel<<<div_up(std::int64_t(n) + m, kThreads), kThreads, 0, stream>>>(
-      f, g, rsum, csum, b, n, m, static_cast<float>(epsilon), lambda_f, lambda_g, tmp_f, tmp_g, flag, skip,
-      std::exp2(kSumsMinLog2), screened, std::exp2(floor_log2));
+      f, g, rsum, csum, b, n, m, static_cast<float>(epsilon), lambda_f, lambda_g, tmp_f, tmp_g, flag, forecast,
+      std::exp2(kSumsMinLog2), screened, std::exp2(floor_log2), next, next_screened, floor_log2);
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../../engine/cuda/one_pass.hpp"
 #include "../../engine/cuda/tiling.hpp"
 #include "backend_fixture.hpp"
 #include "problems.hpp"
@@ -112,6 +113,67 @@ TEST(CudaTiling, BalancedPlansEvenOutTheSms) {
   // Too few columns for three blocks per SM: the quickest plan there is one chunk per block.
   const ReductionPlan tiny = plan_balanced(1'000, 1'000, 1024, 32, 132, 6, 3, 2);
   EXPECT_EQ(tiny.splits, 32);
+}
+
+TEST(CudaOnePassRule, SumsInRangeRunUnshifted) {
+  const detail::cuda::SumsStep step = detail::cuda::decide_sums_step(-30.f, 2.f, detail::cuda::kSumsMinLog2);
+  EXPECT_EQ(step.skip, 0);
+  EXPECT_EQ(step.shift, 0.f);
+  EXPECT_EQ(detail::cuda::decide_sums_step(detail::cuda::kSumsMinLog2, detail::cuda::kSumsMaxLog2, detail::cuda::kSumsMinLog2).shift, 0.f);
+}
+
+TEST(CudaOnePassRule, SumsBelowTheRangeAreShiftedUpByTheLeastWholeAmount) {
+  // The third step of a cold N(0,1), d = 64, ε = 0.1 solve at n = 10k, as an fp64 simulation predicts it.
+  const detail::cuda::SumsStep step = detail::cuda::decide_sums_step(-154.7f, 0.8f, detail::cuda::kSumsMinLog2);
+  EXPECT_EQ(step.skip, 0);
+  EXPECT_EQ(step.shift, 89.f);  // −154.7 + 89 = −65.7 ≥ −70 + kShiftMargin; 0.8 + 89 ≤ 100 − kShiftMargin
+  // Against the screened floor (2^-20) the same spread is too wide; a narrower one is shifted to −16.
+  EXPECT_EQ(detail::cuda::decide_sums_step(-154.7f, 0.8f, -20.f).skip, 1);
+  const detail::cuda::SumsStep screened = detail::cuda::decide_sums_step(-40.f, 1.f, -20.f);
+  EXPECT_EQ(screened.skip, 0);
+  EXPECT_EQ(screened.shift, 24.f);
+}
+
+TEST(CudaOnePassRule, SumsAboveTheRangeAreShiftedDown) {
+  const detail::cuda::SumsStep step = detail::cuda::decide_sums_step(50.f, 130.5f, detail::cuda::kSumsMinLog2);
+  EXPECT_EQ(step.skip, 0);
+  EXPECT_EQ(step.shift, -35.f);  // 130.5 − 35 = 95.5 ≤ 96
+}
+
+TEST(CudaOnePassRule, SumsWiderThanTheRangeOrNotANumberSkip) {
+  EXPECT_EQ(detail::cuda::decide_sums_step(-300.f, 2.f, detail::cuda::kSumsMinLog2).skip, 1);
+  // Wider than the range less both margins: no shift leaves kShiftMargin on both sides.
+  EXPECT_EQ(detail::cuda::decide_sums_step(-70.f - 1.f, 100.f - 2 * detail::cuda::kShiftMargin + 1.f, detail::cuda::kSumsMinLog2).skip, 1);
+  EXPECT_EQ(detail::cuda::decide_sums_step(std::nanf(""), 0.f, detail::cuda::kSumsMinLog2).skip, 1);
+  EXPECT_EQ(detail::cuda::decide_sums_step(-INFINITY, 0.f, detail::cuda::kSumsMinLog2).skip, 1);
+  EXPECT_EQ(detail::cuda::decide_sums_step(0.f, INFINITY, detail::cuda::kSumsMinLog2).skip, 1);
+}
+
+TEST(CudaOnePassRule, ForecastsKeepTheirRangeAsOrderedKeys) {
+  using detail::cuda::float_key;
+  using detail::cuda::key_float;
+  const float values[] = {-INFINITY, -1e30f, -154.7f, -1.f, -0.f, 0.f, 1e-30f, 0.8f, 130.5f, INFINITY};
+  for (std::size_t i = 0; i < std::size(values); ++i) {
+    EXPECT_EQ(key_float(float_key(values[i])), values[i]);
+    EXPECT_NE(float_key(values[i]), 0u);  // zero is "nothing forecast"
+    if (i > 0 && values[i - 1] < values[i]) {
+      EXPECT_LT(float_key(values[i - 1]), float_key(values[i]));
+    }
+  }
+  detail::cuda::SumsForecast forecast;  // zero: nothing forecast, run unshifted
+  EXPECT_EQ(detail::cuda::sums_step(forecast).skip, 0);
+  EXPECT_EQ(detail::cuda::sums_step(forecast).shift, 0.f);
+  forecast.sums.low = ~float_key(-154.7f);  // what the finish kernel predicts from a one-pass step
+  forecast.sums.high = float_key(0.8f);
+  forecast.floor = detail::cuda::kSumsMinLog2;
+  EXPECT_EQ(detail::cuda::sums_step(forecast).shift, 89.f);
+  forecast.fallback.low = ~float_key(-300.f);  // the step was redone: its commit's range holds
+  forecast.fallback.high = float_key(1.f);
+  forecast.fell_back = 1;
+  EXPECT_EQ(detail::cuda::sums_step(forecast).skip, 1);
+  forecast.fell_back = 0;
+  forecast.skip = 1;  // the cold check's verdict wins
+  EXPECT_EQ(detail::cuda::sums_step(forecast).skip, 1);
 }
 
 // ---- on a GPU --------------------------------------------------------------------------------------------------
@@ -224,6 +286,45 @@ TEST_P(CudaStartFarTest, StartFarFromTheFixedPointStillMatchesTheReference) {
   const double scale = std::max(1.0, max_abs(ref.f));
   EXPECT_LE(max_abs_diff(r.f, ref.f), 2e-4 * scale);
   EXPECT_LE(max_abs_diff(r.g, ref.g), 2e-4 * scale);
+}
+
+TEST(CudaOnePassShift, AColdSolveShiftsTheStepsItCanAndMatchesTheReference) {
+  // The benchmark's problem, smaller: N(0,1) points in d = 64 at ε = 0.1 from zero potentials. An fp64 simulation
+  // (one_pass.hpp) predicts the third step's log2 sums in [-157, 1]: below the trusted 2^-70 but narrower than the
+  // range, so that step runs in one pass with its sums shifted up rather than falling back.
+  // FLASHOT_ONEPASS_REPORT=1 makes the backend count its steps' outcomes and print them when it is destroyed.
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const std::size_t n = 2000, d = 64;
+  const std::vector<float> x = random_points(n, d, 41), y = random_points(n, d, 42);
+  const std::vector<float> w(n, 1.0f / float(n));
+  SolveOptions o;
+  o.epsilon = 0.1;
+  o.tolerance = 0;
+  o.max_iterations = 10;
+  const ReferenceResult ref = reference_solve(PointsView{x, n, d}, PointsView{y, n, d}, w, w, o);
+  ASSERT_EQ(setenv("FLASHOT_ONEPASS_REPORT", "1", 1), 0);
+  testing::internal::CaptureStderr();
+  SolveResult r;
+  {
+    Problem problem(PointsView{x, n, d}, PointsView{y, n, d}, w, w, backend_options("cuda"));
+    r = problem.solve(o);
+  }
+  const std::string report = testing::internal::GetCapturedStderr();
+  unsetenv("FLASHOT_ONEPASS_REPORT");
+  ASSERT_NE(r.reason, StopReason::kNonFinite) << r.message;
+  long long one_pass = -1, shifted = -1, skipped = -1, redone = -1;
+  const std::size_t at = report.find("flashot one-pass steps: ");
+  ASSERT_NE(at, std::string::npos) << report;
+  ASSERT_EQ(std::sscanf(report.c_str() + at,
+                        "flashot one-pass steps: %lld in one pass (%lld of them shifted), %lld skipped their sums, "
+                        "%lld redone",
+                        &one_pass, &shifted, &skipped, &redone),
+            4)
+      << report;
+  EXPECT_EQ(one_pass + skipped + redone, 10) << report;
+  EXPECT_GE(shifted, 1) << report;
+  EXPECT_LE(rel_max_diff(r.f, ref.f), kDefaultPrecisionRelTol) << report;
+  EXPECT_LE(rel_max_diff(r.g, ref.g), kDefaultPrecisionRelTol) << report;
 }
 
 INSTANTIATE_TEST_SUITE_P(Dimensions, CudaStartFarTest, ::testing::Values(3, 64), [](const auto& info) {
