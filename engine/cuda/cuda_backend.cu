@@ -425,8 +425,12 @@ void CudaBackend::enqueue_iteration(const IterationParams& p, int index, int cou
     // wide (the next step skips its sums; launch_finalize).
     int* redo = flags_.get() + 1 + index;
     const SumsForecast* forecast = forecasts_.get() + index;
-    // The sums and both fallback reductions read the potentials of the iteration's start: one bias launch serves them.
-    if (xop_.warpgroup) launch_column_biases(y, g_.get(), ybias_.get(), x, f_.get(), xbias_.get(), sc, stream_);
+    // The sums and both fallback reductions read the potentials of the iteration's start: one set of column biases
+    // serves them, computed by a launch of their own for a launch's first iteration and by the previous iteration's
+    // commit after that (it writes the potentials they come from).
+    if (xop_.warpgroup && index == 0) {
+      launch_column_biases(y, g_.get(), ybias_.get(), x, f_.get(), xbias_.get(), sc, stream_);
+    }
     if (use_mma_) {
       launch_symmetric_sums_mma(x, y, xop_, yop_, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(),
                                 forecast, screen_site(2), sums_reach_, sums_floor_, stream_);
@@ -438,7 +442,12 @@ void CudaBackend::enqueue_iteration(const IterationParams& p, int index, int cou
                             forecasts_.get() + index + 1, sums_screened(true));
     side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), redo, true);
     side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), redo, true);
-    launch_finalize(Finalize::kCommit, rows, cols, p.epsilon, sc.s, redo, nonfinite, stream_,
+    FinalizeSide rows_next = rows, cols_next = cols;  // + the next iteration's column biases (warpgroup kernels)
+    if (xop_.warpgroup && index + 1 < count) {
+      rows_next.bias = xbias_.get(), rows_next.logw = x.logw, rows_next.c1 = sc.c1;
+      cols_next.bias = ybias_.get(), cols_next.logw = y.logw, cols_next.c1 = sc.c1;
+    }
+    launch_finalize(Finalize::kCommit, rows_next, cols_next, p.epsilon, sc.s, redo, nonfinite, stream_,
                     forecasts_.get() + index + 1, sums_screened(true), sums_floor_);
   }
 }

@@ -67,6 +67,11 @@ struct FinalizeSide {
   const float* tmp = nullptr;  // kCommit: the one-pass result
   float lambda = 1;
   int count = 0;
+  // When bias is non-null, the updated potential's column biases v_i = c1·(out_i − s‖p_i‖²) + log2e·logw_i are
+  // written too (what launch_column_biases would compute from it; the next iteration's warpgroup kernels read them).
+  float* bias = nullptr;
+  const float* logw = nullptr;
+  float c1 = 0;
 };
 /// Finalizes up to two sides in one launch; side b may have count 0. Sets *nonfinite when a result is not finite.
 /// forecast (kCommit only, may be null): the next step's. When this step was redone (*flag), its commit predicts,

@@ -203,6 +203,7 @@ __global__ void finalize_kernel(Finalize mode, FinalizeSide a, FinalizeSide b, f
     if (lane == 0) {
       side.out[i] = result;
       if (!isfinite(result)) *nonfinite = 1;
+      if (side.bias != nullptr) side.bias[i] = side.c1 * (result - s * side.norm2[i]) + kLog2e * side.logw[i];
       predicted_log2_sum((result - transform) / epsilon_ln2, lo, hi);  // to first order (launch_finalize)
     }
   }
