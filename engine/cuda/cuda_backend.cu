@@ -498,7 +498,7 @@ bool CudaBackend::iterate(const IterationParams& p, int count) {
   }
   // The first step: what the last launch's last step predicted for it, where that launch ran this very graph on
   // the potentials it left (else no skip, no shift; the cold probe may still say skip).
-  if (carry_forecast_ && !cold_) {
+  if (carry_forecast_) {  // false after set_potentials (so after a cold start too)
     FLASHOT_CUDA_CHECK(cudaMemcpyAsync(forecasts_.get(), forecasts_.get() + count, sizeof(SumsForecast),
                                        cudaMemcpyDeviceToDevice, stream_));
   } else {

@@ -221,8 +221,7 @@ void NcclBackend::allocate(const ProblemData& data, const std::vector<int>& devi
     s.flags.reserve(3);
     FLASHOT_CUDA_CHECK(cudaMemsetAsync(s.flags.get(), 0, 3 * sizeof(int), s.stream));
     if (one_pass_) {
-      // resident_blocks is four per SM: its quarter is the SM count.
-      s.plan_sums = plan_symmetric(s.x_side(), s.y_side(), s.d, s.resident_blocks, s.resident_blocks / 4);
+      s.plan_sums = plan_symmetric(s.x_side(), s.y_side(), s.d, s.resident_blocks, prop.multiProcessorCount);
       s.rsum.reserve(s.n);
       s.csum.reserve(s.m);
       s.tmp_f.reserve(s.n);

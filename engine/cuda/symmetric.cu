@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kTileThreads) sums_tiled_kernel(PointSet x, Po
                                                                   const float* __restrict__ g, Scale sc,
                                                                   int cols_per_split, float* __restrict__ rsum,
                                                                   float* __restrict__ csum,
-                                                                 const SumsForecast* forecast) {
+                                                                  const SumsForecast* forecast) {
   const SumsStep step = forecast != nullptr ? sums_step(*forecast) : SumsStep{};
   if (step.skip != 0) return;
   const float shift = step.shift;

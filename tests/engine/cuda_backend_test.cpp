@@ -119,7 +119,8 @@ TEST(CudaOnePassRule, SumsInRangeRunUnshifted) {
   const detail::cuda::SumsStep step = detail::cuda::decide_sums_step(-30.f, 2.f, detail::cuda::kSumsMinLog2);
   EXPECT_EQ(step.skip, 0);
   EXPECT_EQ(step.shift, 0.f);
-  EXPECT_EQ(detail::cuda::decide_sums_step(detail::cuda::kSumsMinLog2, detail::cuda::kSumsMaxLog2, detail::cuda::kSumsMinLog2).shift, 0.f);
+  const float low = detail::cuda::kSumsMinLog2, high = detail::cuda::kSumsMaxLog2;
+  EXPECT_EQ(detail::cuda::decide_sums_step(low, high, low).shift, 0.f);
 }
 
 TEST(CudaOnePassRule, SumsBelowTheRangeAreShiftedUpByTheLeastWholeAmount) {
@@ -143,7 +144,8 @@ TEST(CudaOnePassRule, SumsAboveTheRangeAreShiftedDown) {
 TEST(CudaOnePassRule, SumsWiderThanTheRangeOrNotANumberSkip) {
   EXPECT_EQ(detail::cuda::decide_sums_step(-300.f, 2.f, detail::cuda::kSumsMinLog2).skip, 1);
   // Wider than the range less both margins: no shift leaves kShiftMargin on both sides.
-  EXPECT_EQ(detail::cuda::decide_sums_step(-70.f - 1.f, 100.f - 2 * detail::cuda::kShiftMargin + 1.f, detail::cuda::kSumsMinLog2).skip, 1);
+  const float too_wide_hi = 100.f - 2 * detail::cuda::kShiftMargin + 1.f;
+  EXPECT_EQ(detail::cuda::decide_sums_step(-70.f - 1.f, too_wide_hi, detail::cuda::kSumsMinLog2).skip, 1);
   EXPECT_EQ(detail::cuda::decide_sums_step(std::nanf(""), 0.f, detail::cuda::kSumsMinLog2).skip, 1);
   EXPECT_EQ(detail::cuda::decide_sums_step(-INFINITY, 0.f, detail::cuda::kSumsMinLog2).skip, 1);
   EXPECT_EQ(detail::cuda::decide_sums_step(0.f, INFINITY, detail::cuda::kSumsMinLog2).skip, 1);
