@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "flashot/app/dataset.hpp"
-#include "flashot/app/output_set.hpp"
-#include "flashot/app/progress.hpp"
-#include "flashot/app/report.hpp"
-#include "flashot/app/solution.hpp"
+#include "flashot/workflow/dataset.hpp"
+#include "flashot/workflow/output_set.hpp"
+#include "flashot/workflow/progress.hpp"
+#include "flashot/workflow/report.hpp"
+#include "flashot/workflow/solution.hpp"
 
 namespace flashot::cli {
 namespace {
@@ -37,23 +37,23 @@ extern "C" void on_interrupt(int) {
 }
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-void require_extension(const std::filesystem::path& path, app::FileKind kind, const std::string& option) {
-  if (app::file_kind(path) != kind) {
-    throw UsageError(option + " " + path.string() + " must be " + (kind == app::FileKind::kH5ad ? ".h5ad" : ".ply"));
+void require_extension(const std::filesystem::path& path, workflow::FileKind kind, const std::string& option) {
+  if (workflow::file_kind(path) != kind) {
+    throw UsageError(option + " " + path.string() + " must be " + (kind == workflow::FileKind::kH5ad ? ".h5ad" : ".ply"));
   }
 }
 
-app::ProgressDisplay::Style progress_style(const po::variables_map& vm) {
-  if (vm.count("quiet")) return app::ProgressDisplay::Style::kQuiet;
+workflow::ProgressDisplay::Style progress_style(const po::variables_map& vm) {
+  if (vm.count("quiet")) return workflow::ProgressDisplay::Style::kQuiet;
   const std::string style = vm["progress"].as<std::string>();
-  if (style == "auto") return app::ProgressDisplay::Style::kAuto;
-  if (style == "bar") return app::ProgressDisplay::Style::kBar;
-  if (style == "lines") return app::ProgressDisplay::Style::kLines;
-  if (style == "none") return app::ProgressDisplay::Style::kQuiet;
+  if (style == "auto") return workflow::ProgressDisplay::Style::kAuto;
+  if (style == "bar") return workflow::ProgressDisplay::Style::kBar;
+  if (style == "lines") return workflow::ProgressDisplay::Style::kLines;
+  if (style == "none") return workflow::ProgressDisplay::Style::kQuiet;
   throw UsageError("--progress must be auto, bar, lines or none (got '" + style + "')");
 }
 
-nlohmann::json cloud_json(const app::PointCloud& c) {
+nlohmann::json cloud_json(const workflow::PointCloud& c) {
   return {{"file", c.path.string()}, {"representation", c.representation}, {"key", c.key},
           {"rows_in_file", c.file_rows}, {"rows_used", c.n()}, {"d", c.d},
           {"where", c.filter_text.empty() ? nlohmann::json() : nlohmann::json(c.filter_text)}};
@@ -109,11 +109,11 @@ int align_main(const std::vector<std::string>& args) {
   const std::filesystem::path source_path = vm["source"].as<std::string>();
   const std::filesystem::path target_path = vm["target"].as<std::string>();
   const std::filesystem::path out_path = vm["output"].as<std::string>();
-  app::FileKind kind;
+  workflow::FileKind kind;
   try {
-    kind = app::file_kind(source_path);
+    kind = workflow::file_kind(source_path);
     require_extension(out_path, kind, "-o");
-    if (vm.count("coupling")) require_extension(vm["coupling"].as<std::string>(), app::FileKind::kH5ad, "--coupling");
+    if (vm.count("coupling")) require_extension(vm["coupling"].as<std::string>(), workflow::FileKind::kH5ad, "--coupling");
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -138,12 +138,12 @@ int align_main(const std::vector<std::string>& args) {
   }
   const long long coupling_k = require_positive(vm, "coupling-k");
   const BackendOptions backend = backend_options(vm);
-  app::LoadOptions load;
+  workflow::LoadOptions load;
   if (vm.count("key")) load.key = vm["key"].as<std::string>();
   load.use_x = vm.count("use-x") > 0;
   try {
-    if (vm.count("source-where")) load.source_where = app::parse_row_filter(vm["source-where"].as<std::string>(), "--source-where");
-    if (vm.count("target-where")) load.target_where = app::parse_row_filter(vm["target-where"].as<std::string>(), "--target-where");
+    if (vm.count("source-where")) load.source_where = workflow::parse_row_filter(vm["source-where"].as<std::string>(), "--source-where");
+    if (vm.count("target-where")) load.target_where = workflow::parse_row_filter(vm["target-where"].as<std::string>(), "--target-where");
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -152,13 +152,13 @@ int align_main(const std::vector<std::string>& args) {
 
   // ---- Load ---------------------------------------------------------------------------------------------------
   const auto load_start = Clock::now();
-  auto [source, target] = app::load_pair(source_path, target_path, load);
-  std::optional<app::Labels> labels;
-  if (vm.count("transfer-labels")) labels = app::read_labels(target, vm["transfer-labels"].as<std::string>());
+  auto [source, target] = workflow::load_pair(source_path, target_path, load);
+  std::optional<workflow::Labels> labels;
+  if (vm.count("transfer-labels")) labels = workflow::read_labels(target, vm["transfer-labels"].as<std::string>());
   const double load_seconds = seconds_since(load_start);
 
   // ---- Scale: ε relative to the data unless --blur is given --------------------------------------------------------
-  const double diameter = app::bounding_diameter(source.view(), target.view());
+  const double diameter = workflow::bounding_diameter(source.view(), target.view());
   if (!(diameter > 0)) throw std::invalid_argument("all points coincide: the data have no scale to set epsilon from");
   solve.diameter = diameter;
   solve.blur = vm.count("blur") ? require_positive_double(vm, "blur") : relative_blur * diameter;
@@ -172,7 +172,7 @@ int align_main(const std::vector<std::string>& args) {
               << format_short(solve.blur) << " (" << blur_origin << ")" << std::endl;
   }
   Problem problem(source.view(), target.view(), {}, {}, backend);
-  app::ProgressDisplay display("align", progress_kind, solve.tolerance);
+  workflow::ProgressDisplay display("align", progress_kind, solve.tolerance);
   solve.progress = [show = display.callback()](const Progress& p) { return show(p) && interrupted == 0; };
   std::signal(SIGINT, on_interrupt);
   SolveResult result;
@@ -195,7 +195,7 @@ int align_main(const std::vector<std::string>& args) {
 
   // ---- Results ------------------------------------------------------------------------------------------------
   const auto output_start = Clock::now();
-  app::AlignmentOutput output;
+  workflow::AlignmentOutput output;
   output.mapped = problem.barycentric(result, Side::kSource);
   output.scalars = {{"epsilon", result.epsilon}, {"cost", result.dual_cost}, {"marginal_error", result.marginal_error}};
   nlohmann::json label_report;
@@ -215,12 +215,12 @@ int align_main(const std::vector<std::string>& args) {
                     {"output_column", labels->column + "_flashot"},
                     {"classes", labels->categories.size()},
                     {"labelled_rows", labelled},
-                    {"mean_confidence", app::number(labelled ? confidence / double(labelled) : NAN)}};
+                    {"mean_confidence", workflow::number(labelled ? confidence / double(labelled) : NAN)}};
     for (std::size_t k = 0; k < counts.size(); ++k) label_report["counts"][labels->categories[k]] = counts[k];
   }
 
-  app::OutputSet outputs;
-  app::write_enriched_copy(source, output, outputs.stage(out_path));
+  workflow::OutputSet outputs;
+  workflow::write_enriched_copy(source, output, outputs.stage(out_path));
   if (vm.count("coupling")) {
     const TopKCoupling top = problem.top_k(result, std::size_t(coupling_k));
     io::SparseMatrix coupling;
@@ -239,7 +239,7 @@ int align_main(const std::vector<std::string>& args) {
     io::write_coupling_h5ad(outputs.stage(vm["coupling"].as<std::string>()), source.names, target.names, coupling);
   }
   if (vm.count("save-solution")) {
-    app::Solution solution;
+    workflow::Solution solution;
     solution.key = source.key;
     solution.representation = source.representation;
     solution.source = source.path.string();
@@ -257,19 +257,19 @@ int align_main(const std::vector<std::string>& args) {
     solution.y = target.points;
     solution.b.assign(target.n(), 1.0f / float(target.n()));
     solution.g = result.g;
-    app::save_solution(outputs.stage(vm["save-solution"].as<std::string>()), solution);
+    workflow::save_solution(outputs.stage(vm["save-solution"].as<std::string>()), solution);
   }
   const double output_seconds = seconds_since(output_start);
 
-  nlohmann::json report = app::solve_json(result);
+  nlohmann::json report = workflow::solve_json(result);
   report["command"] = "align";
   report["source"] = cloud_json(source);
   report["target"] = cloud_json(target);
-  report["scale"] = {{"diameter", app::number(diameter)},
-                     {"blur", app::number(solve.blur)},
+  report["scale"] = {{"diameter", workflow::number(diameter)},
+                     {"blur", workflow::number(solve.blur)},
                      {"blur_from", blur_origin},
                      {"epsilon_rule", "epsilon = blur^2 (cost units)"}};
-  report["parameters"] = app::options_json(solve);
+  report["parameters"] = workflow::options_json(solve);
   report["parameters"]["backend_requested"] = to_string(backend.backend);
   report["parameters"]["threads"] = backend.threads;
   if (labels) report["label_transfer"] = label_report;
@@ -279,22 +279,22 @@ int align_main(const std::vector<std::string>& args) {
   }
   report["timings"] = {{"load_seconds", load_seconds}, {"solve_seconds", result.seconds},
                        {"outputs_seconds", output_seconds}, {"total_seconds", seconds_since(start)}};
-  report["peak_memory_bytes"] = app::peak_memory_bytes();
-  report["versions"] = app::versions_json();
+  report["peak_memory_bytes"] = workflow::peak_memory_bytes();
+  report["versions"] = workflow::versions_json();
   if (vm.count("report")) {
     const std::filesystem::path report_path = vm["report"].as<std::string>();
     const std::string text = report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    app::write_text_atomically(outputs.stage(report_path), text);
+    workflow::write_text_atomically(outputs.stage(report_path), text);
   }
   outputs.commit();
 
   if (!quiet) {
-    std::cerr << "flashot align: wrote " << out_path.string() << "\n" << app::solve_summary(result);
+    std::cerr << "flashot align: wrote " << out_path.string() << "\n" << workflow::solve_summary(result);
     if (labels) {
       std::cerr << "  labels '" << labels->column << "': " << label_report["labelled_rows"] << " of " << source.n()
                 << " rows labelled, mean confidence " << label_report["mean_confidence"].dump() << "\n";
     }
-    std::cerr << "  peak memory " << app::peak_memory_bytes() / (1024 * 1024) << " MiB, total "
+    std::cerr << "  peak memory " << workflow::peak_memory_bytes() / (1024 * 1024) << " MiB, total "
               << format_double(std::round(seconds_since(start) * 1000) / 1000) << " s" << std::endl;
   }
   return 0;

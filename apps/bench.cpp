@@ -1,5 +1,5 @@
 // flashot bench: times exactly K fixed-ε Sinkhorn iterations on seeded N(0,1) points with random positive weights,
-// the problem ../shared/gpu/peers.sh times for the peer implementations (weights U(0,1) + 0.1, as there).
+// the problem tests/bench/peers/peers.sh times for the peer implementations (weights U(0,1) + 0.1, as there).
 // One warm-up solve, then the median wall time of R solves. With --csv the last stdout line is
 // `method,n,m,d,eps,iters,median_ms` values.
 
@@ -165,7 +165,7 @@ int bench_main(const std::vector<std::string>& args) {
   solve.epsilon = eps;
   solve.tolerance = 0;
   solve.max_iterations = static_cast<int>(iters);
-  solve.diagnostics = false;  // time the iterations alone, as the peers in ../shared/gpu/peers.sh are timed
+  solve.diagnostics = false;  // time the iterations alone, as the peers in tests/bench/peers/peers.sh are timed
 
   std::mt19937_64 rng(static_cast<std::uint64_t>(vm["seed"].as<long long>()));
   const std::vector<float> x = normal_points(rng, n * d);
@@ -198,7 +198,7 @@ int bench_main(const std::vector<std::string>& args) {
   const std::string problem_text = "n=" + std::to_string(n) + " m=" + std::to_string(m) + " d=" + std::to_string(d) +
                                    " eps=" + format_double(eps) + " iters=" + std::to_string(iters) + " (" +
                                    to_string(solve.scheme) + ")";
-  // 2·n·m exponentials per iteration is the two-LSE scheme's count (DESIGN.md §2); a backend doing fewer still
+  // 2·n·m exponentials per iteration is the two-LSE scheme's count (docs/design.md §2); a backend doing fewer still
   // gets the same denominator, so the figure compares implementations on equal terms.
   const double exps_per_second = 2.0 * double(n) * double(m) * double(iters) / (median_ms * 1e-3);
   char rate[64];

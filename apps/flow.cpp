@@ -16,12 +16,12 @@
 #include <unistd.h>
 
 #include "cli.hpp"
-#include "flashot/app/dataset.hpp"
-#include "flashot/app/output_set.hpp"
-#include "flashot/app/report.hpp"
+#include "flashot/workflow/dataset.hpp"
+#include "flashot/workflow/output_set.hpp"
+#include "flashot/workflow/report.hpp"
 #include "flashot/io/ply.hpp"
 
-namespace flashot::app {
+namespace flashot::workflow {
 
 std::string to_string(FlowLoss loss) { return loss == FlowLoss::kDivergence ? "divergence" : "ot"; }
 
@@ -212,7 +212,7 @@ FlowResult run_flow(PointsView source, PointsView target, const FlowOptions& o, 
   return result;
 }
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow
 
 namespace flashot::cli {
 
@@ -254,9 +254,9 @@ int flow_main(const std::vector<std::string>& args) {
   const std::filesystem::path& source_path = paths.source;
   const std::filesystem::path& target_path = paths.target;
   const std::filesystem::path& out_path = paths.output;
-  app::FlowOptions fo;
+  workflow::FlowOptions fo;
   try {
-    fo.loss = app::parse_flow_loss(vm["loss"].as<std::string>());
+    fo.loss = workflow::parse_flow_loss(vm["loss"].as<std::string>());
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -280,17 +280,17 @@ int flow_main(const std::vector<std::string>& args) {
   fo.backend = backend_options(vm);
   const bool quiet = vm.count("quiet") > 0;
 
-  const app::PointCloud source = app::load_points(source_path, "");
-  const app::PointCloud target = app::load_points(target_path, "");
+  const workflow::PointCloud source = workflow::load_points(source_path, "");
+  const workflow::PointCloud target = workflow::load_points(target_path, "");
   const bool terminal = isatty(fileno(stderr));
-  const app::FlowProgress progress = [&](int step, int total, double loss) {
+  const workflow::FlowProgress progress = [&](int step, int total, double loss) {
     if (quiet) return true;
     std::fprintf(stderr, terminal ? "\r\033[Kflow: step %d/%d  loss %.6g" : "flow: step %d/%d  loss %.6g\n", step,
                  total, loss);
     std::fflush(stderr);
     return true;
   };
-  const app::FlowResult result = app::run_flow(source.view(), target.view(), fo, progress);
+  const workflow::FlowResult result = workflow::run_flow(source.view(), target.view(), fo, progress);
   if (!quiet && terminal) std::fprintf(stderr, "\r\033[K");
 
   // The trajectory: SOURCE's own file (every element and property kept), x/y/z at the final positions, one float
@@ -314,22 +314,22 @@ int flow_main(const std::vector<std::string>& args) {
       vertex->properties.push_back(std::move(p));
     }
   ply.comments.push_back("flashot flow: " + std::to_string(result.steps.size()) + " steps, loss " +
-                         app::to_string(fo.loss) + (fo.newton ? ", Newton" : ", gradient") + ", blur " +
+                         workflow::to_string(fo.loss) + (fo.newton ? ", Newton" : ", gradient") + ", blur " +
                          format_double(result.blur) + ", step size " + format_double(fo.step_size));
-  app::OutputSet outputs;
+  workflow::OutputSet outputs;
   io::write_ply(outputs.stage(out_path), ply);
 
   if (vm.count("report")) {
     nlohmann::json report;
     report["command"] = "flow";
-    report["loss"] = app::to_string(fo.loss);
+    report["loss"] = workflow::to_string(fo.loss);
     report["newton"] = fo.newton;
     report["blur"] = result.blur;
     report["step_size"] = fo.step_size;
     report["final_loss"] = result.final_loss;
     report["saved_steps"] = result.saved_steps;
     report["steps"] = nlohmann::json::array();
-    for (const app::FlowStep& st : result.steps)
+    for (const workflow::FlowStep& st : result.steps)
       report["steps"].push_back({{"step", st.step}, {"loss", st.loss}, {"gradient_norm", st.gradient_norm},
                                  {"displacement", st.displacement}, {"step_size", st.step_size},
                                  {"sinkhorn_iterations", st.sinkhorn_iterations},
@@ -341,8 +341,8 @@ int flow_main(const std::vector<std::string>& args) {
     report["backend"] = result.backend;
     report["device"] = result.device;
     report["total_seconds"] = result.seconds;
-    report["versions"] = app::versions_json();
-    app::write_text_atomically(outputs.stage(vm["report"].as<std::string>()),
+    report["versions"] = workflow::versions_json();
+    workflow::write_text_atomically(outputs.stage(vm["report"].as<std::string>()),
                                report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   }
   outputs.commit();

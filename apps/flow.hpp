@@ -11,7 +11,7 @@
 #include "flashot/differentiation.hpp"
 #include "flashot/flashot.hpp"
 
-namespace flashot::app {
+namespace flashot::workflow {
 
 enum class FlowLoss {
   kDivergence,  ///< debiased S(x, y) = OT(x,y) − ½OT(x,x) − ½OT(y,y): its minimiser is the target itself
@@ -74,7 +74,7 @@ using FlowProgress = std::function<bool(int, int, double)>;
 FlowResult run_flow(PointsView source, PointsView target, const FlowOptions& options,
                     const FlowProgress& progress = {});
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow
 
 namespace flashot::cli {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "flashot/app/dataset.hpp"
+#include "flashot/workflow/dataset.hpp"
 #include "flashot/io/anndata.hpp"
 #include "flashot/io/ply.hpp"
 
@@ -140,7 +140,7 @@ int info_main(const std::vector<std::string>& args) {
     return 0;
   }
   const std::filesystem::path path = vm["file"].as<std::string>();
-  const Json j = app::file_kind(path) == app::FileKind::kH5ad ? h5ad_info(path) : ply_info(path);
+  const Json j = workflow::file_kind(path) == workflow::FileKind::kH5ad ? h5ad_info(path) : ply_info(path);
   if (vm.count("json")) {
     std::cout << j.dump(2, ' ', false, Json::error_handler_t::replace) << std::endl;
   } else {

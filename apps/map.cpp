@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "flashot/app/dataset.hpp"
-#include "flashot/app/output_set.hpp"
-#include "flashot/app/report.hpp"
-#include "flashot/app/solution.hpp"
+#include "flashot/workflow/dataset.hpp"
+#include "flashot/workflow/output_set.hpp"
+#include "flashot/workflow/report.hpp"
+#include "flashot/workflow/solution.hpp"
 
 namespace flashot::cli {
 
@@ -43,7 +43,7 @@ int map_main(const std::vector<std::string>& args) {
   const std::filesystem::path points_path = vm["points"].as<std::string>();
   const std::filesystem::path out_path = vm["output"].as<std::string>();
   try {
-    if (app::file_kind(out_path) != app::file_kind(points_path)) {
+    if (workflow::file_kind(out_path) != workflow::file_kind(points_path)) {
       throw UsageError("-o " + out_path.string() + " must be the same type of file as " + points_path.string());
     }
   } catch (const std::invalid_argument& e) {
@@ -51,20 +51,20 @@ int map_main(const std::vector<std::string>& args) {
   }
   refuse_to_overwrite(out_path, {points_path});
   const BackendOptions backend = backend_options(vm);
-  std::optional<app::RowFilter> where;
+  std::optional<workflow::RowFilter> where;
   try {
-    if (vm.count("where")) where = app::parse_row_filter(vm["where"].as<std::string>(), "--where");
+    if (vm.count("where")) where = workflow::parse_row_filter(vm["where"].as<std::string>(), "--where");
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
 
-  const app::Solution solution = app::load_solution(vm["solution"].as<std::string>());
+  const workflow::Solution solution = workflow::load_solution(vm["solution"].as<std::string>());
   if (solution.key == "X") {
     throw std::invalid_argument(vm["solution"].as<std::string>() +
                                 ": solutions made with --use-x cannot map new files (the genes are not saved)");
   }
   const std::string key = vm.count("key") ? vm["key"].as<std::string>() : solution.key;
-  const app::PointCloud points = app::load_points(points_path, key, where);
+  const workflow::PointCloud points = workflow::load_points(points_path, key, where);
   if (points.d != solution.d) {
     throw std::invalid_argument(points_path.string() + ": " + points.representation + " is " +
                                 std::to_string(points.d) + "-d but the solution is " + std::to_string(solution.d) +
@@ -73,21 +73,21 @@ int map_main(const std::vector<std::string>& args) {
   Problem problem(PointsView{solution.x, solution.n, solution.d}, PointsView{solution.y, solution.m, solution.d},
                   solution.a, solution.b, backend);
   const SolveResult result = solution.result();
-  app::AlignmentOutput output;
+  workflow::AlignmentOutput output;
   output.mapped = problem.map_points(result, points.view(), Side::kSource);
   output.scalars = {{"epsilon", solution.epsilon}};
 
-  app::OutputSet outputs;
-  app::write_enriched_copy(points, output, outputs.stage(out_path));
+  workflow::OutputSet outputs;
+  workflow::write_enriched_copy(points, output, outputs.stage(out_path));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (vm.count("report")) {
     const nlohmann::json report = {
         {"command", "map"}, {"solution", vm["solution"].as<std::string>()}, {"points", points_path.string()},
         {"representation", points.representation}, {"rows_mapped", points.n()}, {"epsilon", solution.epsilon},
         {"backend", problem.backend_name()}, {"device", problem.device_name()}, {"output", out_path.string()},
-        {"total_seconds", seconds}, {"peak_memory_bytes", app::peak_memory_bytes()},
-        {"versions", app::versions_json()}};
-    app::write_text_atomically(outputs.stage(vm["report"].as<std::string>()),
+        {"total_seconds", seconds}, {"peak_memory_bytes", workflow::peak_memory_bytes()},
+        {"versions", workflow::versions_json()}};
+    workflow::write_text_atomically(outputs.stage(vm["report"].as<std::string>()),
                                report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   }
   outputs.commit();

@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "flashot/app/dataset.hpp"
+#include "flashot/workflow/dataset.hpp"
 
-namespace flashot::app {
+namespace flashot::workflow {
 
 namespace {
 
@@ -238,4 +238,4 @@ NonrigidResult register_nonrigid(PointsView source, PointsView target, const Non
   return result;
 }
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "flashot/app/registration.hpp"
+#include "flashot/workflow/registration.hpp"
 #include "flashot/flashot.hpp"
 
-namespace flashot::app {
+namespace flashot::workflow {
 
 struct NonrigidOptions {
   double blur = 0;        ///< final blur (data units); 0 = 0.01 × the clouds' diameter
@@ -57,4 +57,4 @@ struct NonrigidResult {
 NonrigidResult register_nonrigid(PointsView source, PointsView target, const NonrigidOptions& options,
                                  const RegistrationProgress& progress = {});
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow

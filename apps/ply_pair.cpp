@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "cli.hpp"
-#include "flashot/app/dataset.hpp"
+#include "flashot/workflow/dataset.hpp"
 
 namespace flashot::cli {
 
@@ -19,7 +19,7 @@ PlyPair ply_pair(const po::variables_map& vm) {
   try {
     for (const auto& [path, what] : {std::pair{paths.source, "SOURCE"}, std::pair{paths.target, "TARGET"},
                                      std::pair{paths.output, "-o"}})
-      if (app::file_kind(path) != app::FileKind::kPly) throw UsageError(std::string(what) + " must be a .ply file");
+      if (workflow::file_kind(path) != workflow::FileKind::kPly) throw UsageError(std::string(what) + " must be a .ply file");
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }

@@ -12,19 +12,19 @@
 #include <unistd.h>
 
 #include "cli.hpp"
-#include "flashot/app/dataset.hpp"
-#include "flashot/app/output_set.hpp"
-#include "flashot/app/registration.hpp"
-#include "flashot/app/report.hpp"
+#include "flashot/workflow/dataset.hpp"
+#include "flashot/workflow/output_set.hpp"
+#include "flashot/workflow/registration.hpp"
+#include "flashot/workflow/report.hpp"
 #include "nonrigid.hpp"
 
 namespace flashot::cli {
 
 namespace {
 
-nlohmann::json rounds_json(const std::vector<app::RegistrationRound>& rounds) {
+nlohmann::json rounds_json(const std::vector<workflow::RegistrationRound>& rounds) {
   nlohmann::json out = nlohmann::json::array();
-  for (const app::RegistrationRound& r : rounds) {
+  for (const workflow::RegistrationRound& r : rounds) {
     out.push_back({{"epsilon", r.epsilon}, {"iterations", r.iterations}, {"rms", r.rms},
                    {"displacement", r.displacement}, {"converged", r.converged}});
   }
@@ -32,17 +32,17 @@ nlohmann::json rounds_json(const std::vector<app::RegistrationRound>& rounds) {
 }
 
 // --model nonrigid: the field is no 4×4 matrix, so the output, report and printout differ from the affine models.
-int register_nonrigid_main(const po::variables_map& vm, const app::PointCloud& source, const app::PointCloud& target,
-                           const app::NonrigidOptions& field, const app::RegistrationProgress& progress,
+int register_nonrigid_main(const po::variables_map& vm, const workflow::PointCloud& source, const workflow::PointCloud& target,
+                           const workflow::NonrigidOptions& field, const workflow::RegistrationProgress& progress,
                            const std::filesystem::path& out_path, bool quiet, bool terminal) {
-  const app::NonrigidResult result = app::register_nonrigid(source.view(), target.view(), field, progress);
+  const workflow::NonrigidResult result = workflow::register_nonrigid(source.view(), target.view(), field, progress);
   if (!quiet && terminal) std::fprintf(stderr, "\r\033[K");
-  app::AlignmentOutput output;
+  workflow::AlignmentOutput output;
   output.mapped = result.moved;
-  app::OutputSet outputs;
-  app::write_enriched_copy(source, output, outputs.stage(out_path));
+  workflow::OutputSet outputs;
+  workflow::write_enriched_copy(source, output, outputs.stage(out_path));
   if (vm.count("report")) {
-    nlohmann::json report = app::solve_json(result.last_solve);
+    nlohmann::json report = workflow::solve_json(result.last_solve);
     report["command"] = "register";
     report["model"] = "nonrigid";
     report["iterations"] = result.iterations;
@@ -61,9 +61,9 @@ int register_nonrigid_main(const po::variables_map& vm, const app::PointCloud& s
                             {"regularization", field.regularization},
                             {"backend_requested", to_string(field.backend.backend)}};
     report["total_seconds"] = result.seconds;
-    report["peak_memory_bytes"] = app::peak_memory_bytes();
-    report["versions"] = app::versions_json();
-    app::write_text_atomically(outputs.stage(vm["report"].as<std::string>()),
+    report["peak_memory_bytes"] = workflow::peak_memory_bytes();
+    report["versions"] = workflow::versions_json();
+    workflow::write_text_atomically(outputs.stage(vm["report"].as<std::string>()),
                                report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   }
   outputs.commit();
@@ -116,9 +116,9 @@ int register_main(const std::vector<std::string>& args) {
   const std::filesystem::path& source_path = paths.source;
   const std::filesystem::path& target_path = paths.target;
   const std::filesystem::path& out_path = paths.output;
-  app::RegistrationOptions reg;
+  workflow::RegistrationOptions reg;
   try {
-    if (vm["model"].as<std::string>() != "nonrigid") reg.model = app::parse_transform_model(vm["model"].as<std::string>());
+    if (vm["model"].as<std::string>() != "nonrigid") reg.model = workflow::parse_transform_model(vm["model"].as<std::string>());
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -135,7 +135,7 @@ int register_main(const std::vector<std::string>& args) {
   reg.backend = backend_options(vm);
   const bool quiet = vm.count("quiet") > 0;
   const bool nonrigid = vm["model"].as<std::string>() == "nonrigid";
-  app::NonrigidOptions field;
+  workflow::NonrigidOptions field;
   if (nonrigid) {
     field.blur = reg.blur;
     field.start_blur = reg.start_blur;
@@ -150,10 +150,10 @@ int register_main(const std::vector<std::string>& args) {
     field.control_points = std::size_t(require_positive(vm, "control-points"));
   }
 
-  const app::PointCloud source = app::load_points(source_path, "");
-  const app::PointCloud target = app::load_points(target_path, "");
+  const workflow::PointCloud source = workflow::load_points(source_path, "");
+  const workflow::PointCloud target = workflow::load_points(target_path, "");
   const bool terminal = isatty(fileno(stderr));
-  const app::RegistrationProgress progress = [&](int round, int max_rounds, double epsilon, double rms) {
+  const workflow::RegistrationProgress progress = [&](int round, int max_rounds, double epsilon, double rms) {
     if (quiet) return true;
     std::fprintf(stderr, terminal ? "\r\033[Kregister: round %d/%d  eps %.3g  rms %.4g" : "register: round %d/%d  eps %.3g  rms %.4g\n",
                  round, max_rounds, epsilon, rms);
@@ -161,13 +161,13 @@ int register_main(const std::vector<std::string>& args) {
     return true;
   };
   if (nonrigid) return register_nonrigid_main(vm, source, target, field, progress, out_path, quiet, terminal);
-  const app::RegistrationResult result = app::register_clouds(source.view(), target.view(), reg, progress);
+  const workflow::RegistrationResult result = workflow::register_clouds(source.view(), target.view(), reg, progress);
   if (!quiet && terminal) std::fprintf(stderr, "\r\033[K");
 
-  app::AlignmentOutput output;
+  workflow::AlignmentOutput output;
   output.mapped = result.transform.apply(source.points);
-  app::OutputSet outputs;
-  app::write_enriched_copy(source, output, outputs.stage(out_path));
+  workflow::OutputSet outputs;
+  workflow::write_enriched_copy(source, output, outputs.stage(out_path));
 
   const auto& A = result.transform.linear;
   const auto& t = result.transform.translation;
@@ -175,12 +175,12 @@ int register_main(const std::vector<std::string>& args) {
   for (int r = 0; r < 3; ++r) matrix.push_back({A[3 * r], A[3 * r + 1], A[3 * r + 2], t[std::size_t(r)]});
   matrix.push_back({0.0, 0.0, 0.0, 1.0});
   if (vm.count("report")) {
-    nlohmann::json report = app::solve_json(result.last_solve);
+    nlohmann::json report = workflow::solve_json(result.last_solve);
     report["command"] = "register";
     report["iterations"] = result.iterations;
     report["converged"] = result.converged;
     report["final_solve_converged"] = result.last_solve.converged;
-    report["model"] = app::to_string(reg.model);
+    report["model"] = workflow::to_string(reg.model);
     report["transform"] = matrix;
     report["rotation_degrees"] = result.transform.rotation_degrees();
     report["scale"] = result.transform.scale;
@@ -194,14 +194,14 @@ int register_main(const std::vector<std::string>& args) {
                             {"reach_source", reg.reach_source}, {"reach_target", reg.reach_target},
                             {"backend_requested", to_string(reg.backend.backend)}};
     report["total_seconds"] = result.seconds;
-    report["peak_memory_bytes"] = app::peak_memory_bytes();
-    report["versions"] = app::versions_json();
-    app::write_text_atomically(outputs.stage(vm["report"].as<std::string>()),
+    report["peak_memory_bytes"] = workflow::peak_memory_bytes();
+    report["versions"] = workflow::versions_json();
+    workflow::write_text_atomically(outputs.stage(vm["report"].as<std::string>()),
                                report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   }
   outputs.commit();
 
-  std::printf("transform (%s, y = A x + t):\n", app::to_string(reg.model).c_str());
+  std::printf("transform (%s, y = A x + t):\n", workflow::to_string(reg.model).c_str());
   for (const auto& r : matrix) {
     std::printf("  % .6f % .6f % .6f % .6f\n", r[0].get<double>(), r[1].get<double>(), r[2].get<double>(),
                 r[3].get<double>());

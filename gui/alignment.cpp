@@ -39,7 +39,7 @@ AlignmentOutcome run_alignment(const AlignmentInput& input, const ProgressCallba
   out.n = x.rows;
   out.m = y.rows;
   out.d = x.cols;
-  out.diameter = app::bounding_diameter(xv, yv);
+  out.diameter = workflow::bounding_diameter(xv, yv);
   out.options = solve_options(input.parameters, out.diameter);
   out.backend = backend_options(input.parameters);
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "dataset.hpp"
-#include "flashot/app/dataset.hpp"
+#include "flashot/workflow/dataset.hpp"
 #include "flashot/flashot.hpp"
 #include "parameters.hpp"
 
@@ -21,7 +21,7 @@ struct AlignmentInput {
   Matrix target;                      ///< (m × d)
   std::vector<float> source_display;  ///< (n × 3) display space, may be empty (then no display mapping)
   std::vector<float> target_display;  ///< (m × 3)
-  std::optional<app::Labels> target_labels;  ///< transferred onto the source
+  std::optional<workflow::Labels> target_labels;  ///< transferred onto the source
   AlignParameters parameters;
 };
 
@@ -35,7 +35,7 @@ struct AlignmentOutcome {
   std::vector<float> mapped_display;  ///< (n × 3) (P·Y_display)_i / (P·1)_i, empty without display input
   TopKCoupling coupling;              ///< top-k per source row
   std::optional<LabelTransfer> transfer;  ///< per source point
-  std::optional<app::Labels> labels;      ///< the target's labels (categories, column name)
+  std::optional<workflow::Labels> labels;      ///< the target's labels (categories, column name)
   bool cancelled() const { return result.reason == StopReason::kCancelled; }
 };
 

@@ -51,7 +51,7 @@ Matrix from_dense(io::DenseMatrix&& dense) {
   return Matrix{dense.rows, dense.cols, std::move(dense.values)};
 }
 
-const char* kind_text(app::FileKind kind) { return kind == app::FileKind::kPly ? "PLY" : ".h5ad"; }
+const char* kind_text(workflow::FileKind kind) { return kind == workflow::FileKind::kPly ? "PLY" : ".h5ad"; }
 
 // obsm[key] as the CLI reads it (app read_obsm_points): sized by obsm_shape, then HDF5 writes the values straight
 // into memory nobody zero-filled. `cells` is the row count the file had when it was opened.
@@ -71,8 +71,8 @@ Matrix read_obsm_matrix(const io::H5adReader& reader, const std::string& key, st
 Dataset Dataset::open(const std::filesystem::path& path) {
   Dataset d;
   d.path_ = path;
-  d.kind_ = app::file_kind(path);
-  if (d.kind_ == app::FileKind::kPly) {
+  d.kind_ = workflow::file_kind(path);
+  if (d.kind_ == workflow::FileKind::kPly) {
     d.ply_ = io::read_ply(path);
     const io::PlyElement* vertex = d.ply_->find("vertex");
     if (vertex == nullptr) throw io::FormatError(path.string(), "header", "no vertex element");
@@ -95,7 +95,7 @@ Dataset Dataset::open(const std::filesystem::path& path) {
 }
 
 std::vector<std::string> Dataset::names() const {
-  if (kind_ == app::FileKind::kH5ad) return io::H5adReader(path_).obs_names();
+  if (kind_ == workflow::FileKind::kH5ad) return io::H5adReader(path_).obs_names();
   std::vector<std::string> names(n_);
   for (std::size_t i = 0; i < n_; ++i) names[i] = std::to_string(i);
   return names;
@@ -103,11 +103,11 @@ std::vector<std::string> Dataset::names() const {
 
 std::string Dataset::summary() const {
   return path_.filename().string() + " — " + with_thousands(n_) +
-         (kind_ == app::FileKind::kPly ? " points" : " cells");
+         (kind_ == workflow::FileKind::kPly ? " points" : " cells");
 }
 
 std::vector<std::string> Dataset::alignment_spaces() const {
-  if (kind_ == app::FileKind::kPly) return {kSpacePly};
+  if (kind_ == workflow::FileKind::kPly) return {kSpacePly};
   std::vector<std::string> spaces = obsm_keys_;
   // X_pca first: the representation single-cell alignments use, and the CLI's default.
   std::stable_partition(spaces.begin(), spaces.end(), [](const std::string& k) { return k == "X_pca"; });
@@ -116,7 +116,7 @@ std::vector<std::string> Dataset::alignment_spaces() const {
 }
 
 std::vector<std::string> Dataset::display_spaces() const {
-  if (kind_ == app::FileKind::kPly) return {kSpacePly};
+  if (kind_ == workflow::FileKind::kPly) return {kSpacePly};
   std::vector<std::string> spaces;
   for (const char* preferred : {"X_umap", "spatial", "X_tsne", "X_spatial"}) {
     for (std::size_t i = 0; i < obsm_keys_.size(); ++i) {
@@ -133,7 +133,7 @@ std::vector<std::string> Dataset::display_spaces() const {
 }
 
 std::vector<std::string> Dataset::color_columns() const {
-  if (kind_ == app::FileKind::kH5ad) return obs_columns_;
+  if (kind_ == workflow::FileKind::kH5ad) return obs_columns_;
   std::vector<std::string> columns;
   for (const auto& p : ply_->find("vertex")->properties) {
     if (!p.is_list && !is_coordinate(p.name) && !is_color_channel(p.name)) columns.push_back(p.name);
@@ -148,7 +148,7 @@ bool Dataset::has_ply_colors() const {
 }
 
 Matrix Dataset::read_space(const std::string& key) const {
-  if (kind_ == app::FileKind::kPly) {
+  if (kind_ == workflow::FileKind::kPly) {
     if (key != kSpacePly) {
       throw std::invalid_argument(path_.string() + ": a PLY cloud has only the space 'xyz' (asked for '" + key + "')");
     }
@@ -166,7 +166,7 @@ Matrix Dataset::read_space(const std::string& key) const {
 }
 
 std::vector<std::string> Dataset::var_names() const {
-  if (kind_ == app::FileKind::kPly) return {};
+  if (kind_ == workflow::FileKind::kPly) return {};
   return io::H5adReader(path_).var_names();
 }
 
@@ -200,7 +200,7 @@ io::Column Dataset::read_column(const std::string& name) const {
   if (std::find(columns.begin(), columns.end(), name) == columns.end()) {
     throw std::invalid_argument(path_.string() + ": no column '" + name + "' (columns: " + join(columns) + ")");
   }
-  if (kind_ == app::FileKind::kH5ad) return io::H5adReader(path_).read_obs(name);
+  if (kind_ == workflow::FileKind::kH5ad) return io::H5adReader(path_).read_obs(name);
   io::Column column;
   column.kind = io::Column::Kind::kNumeric;
   column.numbers = ply_->find("vertex")->find(name)->values;
@@ -208,13 +208,13 @@ io::Column Dataset::read_column(const std::string& name) const {
   return column;
 }
 
-app::Labels Dataset::read_labels(const std::string& column) const {
+workflow::Labels Dataset::read_labels(const std::string& column) const {
   const std::vector<std::string> columns = color_columns();
   if (std::find(columns.begin(), columns.end(), column) == columns.end()) {
     throw std::invalid_argument(path_.string() + ": no column '" + column + "' to transfer (columns: " +
                                 join(columns) + ")");
   }
-  return app::read_labels(as_point_cloud(alignment_spaces().front(), 0), column);
+  return workflow::read_labels(as_point_cloud(alignment_spaces().front(), 0), column);
 }
 
 std::vector<std::uint8_t> Dataset::ply_colors() const {
@@ -234,12 +234,12 @@ std::vector<std::uint8_t> Dataset::ply_colors() const {
   return rgb;
 }
 
-app::PointCloud Dataset::as_point_cloud(const std::string& key, std::size_t d) const {
-  app::PointCloud cloud;
+workflow::PointCloud Dataset::as_point_cloud(const std::string& key, std::size_t d) const {
+  workflow::PointCloud cloud;
   cloud.path = path_;
   cloud.kind = kind_;
   cloud.key = key;
-  cloud.representation = kind_ == app::FileKind::kPly ? "vertex x,y,z" : key;
+  cloud.representation = kind_ == workflow::FileKind::kPly ? "vertex x,y,z" : key;
   cloud.file_rows = n_;
   cloud.rows.resize(n_);
   for (std::size_t i = 0; i < n_; ++i) cloud.rows[i] = i;

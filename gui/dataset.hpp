@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "flashot/app/dataset.hpp"
+#include "flashot/workflow/dataset.hpp"
 #include "flashot/io/anndata.hpp"
 #include "flashot/io/ply.hpp"
 
@@ -97,7 +97,7 @@ class Dataset {
   static Dataset open(const std::filesystem::path& path);
 
   const std::filesystem::path& path() const { return path_; }
-  app::FileKind kind() const { return kind_; }
+  workflow::FileKind kind() const { return kind_; }
   std::size_t size() const { return n_; }
   /// obs names, or the vertex indices as text.
   std::vector<std::string> names() const;
@@ -123,16 +123,16 @@ class Dataset {
   /// An obs column, or a PLY property as a numeric column. Throws std::invalid_argument naming the columns present.
   io::Column read_column(const std::string& name) const;
   /// Labels of a column as codes into categories, via the CLI's rules (numbers in numeric order, strings sorted).
-  app::Labels read_labels(const std::string& column) const;
+  workflow::Labels read_labels(const std::string& column) const;
   /// PLY vertex colors as n·3 bytes (uchar 0–255 or float 0–1 properties). Throws if there are none.
   std::vector<std::uint8_t> ply_colors() const;
 
   /// This data set as the CLI's PointCloud (all rows, no points), for writing outputs the way the CLI does.
-  app::PointCloud as_point_cloud(const std::string& key, std::size_t d) const;
+  workflow::PointCloud as_point_cloud(const std::string& key, std::size_t d) const;
 
  private:
   std::filesystem::path path_;
-  app::FileKind kind_ = app::FileKind::kH5ad;
+  workflow::FileKind kind_ = workflow::FileKind::kH5ad;
   std::size_t n_ = 0;
   std::vector<std::string> obsm_keys_;
   std::vector<std::size_t> obsm_cols_;

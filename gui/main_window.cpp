@@ -35,7 +35,7 @@
 
 #include "alignment.hpp"
 #include "convergence_plot.hpp"
-#include "flashot/app/report.hpp"
+#include "flashot/workflow/report.hpp"
 #include "legend.hpp"
 #include "point_cloud_scene.hpp"
 #include "save.hpp"
@@ -602,7 +602,7 @@ void MainWindow::on_finished(std::shared_ptr<const AlignmentOutcome> outcome) {
   progress_bar_->setValue(progress_bar_->maximum());
   progress_label_->setText(r.converged ? tr("converged in %1 iterations (%2 s)").arg(r.iterations).arg(r.seconds, 0, 'f', 2)
                                        : tr("stopped: %1").arg(q(r.message.empty() ? to_string(r.reason) : r.message)));
-  QString summary = q(app::solve_summary(r));
+  QString summary = q(workflow::solve_summary(r));
   summary += tr("\nblur %1 (diameter %2), %3 × %4 points, %5-d")
                  .arg(std::sqrt(r.epsilon), 0, 'g', 4)
                  .arg(outcome_->diameter, 0, 'g', 4)
@@ -663,7 +663,7 @@ void MainWindow::update_actions() {
 
 void MainWindow::save_aligned_dialog() {
   if (!outcome_ || !source_) return;
-  const bool ply = source_->kind() == app::FileKind::kPly;
+  const bool ply = source_->kind() == workflow::FileKind::kPly;
   const QString path = QFileDialog::getSaveFileName(this, tr("Save aligned data"), {},
                                                     ply ? tr("PLY (*.ply)") : tr("AnnData (*.h5ad)"));
   if (path.isEmpty()) return;

@@ -4,8 +4,8 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "flashot/app/output_set.hpp"
-#include "flashot/app/report.hpp"
+#include "flashot/workflow/output_set.hpp"
+#include "flashot/workflow/report.hpp"
 #include "flashot/io/anndata.hpp"
 
 namespace flashot::gui {
@@ -23,9 +23,9 @@ void require_extension(const std::filesystem::path& path, const std::string& exp
 
 void save_aligned(const Dataset& source, const std::string& key, const AlignmentOutcome& outcome,
                   const std::filesystem::path& path) {
-  require_extension(path, source.kind() == app::FileKind::kPly ? ".ply" : ".h5ad", "the aligned " +
+  require_extension(path, source.kind() == workflow::FileKind::kPly ? ".ply" : ".h5ad", "the aligned " +
                     source.path().filename().string());
-  app::AlignmentOutput output;
+  workflow::AlignmentOutput output;
   output.mapped = outcome.mapped;
   if (outcome.transfer && outcome.labels) {
     output.label_names = outcome.labels;
@@ -35,9 +35,9 @@ void save_aligned(const Dataset& source, const std::string& key, const Alignment
                     {"cost", outcome.result.dual_cost},
                     {"marginal_error", outcome.result.marginal_error},
                     {"iterations", static_cast<double>(outcome.result.iterations)}};
-  app::OutputSet outputs;
+  workflow::OutputSet outputs;
   const std::filesystem::path temporary = outputs.stage(path);
-  app::write_enriched_copy(source.as_point_cloud(key, outcome.d), output, temporary);
+  workflow::write_enriched_copy(source.as_point_cloud(key, outcome.d), output, temporary);
   outputs.commit();
 }
 
@@ -63,7 +63,7 @@ void save_coupling(const Dataset& source, const Dataset& target, const Alignment
     }
     csr.indptr[i + 1] = static_cast<std::int64_t>(csr.data.size());
   }
-  app::OutputSet outputs;
+  workflow::OutputSet outputs;
   const std::filesystem::path temporary = outputs.stage(path);
   io::write_coupling_h5ad(temporary, source.names(), target.names(), csr);
   outputs.commit();
@@ -71,15 +71,15 @@ void save_coupling(const Dataset& source, const Dataset& target, const Alignment
 
 void save_report(const Dataset& source, const Dataset& target, const std::string& key,
                  const AlignmentOutcome& outcome, const std::filesystem::path& path) {
-  nlohmann::json report = app::solve_json(outcome.result);
-  report["options"] = app::options_json(outcome.options);
+  nlohmann::json report = workflow::solve_json(outcome.result);
+  report["options"] = workflow::options_json(outcome.options);
   report["inputs"] = {{"source", source.path().string()},
                       {"target", target.path().string()},
                       {"key", key},
                       {"n", outcome.n},
                       {"m", outcome.m},
                       {"d", outcome.d},
-                      {"diameter", app::number(outcome.diameter)}};
+                      {"diameter", workflow::number(outcome.diameter)}};
   report["top_k"] = outcome.coupling.k;
   if (outcome.transfer && outcome.labels) {
     const auto& t = *outcome.transfer;
@@ -87,15 +87,15 @@ void save_report(const Dataset& source, const Dataset& target, const std::string
     for (float v : t.confidence) confidence += v;
     report["transfer"] = {{"column", outcome.labels->column},
                           {"classes", outcome.labels->categories.size()},
-                          {"mean_confidence", app::number(t.points ? confidence / static_cast<double>(t.points) : 0)}};
+                          {"mean_confidence", workflow::number(t.points ? confidence / static_cast<double>(t.points) : 0)}};
   }
-  report["versions"] = app::versions_json();
+  report["versions"] = workflow::versions_json();
   report["program"] = "flashot-gui";
-  app::write_text_atomically(path, report.dump(2) + "\n");
+  workflow::write_text_atomically(path, report.dump(2) + "\n");
 }
 
 void save_image(const QImage& image, const std::filesystem::path& path) {
-  app::OutputSet outputs;
+  workflow::OutputSet outputs;
   const std::filesystem::path temporary = outputs.stage(path);
   if (!image.save(QString::fromStdString(temporary.string()), "PNG")) {
     throw std::runtime_error("cannot write the image " + path.string());

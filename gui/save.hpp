@@ -1,5 +1,5 @@
 #pragma once
-// What flashot-gui saves, in the CLI's formats (apps/support): the aligned source, the top-k coupling, the JSON
+// What flashot-gui saves, in the CLI's formats (workflow): the aligned source, the top-k coupling, the JSON
 // report, a screenshot. Every file goes through a temporary file in its folder, renamed at the end.
 
 #include <filesystem>

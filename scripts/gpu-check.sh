@@ -4,7 +4,7 @@
 #   2. the engine test suites on the CUDA backend with FLASHOT_REQUIRE_CUDA=1 (a skip is a failure);
 #   3. compute-sanitizer memcheck and racecheck on small cases;
 #   4. the backend's own timings (tests/bench/cuda_iterate_bench.cpp) and `flashot bench` at the issue's sizes;
-#   5. ../shared/gpu/peers.sh (FlashSinkhorn, GeomLoss/KeOps) against `flashot bench`, when peer wheels are given;
+#   5. tests/bench/peers/peers.sh (FlashSinkhorn, GeomLoss/KeOps) against `flashot bench`, when peer wheels are given;
 #   6. the Hessian-vector-product comparison with FlashSinkhorn (tests/bench/hvp_run.sh), when peer wheels are given;
 #   7. the end-to-end job of issue 3: 1M x 1M, d = 50, epsilon-scaling to 1e-3, barycentric projection (E2E=1).
 # Logs go to $OUT (default: gpu-check-out/). Steps can be skipped: TESTS=0 SANITIZE=0 BENCH=0 PEERS=0 HVP=0 E2E=0;
@@ -19,7 +19,7 @@
 #   ninja -C build-gpu flashot_engine_tests flashot flashot_cuda_iterate_bench flashot_hvp_bench
 #   mkdir -p build-gpu/lib && cp -L /lib/x86_64-linux-gnu/{libsleef.so.3,libgomp.so.1} build-gpu/lib/
 # (scripts/pack-gpu-build.sh does the carrying part: stripped programs and those libraries in one xz tarball.)
-# Peers: bash ../shared/gpu/fetch-peer-wheels.sh .peers/wheels; cp ../shared/gpu/* .peers/ (.peers is git-ignored).
+# Peers: bash tests/bench/peers/fetch-peer-wheels.sh .peers/wheels; cp tests/bench/peers/* .peers/ (.peers is git-ignored).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-check-out}

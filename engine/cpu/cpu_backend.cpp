@@ -227,7 +227,7 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  /// The symmetric update from one exponential per plan entry (DESIGN.md §2): with E_ij = exp((f_i + g_j − C_ij)/ε),
+  /// The symmetric update from one exponential per plan entry (docs/design.md §2): with E_ij = exp((f_i + g_j − C_ij)/ε),
   /// softmin_rows(g)_i = f_i − ε·ln Σ_j b_j E_ij and softmin_cols(f)_j = g_j − ε·ln Σ_i a_i E_ij, exactly. Rows are
   /// split into a fixed number of groups (set by n and m only, never by the thread count), each with its own
   /// column-sum buffer, added in a fixed order: the result is bitwise independent of the thread count.

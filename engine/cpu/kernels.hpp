@@ -2,7 +2,7 @@
 // Streaming tile kernels of the CPU backend, compiled once per instruction set (kernels_<isa>.cpp) and picked at
 // run time. Every kernel reduces query rows against all keys without storing more than one score tile:
 //   t_ij = scale·⟨q_i, k_j⟩ + bias_j      (log2 units; bias_j = −∞ removes key j)
-// the biased dot-product score of DESIGN.md §1 with log2(e) folded into scale and bias.
+// the biased dot-product score of docs/design.md §1 with log2(e) folded into scale and bias.
 
 #include <cstddef>
 

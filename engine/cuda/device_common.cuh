@@ -15,7 +15,7 @@ inline constexpr float kLn2 = 0.6931471805599453f;
 /// Start of a running max: finite, so that exp2(start − start) is 1, not NaN, when a whole range is masked.
 inline constexpr float kNoMax = -1e30f;
 
-/// MUFU ex2 with flush-to-zero: one special-function instruction per plan entry (DESIGN.md §2).
+/// MUFU ex2 with flush-to-zero: one special-function instruction per plan entry (docs/design.md §2).
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

@@ -1,6 +1,6 @@
 #pragma once
 // Kernels of the CUDA backend and their launchers. Every kernel streams tiles of the two point sets through shared
-// memory and never forms the n×m matrix (DESIGN.md §1–2).
+// memory and never forms the n×m matrix (docs/design.md §1–2).
 //
 // Notation (base-2 log domain, log2(e) folded into the scale): for a "row" side R (points p_i) reduced against a
 // "column" side K (points q_j, weights w_j, potential h_j), with cost C = s·‖p − q‖² and temperature ε,
@@ -47,7 +47,7 @@ Path choose_path(int d);
 /// Rows per block and columns per tile of the LSE kernel used for `d`.
 ReductionPlan plan_lse(const PointSet& rows, const PointSet& cols, int d, int resident_blocks);
 /// partials (plan.splits × rows.count) receive (running max, sum of exp2(score − max)) per row and split.
-/// guard: when non-null, the kernel does nothing unless *guard != 0 (the one-pass fallback, DESIGN.md §2).
+/// guard: when non-null, the kernel does nothing unless *guard != 0 (the one-pass fallback, docs/design.md §2).
 void launch_lse(const PointSet& rows, const PointSet& cols, const float* h, const Scale& scale, const ReductionPlan& plan,
                 float2* partials, const int* guard, cudaStream_t stream);
 
@@ -89,7 +89,7 @@ void launch_finalize(Finalize mode, const FinalizeSide& a, const FinalizeSide& b
 void launch_cold_check(const float* softmin, int count, double epsilon, int* skip, cudaStream_t stream,
                        const int* screened = nullptr, float floor_log2 = kSumsMinLog2);
 
-// ---- one-pass symmetric step (row and column sums of one tile of exponentials, DESIGN.md §2) ------------------
+// ---- one-pass symmetric step (row and column sums of one tile of exponentials, docs/design.md §2) ------------------
 /// sms: the device's SM count (the small-d plan balances their work, plan_balanced).
 ReductionPlan plan_symmetric(const PointSet& x, const PointSet& y, int d, int resident_blocks, int sms);
 /// rsum (n) += Σ_j E_ij and csum (m) += Σ_i a_i E_ij with E_ij = exp2(α⟨x_i,y_j⟩ + u_i + v_j),

@@ -1,4 +1,4 @@
-// CUDA shards combined on the devices with NCCL (DESIGN.md §5, docs/multi-gpu.md). Each shard — one device,
+// CUDA shards combined on the devices with NCCL (docs/design.md §5, docs/multi-gpu.md). Each shard — one device,
 // driven by this process — holds a contiguous range of x's rows and all of y; f-updates are local, and the g-update
 // merges the shards' per-column base-2 log-sum-exps with two all-reduces over m-vectors (MAX, then SUM of
 // 2^(L_s − M)), so an iteration never leaves the devices. One process drives several devices (ncclCommInitAll),
@@ -172,7 +172,7 @@ NcclBackend::NcclBackend(const BackendOptions& options, const ProblemData& data)
       throw std::runtime_error("CUDA device " + std::to_string(dev) + " asked for, but " + std::to_string(usable) +
                                " CUDA device(s) are usable on this machine");
   const int global = ranks_ > 1 ? ranks_ : static_cast<int>(devices.size());
-  // The one-exponential symmetric step (DESIGN.md §2) needs every weight positive, on every shard.
+  // The one-exponential symmetric step (docs/design.md §2) needs every weight positive, on every shard.
   one_pass_ = std::all_of(data.a.begin(), data.a.end(), [](float v) { return v > 0; }) &&
               std::all_of(data.b.begin(), data.b.end(), [](float v) { return v > 0; });
   plan_ = plan_shards(n_, global);
@@ -370,7 +370,7 @@ void NcclBackend::enqueue_two_pass(const IterationParams& p, Finalize update) co
 
 void NcclBackend::enqueue_one_pass(const IterationParams& p) const {
   // One tile of exponentials gives row sums (local) and column sums (partial: SUM over the shards), as the one-GPU
-  // backend does (DESIGN.md §2); where a sum cannot be trusted on any shard, every shard redoes the step the
+  // backend does (docs/design.md §2); where a sum cannot be trusted on any shard, every shard redoes the step the
   // two-pass way (the guarded passes, then the commits choose).
   const auto lf = static_cast<float>(p.damping_f), lg = static_cast<float>(p.damping_g);
   for (Shard& s : shards_) {

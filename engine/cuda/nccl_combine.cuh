@@ -1,5 +1,5 @@
 #pragma once
-// Device side of the shard combination (DESIGN.md §5): between two NCCL all-reduces over m-vectors (MAX of the
+// Device side of the shard combination (docs/design.md §5): between two NCCL all-reduces over m-vectors (MAX of the
 // shards' base-2 log-sum-exps L_s, then SUM of 2^(L_s − M)), these kernels form each shard's share and turn the
 // reduced pair into the soft c-transform or the potential update, on the device, with no host round-trip. The
 // arithmetic is shard_math.hpp's, unit-tested on the host.

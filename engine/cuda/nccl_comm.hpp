@@ -1,5 +1,5 @@
 #pragma once
-// NCCL communicators for sharded problems (DESIGN.md §5, docs/multi-gpu.md): RAII ownership, the one NCCL error
+// NCCL communicators for sharded problems (docs/design.md §5, docs/multi-gpu.md): RAII ownership, the one NCCL error
 // check, and the bootstrap of a multi-process communicator. No home-made transport: every byte between devices
 // moves through NCCL collectives; the program's MPI_Bcast only carries the ncclUniqueId from rank 0 to the others.
 

@@ -1,6 +1,6 @@
 #pragma once
 // Host-only rules of the CUDA backend's one-pass symmetric step (no CUDA types: unit-tested without a GPU; the
-// device calls them through --expt-relaxed-constexpr). The step (symmetric.cu, DESIGN.md §2) sums E_ij shifted by
+// device calls them through --expt-relaxed-constexpr). The step (symmetric.cu, docs/design.md §2) sums E_ij shifted by
 // the potentials themselves, so its sums are only trusted in a range; each step's commit predicts the next step's
 // log2 sums and tells it whether to run, and with what shift (launch_finalize, kernels.cuh).
 

@@ -1,4 +1,4 @@
-// Log-sum-exp reductions over the other side (the soft c-transform, DESIGN.md §1) with online max in exp2, and
+// Log-sum-exp reductions over the other side (the soft c-transform, docs/design.md §1) with online max in exp2, and
 // the finalize step that merges the column splits and updates the potentials.
 
 #include <algorithm>

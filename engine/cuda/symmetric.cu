@@ -1,4 +1,4 @@
-// The one-pass symmetric step (DESIGN.md §2): with E_ij = a_i b_j exp((f_i + g_j − C_ij)/ε)/a_i built from the old
+// The one-pass symmetric step (docs/design.md §2): with E_ij = a_i b_j exp((f_i + g_j − C_ij)/ε)/a_i built from the old
 // pair, the row sums ρ_i = Σ_j E_ij and column sums Σ_i a_i E_ij give both soft c-transforms from ONE exponential per
 // plan entry: softmin_rows(g)_i = f_i − ε ln ρ_i and softmin_cols(f)_j = g_j − ε ln(Σ_i a_i E_ij / b_j).
 // The shift is the potentials themselves (no running max), so sums can underflow or overflow far from the fixed

@@ -3,7 +3,7 @@
 //
 // The Sinkhorn loop (engine/src/sinkhorn.cpp) is written once over these operations; each backend (cpu/, cuda/)
 // implements them with tiled streaming kernels. Every operation is a variant of one primitive, the biased
-// log-sum-exp over the other side ("soft c-transform", DESIGN.md §1):
+// log-sum-exp over the other side ("soft c-transform", docs/design.md §1):
 //   softmin_rows(h)_i = −ε · LSE_j [ log b_j + (h_j − C_ij)/ε ]          (n values; h = g)
 //   softmin_cols(h)_j = −ε · LSE_i [ log a_i + (h_i − C_ij)/ε ]          (m values; h = f)
 // and, for plan application, the same tile loop accumulating weighted rows of a value matrix.

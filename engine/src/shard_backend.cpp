@@ -1,5 +1,5 @@
 // The host-combined sharded backend: G child backends, each holding a contiguous range of x's rows and all of y,
-// driven through the Backend interface and combined exactly on the host (DESIGN.md §5, docs/multi-gpu.md).
+// driven through the Backend interface and combined exactly on the host (docs/design.md §5, docs/multi-gpu.md).
 #include "shard_backend.hpp"
 
 #include <algorithm>

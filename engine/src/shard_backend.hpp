@@ -1,5 +1,5 @@
 #pragma once
-// One problem on several shards of x's rows (DESIGN.md §5, docs/multi-gpu.md). Private to the engine.
+// One problem on several shards of x's rows (docs/design.md §5, docs/multi-gpu.md). Private to the engine.
 //
 // Every shard holds a contiguous range of x's rows (with their weights and f) and all of y (with b and g). Row-side
 // operations (the f-update, P·V, top-k, maps of source queries) are local to a shard; column-side ones (the

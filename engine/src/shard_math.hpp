@@ -1,5 +1,5 @@
 #pragma once
-// The exact combination of per-shard log-sum-exps (DESIGN.md §5), written once for the host and the device.
+// The exact combination of per-shard log-sum-exps (docs/design.md §5), written once for the host and the device.
 //
 // With x's rows cut into shards S_1..S_G, a column's log-sum-exp over all rows is the log-sum-exp of the shards'
 // log-sum-exps: LSE_i∈∪S (t_i) = LSE_s (LSE_i∈S_s t_i). Stabilized by the max M = max_s L_s:

@@ -1,5 +1,5 @@
 #pragma once
-// Sharding one problem over several devices (DESIGN.md §5, docs/multi-gpu.md): which rows of x each shard holds,
+// Sharding one problem over several devices (docs/design.md §5, docs/multi-gpu.md): which rows of x each shard holds,
 // how many shards BackendOptions asks for, and the exact host-side combination of per-shard soft c-transforms.
 // Host-only, unit-tested without a GPU (tests/engine/shard_plan_test.cpp).
 

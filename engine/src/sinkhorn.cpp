@@ -1,4 +1,4 @@
-// The ε-scaling Sinkhorn loop (DESIGN.md §1), once for every backend: the schedule, the iterations, the
+// The ε-scaling Sinkhorn loop (docs/design.md §1), once for every backend: the schedule, the iterations, the
 // marginal-error checks, the stop reasons and the report. The backend only iterates and computes soft c-transforms.
 #include "sinkhorn.hpp"
 

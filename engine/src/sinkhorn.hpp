@@ -1,5 +1,5 @@
 #pragma once
-// The Sinkhorn loop, written once over detail::Backend (DESIGN.md §1). Private to the engine.
+// The Sinkhorn loop, written once over detail::Backend (docs/design.md §1). Private to the engine.
 
 #include <cstddef>
 #include <span>

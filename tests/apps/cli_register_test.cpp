@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "flashot/app/registration.hpp"
+#include "flashot/workflow/registration.hpp"
 #include "flashot/io/ply.hpp"
 #include "run_command.hpp"
 
@@ -21,10 +21,10 @@ constexpr double kMaxAngleErrorDegrees = 2.0;
 constexpr double kMaxTranslationError = 0.03;  // the shape is about 2 units long
 
 /// Rodrigues' rotation about (1,2,3) by 30°, as the generator builds the scan.
-app::Transform scan_motion() {
+workflow::Transform scan_motion() {
   const double n = std::sqrt(14.0), ux = 1 / n, uy = 2 / n, uz = 3 / n;
   const double a = kScanRotationDegrees * M_PI / 180, c = std::cos(a), s = std::sin(a);
-  app::Transform t;
+  workflow::Transform t;
   t.linear = {c + ux * ux * (1 - c),      ux * uy * (1 - c) - uz * s, ux * uz * (1 - c) + uy * s,
               uy * ux * (1 - c) + uz * s, c + uy * uy * (1 - c),      uy * uz * (1 - c) - ux * s,
               uz * ux * (1 - c) - uy * s, uz * uy * (1 - c) + ux * s, c + uz * uz * (1 - c)};
@@ -47,8 +47,8 @@ TEST(RegisterSamples, RecoversTheKnownRotationOfThePartialScan) {
     EXPECT_TRUE(report.contains(key)) << key;
   }
   // found ∘ motion should be the identity: compose the 3×3 parts and measure the residual rotation angle.
-  const app::Transform motion = scan_motion();
-  app::Transform composed;
+  const workflow::Transform motion = scan_motion();
+  workflow::Transform composed;
   for (int i = 0; i < 3; ++i) {
     for (int j = 0; j < 3; ++j) {
       double v = 0;
@@ -74,16 +74,16 @@ TEST(RegisterSamples, RecoversTheKnownRotationOfThePartialScan) {
 }
 
 TEST(Registration, WeightedProcrustesRecoversAnExactMotion) {
-  const app::Transform motion = scan_motion();
+  const workflow::Transform motion = scan_motion();
   std::vector<float> from, weights;
   for (int i = 0; i < 50; ++i) {
     from.insert(from.end(), {float(std::sin(i * 1.3)), float(std::cos(i * 0.7)), float(i % 7) / 7.0f});
     weights.push_back(1.0f + float(i % 3));
   }
   const std::vector<float> to = motion.apply(from);
-  for (auto model : {app::TransformModel::kRigid, app::TransformModel::kSimilarity, app::TransformModel::kAffine}) {
-    const app::Transform found = app::fit_transform(from, to, weights, model);
-    for (std::size_t k = 0; k < 9; ++k) EXPECT_NEAR(found.linear[k], motion.linear[k], 1e-4) << app::to_string(model);
+  for (auto model : {workflow::TransformModel::kRigid, workflow::TransformModel::kSimilarity, workflow::TransformModel::kAffine}) {
+    const workflow::Transform found = workflow::fit_transform(from, to, weights, model);
+    for (std::size_t k = 0; k < 9; ++k) EXPECT_NEAR(found.linear[k], motion.linear[k], 1e-4) << workflow::to_string(model);
     for (std::size_t k = 0; k < 3; ++k) EXPECT_NEAR(found.translation[k], motion.translation[k], 1e-4);
   }
 }

@@ -62,7 +62,7 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-/// The DESIGN.md §2 benchmark problem: x ~ N(0, I)/√d·0.5, y ~ N(0.2, I)/√d·0.5 (diameter O(1) in every d).
+/// The docs/design.md §2 benchmark problem: x ~ N(0, I)/√d·0.5, y ~ N(0.2, I)/√d·0.5 (diameter O(1) in every d).
 std::vector<float> cloud(std::size_t n, std::size_t d, double shift, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> g(0.0, 1.0);

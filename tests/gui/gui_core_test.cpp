@@ -78,7 +78,7 @@ AlignmentInput cluster_input(std::size_t n, std::size_t m) {
   input.target = std::move(c.y);
   input.parameters.backend = "cpu";
   input.parameters.blur = 0.3;
-  app::Labels labels;
+  workflow::Labels labels;
   labels.column = "cluster";
   labels.categories = {"left", "right"};
   labels.codes = c.y_labels;
@@ -315,7 +315,7 @@ class GuiCoreTest : public QObject {
     QCOMPARE(type.kind, Coloring::Kind::kCategorical);
     const Coloring score = column_coloring(d.read_column("score"), "score");
     QCOMPARE(score.kind, Coloring::Kind::kContinuous);
-    const app::Labels labels = d.read_labels("cell_type");
+    const workflow::Labels labels = d.read_labels("cell_type");
     QCOMPARE(labels.categories.size(), std::size_t{3});
     QCOMPARE(labels.codes[4], 1);
   }

@@ -1,5 +1,5 @@
 // Qt Test suite for the VTK scene and its Qt adapter. Needs an X display (ctest runs it under xvfb-run): it
-// checks pixels, not only that rendering ran, so a black or empty frame fails (DESIGN.md §4).
+// checks pixels, not only that rendering ran, so a black or empty frame fails (docs/design.md §4).
 
 #include <QApplication>
 #include <QMouseEvent>

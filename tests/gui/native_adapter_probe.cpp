@@ -1,4 +1,4 @@
-// Experiment program for the QOpenGLWidget + vtkGenericOpenGLRenderWindow question (issue 6, DESIGN.md §4).
+// Experiment program for the QOpenGLWidget + vtkGenericOpenGLRenderWindow question (issue 6, docs/design.md §4).
 // It hosts a generic VTK render window in a QOpenGLWidget, renders a background and three colored discs of points,
 // grabs the widget with grabFramebuffer() and prints pixel statistics, with one knob per suspected cause so each
 // can be varied on its own. docs/gui.md ("The native QOpenGLWidget adapter") lists the runs and what they showed.

@@ -1,7 +1,7 @@
 #pragma once
 // PLY (Stanford polygon file) reading and writing: ascii, binary_little_endian, binary_big_endian; every scalar
 // type and alias; every element and property kept by name, lists included. No VTK: VTK 9.1 drops doubles and
-// custom properties (DESIGN.md §3).
+// custom properties (docs/design.md §3).
 
 #include <cstddef>
 #include <cstdint>

@@ -15,7 +15,7 @@
 #include "flashot/io/anndata.hpp"
 #include "flashot/io/ply.hpp"
 
-namespace flashot::app {
+namespace flashot::workflow {
 
 enum class FileKind { kH5ad, kPly };
 /// By extension (.h5ad, .ply; any case). Throws std::invalid_argument naming the path otherwise.
@@ -94,12 +94,12 @@ void write_enriched_copy(const PointCloud& source, const AlignmentOutput& output
 /// Stable-order text of a value read from a file, for messages ("3", "0.5", "T cell").
 std::string value_text(double value);
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow
 
-namespace flashot::app {
+namespace flashot::workflow {
 
 /// Diagonal of the bounding box of both clouds together: the data's scale, from which default ε are derived
 /// (the engine's ε-scaling starts from the same diameter).
 double bounding_diameter(PointsView a, PointsView b);
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow

@@ -1,11 +1,11 @@
-#include "flashot/app/report.hpp"
+#include "flashot/workflow/report.hpp"
 
 #include <sys/resource.h>
 
 #include <cmath>
 #include <cstdio>
 
-namespace flashot::app {
+namespace flashot::workflow {
 
 nlohmann::json number(double value) { return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(); }
 
@@ -68,4 +68,4 @@ std::string solve_summary(const SolveResult& r) {
   return summary;
 }
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow

@@ -1,11 +1,11 @@
-#include "flashot/app/progress.hpp"
+#include "flashot/workflow/progress.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 
-namespace flashot::app {
+namespace flashot::workflow {
 namespace {
 
 constexpr int kBarWidth = 24;
@@ -101,4 +101,4 @@ void ProgressDisplay::finish() {
   }
 }
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow

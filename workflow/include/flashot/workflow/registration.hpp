@@ -14,7 +14,7 @@
 
 #include "flashot/flashot.hpp"
 
-namespace flashot::app {
+namespace flashot::workflow {
 
 enum class TransformModel { kRigid, kSimilarity, kAffine };
 std::string to_string(TransformModel);
@@ -82,4 +82,4 @@ using RegistrationProgress = std::function<bool(int, int, double, double)>;
 RegistrationResult register_clouds(PointsView source, PointsView target, const RegistrationOptions& options,
                                    const RegistrationProgress& progress = {});
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow

@@ -1,4 +1,4 @@
-#include "flashot/app/solution.hpp"
+#include "flashot/workflow/solution.hpp"
 
 #include <bit>
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-namespace flashot::app {
+namespace flashot::workflow {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "the solution format is written as little-endian");
@@ -139,4 +139,4 @@ Solution load_solution(const std::filesystem::path& path) {
   return s;
 }
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow

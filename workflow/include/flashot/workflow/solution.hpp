@@ -14,7 +14,7 @@
 
 #include "flashot/flashot.hpp"
 
-namespace flashot::app {
+namespace flashot::workflow {
 
 struct Solution {
   std::string key;             ///< the representation's key: obsm key, "X" or "xyz"
@@ -40,4 +40,4 @@ void save_solution(const std::filesystem::path& path, const Solution& solution);
 /// solution file, truncated, sizes that disagree with the header).
 Solution load_solution(const std::filesystem::path& path);
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow

@@ -1,4 +1,4 @@
-#include "flashot/app/dataset.hpp"
+#include "flashot/workflow/dataset.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -13,7 +13,7 @@
 #include <span>
 #include <stdexcept>
 
-namespace flashot::app {
+namespace flashot::workflow {
 namespace {
 
 constexpr std::size_t kPreviewValues = 8;  // values listed in "matches no row" messages
@@ -451,9 +451,9 @@ void write_enriched_copy(const PointCloud& source, const AlignmentOutput& output
   io::write_ply(path, ply);
 }
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow
 
-namespace flashot::app {
+namespace flashot::workflow {
 
 double bounding_diameter(PointsView a, PointsView b) {
   const std::size_t d = a.d;
@@ -472,4 +472,4 @@ double bounding_diameter(PointsView a, PointsView b) {
   return std::sqrt(squared);
 }
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow

@@ -8,7 +8,7 @@
 
 #include "flashot/flashot.hpp"
 
-namespace flashot::app {
+namespace flashot::workflow {
 
 class ProgressDisplay {
  public:
@@ -42,4 +42,4 @@ class ProgressDisplay {
   bool bar_open_ = false;
 };
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow

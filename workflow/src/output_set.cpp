@@ -1,4 +1,4 @@
-#include "flashot/app/output_set.hpp"
+#include "flashot/workflow/output_set.hpp"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <system_error>
 
-namespace flashot::app {
+namespace flashot::workflow {
 namespace {
 
 std::filesystem::path temporary_name(const std::filesystem::path& destination) {
@@ -72,4 +72,4 @@ void write_text_atomically(const std::filesystem::path& path, const std::string&
   outputs.commit();
 }
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow

@@ -8,7 +8,7 @@
 
 #include "flashot/flashot.hpp"
 
-namespace flashot::app {
+namespace flashot::workflow {
 
 /// The solve as JSON: epsilon, cost (dual), primal_cost, converged, stop_reason, message, iterations,
 /// marginal_error, backend, device, seconds, stages [{epsilon, iterations}], checks [{iteration, epsilon, error}].
@@ -26,4 +26,4 @@ nlohmann::json number(double value);
 /// Multi-line human summary of a solve (for stderr): ε, cost, converged and why, iterations, error, time.
 std::string solve_summary(const SolveResult& result);
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace flashot::app {
+namespace flashot::workflow {
 
 class OutputSet {
  public:
@@ -36,4 +36,4 @@ class OutputSet {
 /// Writes `text` to `path` through a temporary file in the same folder renamed at the end.
 void write_text_atomically(const std::filesystem::path& path, const std::string& text);
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow

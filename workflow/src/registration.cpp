@@ -1,4 +1,4 @@
-#include "flashot/app/registration.hpp"
+#include "flashot/workflow/registration.hpp"
 
 #include <Eigen/Dense>
 #include <algorithm>
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
-namespace flashot::app {
+namespace flashot::workflow {
 namespace {
 
 using Matrix3 = Eigen::Matrix3d;
@@ -201,4 +201,4 @@ RegistrationResult register_clouds(PointsView source, PointsView target, const R
   return result;
 }
 
-}  // namespace flashot::app
+}  // namespace flashot::workflow

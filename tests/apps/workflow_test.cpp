@@ -1,4 +1,4 @@
-// flashot_app_support pieces the end-to-end tests cannot pin down precisely: the ETA estimate, all-or-nothing
+// flashot_workflow pieces the end-to-end tests cannot pin down precisely: the ETA estimate, all-or-nothing
 // outputs, the solution file round trip and its rejection of damaged files.
 
 #include <gtest/gtest.h>
@@ -7,10 +7,10 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "flashot/app/dataset.hpp"
-#include "flashot/app/output_set.hpp"
-#include "flashot/app/progress.hpp"
-#include "flashot/app/solution.hpp"
+#include "flashot/workflow/dataset.hpp"
+#include "flashot/workflow/output_set.hpp"
+#include "flashot/workflow/progress.hpp"
+#include "flashot/workflow/solution.hpp"
 #include "run_command.hpp"
 
 namespace flashot::test {
@@ -28,7 +28,7 @@ TEST(ProgressEta, ExtrapolatesTheErrorDecayInTheFinalStage) {
   current.iteration = 110;
   current.marginal_error = 1e-2;  // one decade per 10 iterations: 1e-3 needs 10 more
   bool upper_bound = true;
-  const double left = app::ProgressDisplay::estimate_seconds_left(previous, current, 11.0, 1e-3, upper_bound);
+  const double left = workflow::ProgressDisplay::estimate_seconds_left(previous, current, 11.0, 1e-3, upper_bound);
   EXPECT_FALSE(upper_bound);
   EXPECT_NEAR(left, 10 * (11.0 / 110), kSecondsTolerance);
 }
@@ -42,7 +42,7 @@ TEST(ProgressEta, FallsBackToTheBudgetWhenTheErrorDoesNotFall) {
   current.iteration = 20;
   previous.marginal_error = current.marginal_error = 0.5;
   bool upper_bound = false;
-  const double left = app::ProgressDisplay::estimate_seconds_left(previous, current, 2.0, 1e-3, upper_bound);
+  const double left = workflow::ProgressDisplay::estimate_seconds_left(previous, current, 2.0, 1e-3, upper_bound);
   EXPECT_TRUE(upper_bound);
   EXPECT_NEAR(left, 80 * 0.1, kSecondsTolerance);
 }
@@ -50,12 +50,12 @@ TEST(ProgressEta, FallsBackToTheBudgetWhenTheErrorDoesNotFall) {
 TEST(OutputSet, NothingAppearsUnlessCommitted) {
   const auto folder = fresh_folder();
   {
-    app::OutputSet outputs;
+    workflow::OutputSet outputs;
     std::ofstream(outputs.stage(folder / "a.txt")) << "a";
     std::ofstream(outputs.stage(folder / "b.json")) << "b";
   }
   EXPECT_TRUE(std::filesystem::is_empty(folder));
-  app::OutputSet outputs;
+  workflow::OutputSet outputs;
   const auto temporary = outputs.stage(folder / "a.txt");
   EXPECT_EQ(temporary.parent_path(), folder);
   EXPECT_EQ(temporary.extension(), ".txt");
@@ -68,14 +68,14 @@ TEST(OutputSet, NothingAppearsUnlessCommitted) {
 
 TEST(OutputSet, CommitRefusesAnUnwrittenOutput) {
   const auto folder = fresh_folder();
-  app::OutputSet outputs;
+  workflow::OutputSet outputs;
   std::ofstream(outputs.stage(folder / "a.txt")) << "a";
   outputs.stage(folder / "never.txt");
   EXPECT_THROW(outputs.commit(), std::runtime_error);
 }
 
-app::Solution small_solution() {
-  app::Solution s;
+workflow::Solution small_solution() {
+  workflow::Solution s;
   s.key = "X_pca";
   s.representation = "obsm['X_pca'] (2-d)";
   s.cost = Cost::kHalfSquaredEuclidean;
@@ -95,9 +95,9 @@ app::Solution small_solution() {
 
 TEST(SolutionFile, RoundTripsEveryField) {
   const auto folder = fresh_folder();
-  const app::Solution s = small_solution();
-  app::save_solution(folder / "s.sol", s);
-  const app::Solution r = app::load_solution(folder / "s.sol");
+  const workflow::Solution s = small_solution();
+  workflow::save_solution(folder / "s.sol", s);
+  const workflow::Solution r = workflow::load_solution(folder / "s.sol");
   EXPECT_EQ(r.key, s.key);
   EXPECT_EQ(r.representation, s.representation);
   EXPECT_EQ(r.cost, s.cost);
@@ -113,24 +113,24 @@ TEST(SolutionFile, RoundTripsEveryField) {
 
 TEST(SolutionFile, RejectsTruncatedAndForeignFiles) {
   const auto folder = fresh_folder();
-  app::save_solution(folder / "s.sol", small_solution());
+  workflow::save_solution(folder / "s.sol", small_solution());
   const std::string bytes = read_file(folder / "s.sol");
   std::ofstream(folder / "short.sol", std::ios::binary) << bytes.substr(0, bytes.size() - 4);
   std::ofstream(folder / "other.sol", std::ios::binary) << "PLY\nnot a solution";
-  EXPECT_THROW(app::load_solution(folder / "short.sol"), std::runtime_error);
-  EXPECT_THROW(app::load_solution(folder / "other.sol"), std::runtime_error);
-  EXPECT_THROW(app::load_solution(folder / "missing.sol"), std::runtime_error);
-  app::Solution bad = small_solution();
+  EXPECT_THROW(workflow::load_solution(folder / "short.sol"), std::runtime_error);
+  EXPECT_THROW(workflow::load_solution(folder / "other.sol"), std::runtime_error);
+  EXPECT_THROW(workflow::load_solution(folder / "missing.sol"), std::runtime_error);
+  workflow::Solution bad = small_solution();
   bad.g.pop_back();
-  EXPECT_THROW(app::save_solution(folder / "bad.sol", bad), std::invalid_argument);
+  EXPECT_THROW(workflow::save_solution(folder / "bad.sol", bad), std::invalid_argument);
 }
 
 TEST(RowFilter, ParsesColumnEqualsValue) {
-  const app::RowFilter f = app::parse_row_filter("time=day 3=late", "--where");
+  const workflow::RowFilter f = workflow::parse_row_filter("time=day 3=late", "--where");
   EXPECT_EQ(f.column, "time");
   EXPECT_EQ(f.value, "day 3=late");
-  EXPECT_THROW(app::parse_row_filter("time", "--where"), std::invalid_argument);
-  EXPECT_THROW(app::parse_row_filter("=3", "--where"), std::invalid_argument);
+  EXPECT_THROW(workflow::parse_row_filter("time", "--where"), std::invalid_argument);
+  EXPECT_THROW(workflow::parse_row_filter("=3", "--where"), std::invalid_argument);
 }
 
 }  // namespace
