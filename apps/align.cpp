@@ -6,12 +6,15 @@
 #include <chrono>
 #include <csignal>
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli.hpp"
+#include "flashot/workflow/checks.hpp"
 #include "flashot/workflow/dataset.hpp"
 #include "flashot/workflow/output_set.hpp"
 #include "flashot/workflow/progress.hpp"
@@ -21,9 +24,6 @@
 namespace flashot::cli {
 namespace {
 
-/// Default blur as a fraction of the data's diameter (bounding-box diagonal of both clouds): the unit-free
-/// counterpart of GeomLoss's blur 0.05 on data scaled to the unit cube.
-constexpr double kDefaultRelativeBlur = 0.05;
 constexpr long long kDefaultCouplingK = 10;
 
 using Clock = std::chrono::steady_clock;
@@ -36,12 +36,6 @@ extern "C" void on_interrupt(int) {
   std::signal(SIGINT, SIG_DFL);
 }
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-void require_extension(const std::filesystem::path& path, workflow::FileKind kind, const std::string& option) {
-  if (workflow::file_kind(path) != kind) {
-    throw UsageError(option + " " + path.string() + " must be " + (kind == workflow::FileKind::kH5ad ? ".h5ad" : ".ply"));
-  }
-}
 
 workflow::ProgressDisplay::Style progress_style(const po::variables_map& vm) {
   if (vm.count("quiet")) return workflow::ProgressDisplay::Style::kQuiet;
@@ -71,7 +65,7 @@ int align_main(const std::vector<std::string>& args) {
       ("source-where", po::value<std::string>(), "COL=VALUE: use only these SOURCE rows (obs column / PLY property)")
       ("target-where", po::value<std::string>(), "COL=VALUE: use only these TARGET rows")
       ("blur", po::value<double>(), "final blur B in data units: epsilon = B^2 (default: --rel-blur x diameter)")
-      ("rel-blur", po::value<double>()->default_value(kDefaultRelativeBlur),
+      ("rel-blur", po::value<double>()->default_value(kDefaultBlurRelative),
        "blur as a fraction of the data's diameter (bounding-box diagonal of both sets)")
       ("scaling", po::value<double>()->default_value(0.5), "epsilon-scaling factor per stage, in (0,1)")
       ("reach", po::value<double>()->default_value(0), "unbalanced OT: reach R in data units (rho = R^2); 0 = balanced")
@@ -83,6 +77,8 @@ int align_main(const std::vector<std::string>& args) {
        "alternating | symmetric (alternating converges in fewer iterations at the final blur)")
       ("half-cost", "cost |x-y|^2/2 instead of |x-y|^2")
       ("transfer-labels", po::value<std::string>(), "COL: transfer TARGET obs COL to SOURCE as COL_flashot")
+      ("compare-labels", po::value<std::string>(),
+       "COL: SOURCE's own labels (obs COL) to score the transferred ones against (needs --transfer-labels)")
       ("coupling", po::value<std::string>(), "FILE.h5ad: the top-k coupling (obs = SOURCE rows, var = TARGET rows)")
       ("coupling-k", po::value<long long>()->default_value(kDefaultCouplingK), "entries kept per SOURCE row")
       ("save-solution", po::value<std::string>(), "FILE: potentials and points for `flashot map`")
@@ -112,8 +108,10 @@ int align_main(const std::vector<std::string>& args) {
   workflow::FileKind kind;
   try {
     kind = workflow::file_kind(source_path);
-    require_extension(out_path, kind, "-o");
-    if (vm.count("coupling")) require_extension(vm["coupling"].as<std::string>(), workflow::FileKind::kH5ad, "--coupling");
+    workflow::require_extension(out_path, kind, "-o");
+    if (vm.count("coupling")) {
+      workflow::require_extension(vm["coupling"].as<std::string>(), workflow::FileKind::kH5ad, "--coupling");
+    }
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -137,6 +135,9 @@ int align_main(const std::vector<std::string>& args) {
     throw UsageError(e.what());
   }
   const long long coupling_k = require_positive(vm, "coupling-k");
+  if (vm.count("compare-labels") && !vm.count("transfer-labels")) {
+    throw UsageError("--compare-labels needs --transfer-labels (the labels it scores)");
+  }
   const BackendOptions backend = backend_options(vm);
   workflow::LoadOptions load;
   if (vm.count("key")) load.key = vm["key"].as<std::string>();
@@ -155,23 +156,31 @@ int align_main(const std::vector<std::string>& args) {
   auto [source, target] = workflow::load_pair(source_path, target_path, load);
   std::optional<workflow::Labels> labels;
   if (vm.count("transfer-labels")) labels = workflow::read_labels(target, vm["transfer-labels"].as<std::string>());
+  std::optional<workflow::Labels> truth;
+  if (vm.count("compare-labels")) truth = workflow::read_labels(source, vm["compare-labels"].as<std::string>());
   const double load_seconds = seconds_since(load_start);
 
-  // ---- Scale: ε relative to the data unless --blur is given --------------------------------------------------------
-  const double diameter = workflow::bounding_diameter(source.view(), target.view());
-  if (!(diameter > 0)) throw std::invalid_argument("all points coincide: the data have no scale to set epsilon from");
-  solve.diameter = diameter;
-  solve.blur = vm.count("blur") ? require_positive_double(vm, "blur") : relative_blur * diameter;
+  // ---- Solve: ε relative to the data's diameter (the engine's) unless --blur is given ---------------------------------
+  Problem problem(source.view(), target.view(), {}, {}, backend);
+  const double diameter = problem.diameter();
+  if (vm.count("blur")) {
+    solve.blur = require_positive_double(vm, "blur");
+  } else {
+    if (!(diameter > 0)) {
+      throw std::invalid_argument("all points coincide: the data have no scale for --rel-blur; give --blur");
+    }
+    solve.blur_relative = relative_blur;
+  }
   const std::string blur_origin = vm.count("blur") ? "--blur" : "--rel-blur " + format_double(relative_blur) +
                                                                     " x diameter " + format_short(diameter);
-
-  // ---- Solve --------------------------------------------------------------------------------------------------
   if (!quiet) {
     std::cerr << "flashot align: " << source.n() << " SOURCE rows (" << source.path.string() << ") -> " << target.n()
               << " TARGET rows (" << target.path.string() << "), " << source.representation << "; blur "
-              << format_short(solve.blur) << " (" << blur_origin << ")" << std::endl;
+              << (vm.count("blur") ? format_short(solve.blur) + " (--blur)"
+                                   : format_double(relative_blur) + " x diameter " + format_short(diameter) +
+                                         " (--rel-blur)")
+              << std::endl;
   }
-  Problem problem(source.view(), target.view(), {}, {}, backend);
   workflow::ProgressDisplay display("align", progress_kind, solve.tolerance);
   solve.progress = [show = display.callback()](const Progress& p) { return show(p) && interrupted == 0; };
   std::signal(SIGINT, on_interrupt);
@@ -199,6 +208,7 @@ int align_main(const std::vector<std::string>& args) {
   output.mapped = problem.barycentric(result, Side::kSource);
   output.scalars = {{"epsilon", result.epsilon}, {"cost", result.dual_cost}, {"marginal_error", result.marginal_error}};
   nlohmann::json label_report;
+  std::optional<workflow::LabelAgreement> agreement;
   if (labels) {
     output.transfer = problem.transfer_labels(result, Side::kTarget, labels->codes, labels->categories.size());
     output.label_names = labels;
@@ -217,6 +227,13 @@ int align_main(const std::vector<std::string>& args) {
                     {"labelled_rows", labelled},
                     {"mean_confidence", workflow::number(labelled ? confidence / double(labelled) : NAN)}};
     for (std::size_t k = 0; k < counts.size(); ++k) label_report["counts"][labels->categories[k]] = counts[k];
+    if (truth) {
+      agreement = workflow::label_agreement(*output.transfer, *labels, *truth);
+      label_report["agreement"] = {{"column", truth->column},
+                                   {"compared_rows", agreement->compared},
+                                   {"agreeing_rows", agreement->agreeing},
+                                   {"fraction", workflow::number(agreement->fraction())}};
+    }
   }
 
   workflow::OutputSet outputs;
@@ -265,8 +282,8 @@ int align_main(const std::vector<std::string>& args) {
   report["command"] = "align";
   report["source"] = cloud_json(source);
   report["target"] = cloud_json(target);
-  report["scale"] = {{"diameter", workflow::number(diameter)},
-                     {"blur", workflow::number(solve.blur)},
+  report["scale"] = {{"diameter", workflow::number(result.diameter)},
+                     {"blur", workflow::number(std::sqrt(result.epsilon))},
                      {"blur_from", blur_origin},
                      {"epsilon_rule", "epsilon = blur^2 (cost units)"}};
   report["parameters"] = workflow::options_json(solve);
@@ -293,6 +310,12 @@ int align_main(const std::vector<std::string>& args) {
     if (labels) {
       std::cerr << "  labels '" << labels->column << "': " << label_report["labelled_rows"] << " of " << source.n()
                 << " rows labelled, mean confidence " << label_report["mean_confidence"].dump() << "\n";
+    }
+    if (agreement) {
+      char line[160];
+      std::snprintf(line, sizeof line, "  label agreement %.4f with SOURCE's '%s' (%zu of %zu rows)\n",
+                    agreement->fraction(), truth->column.c_str(), agreement->agreeing, agreement->compared);
+      std::cerr << line;
     }
     std::cerr << "  peak memory " << workflow::peak_memory_bytes() / (1024 * 1024) << " MiB, total "
               << format_double(std::round(seconds_since(start) * 1000) / 1000) << " s" << std::endl;

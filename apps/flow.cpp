@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.hpp"
+#include "flashot/workflow/checks.hpp"
 #include "flashot/workflow/dataset.hpp"
 #include "flashot/workflow/output_set.hpp"
 #include "flashot/workflow/report.hpp"
@@ -32,10 +33,6 @@ FlowLoss parse_flow_loss(const std::string& text) {
 }
 
 namespace {
-
-void require(bool ok, const std::string& what, double value) {
-  if (!ok) throw std::invalid_argument(what + " (got " + cli::format_double(value) + ")");
-}
 
 double dot(const std::vector<double>& u, const std::vector<double>& v) {
   double s = 0;
@@ -56,9 +53,16 @@ struct Transport {
     so.tolerance = o.solve_tolerance;
     so.max_iterations = o.solve_iterations;
     if (f.empty()) {
-      // First solve: ε-scaling from the diameter down to the blur. Later ones start from the last potentials, which
-      // are already close: a fixed ε keeps them.
-      so.blur = std::sqrt(epsilon);
+      // First solve: ε-scaling from the diameter down to the blur — the flow's ε once known (epsilon > 0), else the
+      // option's blur, else the engine's default relative to the diameter. Later ones start from the last
+      // potentials, which are already close: a fixed ε keeps them.
+      if (epsilon > 0) {
+        so.blur = std::sqrt(epsilon);
+      } else if (o.blur > 0) {
+        so.blur = o.blur;
+      } else {
+        so.blur_relative = kDefaultBlurRelative;
+      }
     } else {
       so.epsilon = epsilon;
       so.initial_f = f;
@@ -79,7 +83,7 @@ struct Transport {
 FlowResult run_flow(PointsView source, PointsView target, const FlowOptions& o, const FlowProgress& progress) {
   require(o.steps >= 1, "steps must be ≥ 1", o.steps);
   require(o.step_size > 0 && o.step_size <= 1, "step_size must be in (0, 1]", o.step_size);
-  require(o.blur >= 0 && std::isfinite(o.blur), "blur must be ≥ 0 (0 = 5% of the diameter)", o.blur);
+  require(o.blur >= 0 && std::isfinite(o.blur), "blur must be ≥ 0 (0 = kDefaultBlurRelative × the diameter)", o.blur);
   require(o.reach >= 0 && std::isfinite(o.reach), "reach must be ≥ 0", o.reach);
   require(o.damping >= 0 && std::isfinite(o.damping), "damping must be ≥ 0", o.damping);
   require(o.newton_iterations >= 1, "newton_iterations must be ≥ 1", o.newton_iterations);
@@ -93,14 +97,14 @@ FlowResult run_flow(PointsView source, PointsView target, const FlowOptions& o, 
   const std::size_t n = source.n, d = source.d;
   const double s = o.cost == Cost::kHalfSquaredEuclidean ? 0.5 : 1.0;
   FlowResult result;
-  result.blur = o.blur > 0 ? o.blur : 0.05 * bounding_diameter(source, target);
-  require(result.blur > 0, "blur must be > 0: the clouds are single points, give --blur", result.blur);
-  const double epsilon = result.blur * result.blur;
+  // One ε for every solve of the flow (the self-transports too, or the divergence is not debiased): the first
+  // source–target solve sets it, from the blur given or relative to that pair's diameter.
+  double epsilon = 0;
 
   std::vector<float> x(source.data.begin(), source.data.end());
   Transport cross, self_x, self_y;
   double self_y_cost = 0;
-  if (o.loss == FlowLoss::kDivergence) self_y_cost = self_y.solve(target, target, o, epsilon, "target–target", 0).first.cost();
+  bool self_y_solved = false;
   result.saved_steps.push_back(0);
   result.positions.push_back(x);
 
@@ -108,6 +112,14 @@ FlowResult run_flow(PointsView source, PointsView target, const FlowOptions& o, 
   const auto evaluate = [&](FlowStep& st) {
     const PointsView xv{x, n, d};
     auto [dxy, rxy] = cross.solve(xv, target, o, epsilon, "source–target", st.step);
+    if (epsilon == 0) {
+      epsilon = rxy.epsilon;
+      result.blur = std::sqrt(epsilon);
+    }
+    if (o.loss == FlowLoss::kDivergence && !self_y_solved) {
+      self_y_cost = self_y.solve(target, target, o, epsilon, "target–target", 0).first.cost();
+      self_y_solved = true;
+    }
     TransportGradient grad = dxy.gradient();
     st.loss = grad.cost;
     st.sinkhorn_iterations += rxy.iterations;
@@ -223,7 +235,7 @@ int flow_main(const std::vector<std::string>& args) {
       ("output,o", po::value<std::string>()->required(), "OUT.ply: the trajectory (see below)")
       ("steps", po::value<long long>()->default_value(50), "number of flow steps")
       ("step-size", po::value<double>(), "tau in (0,1] (default 0.25; 1 with --newton)")
-      ("blur", po::value<double>(), "blur in data units (default 0.05 x diameter); epsilon = blur^2")
+      ("blur", po::value<double>(), "blur in data units (default 0.05 x diameter of both clouds); epsilon = blur^2")
       ("loss", po::value<std::string>()->default_value("divergence"), "divergence | ot")
       ("reach", po::value<double>()->default_value(0), "unbalanced: reach in data units (0 = balanced)")
       ("half-cost", "cost |x-y|^2/2 instead of |x-y|^2")

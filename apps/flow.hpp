@@ -27,7 +27,7 @@ struct FlowOptions {
   /// Gradient flow: x_i ← x_i − τ·∇_i / (2s·a_i) (the Wasserstein-gradient step; τ = 1 on OT_ε moves every point to
   /// its barycentric target). Newton: x ← x + τ·d. In (0, 1]. A step whose loss rises is halved (backtracking).
   double step_size = 0.25;
-  double blur = 0;   ///< data units; 0 = 0.05 × the clouds' diameter. ε = blur² (cost units).
+  double blur = 0;   ///< data units; 0 = kDefaultBlurRelative (0.05) × the clouds' diameter. ε = blur² (cost units).
   double reach = 0;  ///< data units, both sides; 0 = balanced
   Cost cost = Cost::kSquaredEuclidean;
   bool newton = false;

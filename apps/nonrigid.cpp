@@ -6,25 +6,15 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
+#include "flashot/workflow/checks.hpp"
 #include "flashot/workflow/dataset.hpp"
 
 namespace flashot::workflow {
 
 namespace {
-
-std::string show(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-
-void require(bool ok, const std::string& what, double value) {
-  if (!ok) throw std::invalid_argument(what + " (got " + show(value) + ")");
-}
 
 double squared_distance(const float* p, const float* q) {
   double s = 0;

@@ -39,11 +39,11 @@ AlignmentOutcome run_alignment(const AlignmentInput& input, const ProgressCallba
   out.n = x.rows;
   out.m = y.rows;
   out.d = x.cols;
-  out.diameter = workflow::bounding_diameter(xv, yv);
-  out.options = solve_options(input.parameters, out.diameter);
+  out.options = solve_options(input.parameters);
   out.backend = backend_options(input.parameters);
 
   Problem problem(xv, yv, {}, {}, out.backend);
+  out.diameter = problem.diameter();
   SolveOptions options = out.options;
   options.progress = progress;
   out.result = problem.solve(options);

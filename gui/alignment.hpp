@@ -29,7 +29,7 @@ struct AlignmentOutcome {
   SolveResult result;
   SolveOptions options;  ///< as solved (progress callback dropped)
   BackendOptions backend;
-  double diameter = 0;
+  double diameter = 0;   ///< of both clouds (the engine's, Problem::diameter)
   std::size_t n = 0, m = 0, d = 0;
   std::vector<float> mapped;          ///< (n × d) barycentric projection into the target's alignment space
   std::vector<float> mapped_display;  ///< (n × 3) (P·Y_display)_i / (P·1)_i, empty without display input

@@ -184,8 +184,9 @@ QWidget* MainWindow::build_controls() {
   auto* params = new QGroupBox(tr("Parameters"));
   auto* form = new QFormLayout(params);
   blur_box_ = double_box(0, 1e9, 0, 4, 0.01);
-  blur_box_->setSpecialValueText(tr("auto (5% of diameter)"));
-  blur_box_->setToolTip(tr("ε = blur², in the data's units; 0 = 5% of the diameter of both clouds"));
+  blur_box_->setObjectName("blur");
+  blur_box_->setSpecialValueText(tr("auto (%1% of diameter)").arg(kDefaultBlurRelative * 100));
+  blur_box_->setToolTip(tr("ε = blur², in the data's units; 0 = %1% of the diameter of both clouds").arg(kDefaultBlurRelative * 100));
   scaling_box_ = double_box(0.05, 0.99, 0.5, 2, 0.05);
   reach_box_ = double_box(0, 1e9, 0, 4, 0.1);
   reach_box_->setSpecialValueText(tr("balanced"));
@@ -596,6 +597,11 @@ void MainWindow::on_progress(int stage, int stage_count, int iteration, int max_
 }
 
 void MainWindow::on_finished(std::shared_ptr<const AlignmentOutcome> outcome) {
+  if (outcome->result.reason == StopReason::kNonFinite) {
+    // Potentials that became NaN/Inf map nothing: a failure with the engine's message, not a result to draw.
+    on_failed(q(outcome->result.message) + tr(" (try a larger blur)"));
+    return;
+  }
   outcome_ = std::move(outcome);
   const SolveResult& r = outcome_->result;
   plot_->set_checks(r.checks, outcome_->options.tolerance);
@@ -662,13 +668,13 @@ void MainWindow::update_actions() {
 }
 
 void MainWindow::save_aligned_dialog() {
-  if (!outcome_ || !source_) return;
+  if (!outcome_ || !source_ || !target_) return;
   const bool ply = source_->kind() == workflow::FileKind::kPly;
   const QString path = QFileDialog::getSaveFileName(this, tr("Save aligned data"), {},
                                                     ply ? tr("PLY (*.ply)") : tr("AnnData (*.h5ad)"));
   if (path.isEmpty()) return;
   try {
-    save_aligned(*source_, outcome_key_, *outcome_, path.toStdString());
+    save_aligned(*source_, *target_, outcome_key_, *outcome_, path.toStdString());
     statusBar()->showMessage(tr("wrote %1").arg(path));
   } catch (const std::exception& e) {
     show_error(tr("Cannot save"), q(e.what()));

@@ -2,17 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <stdexcept>
+
+#include "flashot/workflow/dataset.hpp"
 
 namespace flashot::gui {
 namespace {
 
-std::string text(double value) {
-  std::ostringstream out;
-  out << value;
-  return out.str();
-}
+using workflow::value_text;
 
 std::string join(const std::vector<std::string>& words) {
   std::string out;
@@ -24,11 +21,11 @@ std::string join(const std::vector<std::string>& words) {
 
 std::vector<std::string> validate(const AlignParameters& p) {
   std::vector<std::string> problems;
-  if (!(p.blur >= 0) || !std::isfinite(p.blur)) problems.push_back("blur must be ≥ 0 (got " + text(p.blur) + ")");
-  if (!(p.scaling > 0 && p.scaling < 1)) problems.push_back("scaling must be in (0, 1) (got " + text(p.scaling) + ")");
-  if (!(p.reach >= 0) || !std::isfinite(p.reach)) problems.push_back("reach must be ≥ 0 (got " + text(p.reach) + ")");
+  if (!(p.blur >= 0) || !std::isfinite(p.blur)) problems.push_back("blur must be ≥ 0 (got " + value_text(p.blur) + ")");
+  if (!(p.scaling > 0 && p.scaling < 1)) problems.push_back("scaling must be in (0, 1) (got " + value_text(p.scaling) + ")");
+  if (!(p.reach >= 0) || !std::isfinite(p.reach)) problems.push_back("reach must be ≥ 0 (got " + value_text(p.reach) + ")");
   if (!(p.tolerance >= 0) || !std::isfinite(p.tolerance)) {
-    problems.push_back("tolerance must be ≥ 0 (got " + text(p.tolerance) + ")");
+    problems.push_back("tolerance must be ≥ 0 (got " + value_text(p.tolerance) + ")");
   }
   if (p.max_iterations < 1) {
     problems.push_back("max iterations must be ≥ 1 (got " + std::to_string(p.max_iterations) + ")");
@@ -57,20 +54,16 @@ std::vector<std::string> validate(const AlignParameters& p) {
   return problems;
 }
 
-double effective_blur(const AlignParameters& p, double diameter) {
-  return p.blur > 0 ? p.blur : kAutoBlurFraction * diameter;
-}
-
-SolveOptions solve_options(const AlignParameters& p, double diameter) {
+SolveOptions solve_options(const AlignParameters& p) {
   const std::vector<std::string> problems = validate(p);
   if (!problems.empty()) throw std::invalid_argument(problems.front());
-  if (p.blur == 0 && !(diameter > 0)) {
-    throw std::invalid_argument("automatic blur needs clouds of non-zero extent (diameter " + text(diameter) + ")");
-  }
   SolveOptions o;
-  o.blur = effective_blur(p, diameter);
+  if (p.blur > 0) {
+    o.blur = p.blur;
+  } else {
+    o.blur_relative = kDefaultBlurRelative;
+  }
   o.scaling = p.scaling;
-  o.diameter = diameter;
   o.reach = p.reach;  // the engine squares it: ρ = reach²
   o.tolerance = p.tolerance;
   o.max_iterations = p.max_iterations;

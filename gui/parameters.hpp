@@ -10,9 +10,9 @@
 namespace flashot::gui {
 
 struct AlignParameters {
-  /// Target blur in the data's units (ε = blur², squared-Euclidean cost). 0 = automatic: kAutoBlurFraction of the
-  /// diameter of both clouds (the CLI's --rel-blur default), so unit-free data (PCA scores, millimetres) get a
-  /// sensible ε.
+  /// Target blur in the data's units (ε = blur², squared-Euclidean cost). 0 = automatic: the engine's
+  /// kDefaultBlurRelative of the diameter of both clouds (SolveOptions::blur_relative, the CLI's --rel-blur
+  /// default), so unit-free data (PCA scores, millimetres) get a sensible ε.
   double blur = 0;
   double scaling = 0.5;        ///< ε-scaling factor, in (0, 1)
   double reach = 0;            ///< unbalanced KL reach in data units (ρ = reach²); 0 = balanced
@@ -25,7 +25,6 @@ struct AlignParameters {
   std::string transfer_column;   ///< target obs column whose labels go to the source; empty = none
 };
 
-inline constexpr double kAutoBlurFraction = 0.05;
 inline constexpr std::size_t kMaxTopK = 64;
 inline constexpr std::size_t kMaxLines = 200'000;
 
@@ -33,12 +32,10 @@ inline constexpr std::size_t kMaxLines = 200'000;
 /// "blur must be ≥ 0 (got -0.1)", "backend 'cuda' is not available here (available: cpu)".
 std::vector<std::string> validate(const AlignParameters& p);
 
-/// The engine's options for `p` on data of the given diameter. Throws std::invalid_argument with the first
-/// message of validate() when `p` is invalid, or when the diameter is not > 0 while blur is automatic.
-SolveOptions solve_options(const AlignParameters& p, double diameter);
+/// The engine's options for `p` (an automatic blur becomes SolveOptions::blur_relative; the engine then refuses
+/// data whose points all coincide). Throws std::invalid_argument with the first message of validate() when `p`
+/// is invalid.
+SolveOptions solve_options(const AlignParameters& p);
 BackendOptions backend_options(const AlignParameters& p);
-
-/// The blur used for `p` on data of this diameter.
-double effective_blur(const AlignParameters& p, double diameter);
 
 }  // namespace flashot::gui

@@ -4,27 +4,30 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "flashot/workflow/checks.hpp"
 #include "flashot/workflow/output_set.hpp"
 #include "flashot/workflow/report.hpp"
 #include "flashot/io/anndata.hpp"
 
 namespace flashot::gui {
-namespace {
-
-void require_extension(const std::filesystem::path& path, const std::string& expected, const std::string& what) {
-  std::string ext = path.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (ext != expected) {
-    throw std::invalid_argument(what + " must be a " + expected + " file (got " + path.string() + ")");
+void refuse_overwriting_inputs(const std::filesystem::path& destination, const Dataset& source, const Dataset& target) {
+  std::error_code missing;
+  if (!std::filesystem::exists(destination, missing)) return;
+  for (const Dataset* input : {&source, &target}) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(destination, input->path(), ec)) {
+      throw std::invalid_argument("will not save over the loaded " +
+                                  std::string(input == &source ? "source " : "target ") + input->path().string() +
+                                  " (" + destination.string() + " is that file): inputs are never modified; choose "
+                                  "another name");
+    }
   }
 }
 
-}  // namespace
-
-void save_aligned(const Dataset& source, const std::string& key, const AlignmentOutcome& outcome,
-                  const std::filesystem::path& path) {
-  require_extension(path, source.kind() == workflow::FileKind::kPly ? ".ply" : ".h5ad", "the aligned " +
-                    source.path().filename().string());
+void save_aligned(const Dataset& source, const Dataset& target, const std::string& key,
+                  const AlignmentOutcome& outcome, const std::filesystem::path& path) {
+  workflow::require_extension(path, source.kind(), "the aligned " + source.path().filename().string());
+  refuse_overwriting_inputs(path, source, target);
   workflow::AlignmentOutput output;
   output.mapped = outcome.mapped;
   if (outcome.transfer && outcome.labels) {
@@ -43,7 +46,8 @@ void save_aligned(const Dataset& source, const std::string& key, const Alignment
 
 void save_coupling(const Dataset& source, const Dataset& target, const AlignmentOutcome& outcome,
                    const std::filesystem::path& path) {
-  require_extension(path, ".h5ad", "the coupling");
+  workflow::require_extension(path, workflow::FileKind::kH5ad, "the coupling");
+  refuse_overwriting_inputs(path, source, target);
   const TopKCoupling& c = outcome.coupling;
   io::SparseMatrix csr;
   csr.rows = c.rows;
@@ -71,6 +75,7 @@ void save_coupling(const Dataset& source, const Dataset& target, const Alignment
 
 void save_report(const Dataset& source, const Dataset& target, const std::string& key,
                  const AlignmentOutcome& outcome, const std::filesystem::path& path) {
+  refuse_overwriting_inputs(path, source, target);
   nlohmann::json report = workflow::solve_json(outcome.result);
   report["options"] = workflow::options_json(outcome.options);
   report["inputs"] = {{"source", source.path().string()},

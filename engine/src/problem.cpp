@@ -147,10 +147,11 @@ std::size_t Problem::m() const { return impl_->m; }
 std::size_t Problem::d() const { return impl_->d; }
 std::string Problem::backend_name() const { return impl_->backend->name(); }
 std::string Problem::device_name() const { return impl_->backend->device(); }
+double Problem::diameter() const { return impl_->diameter; }
 
 SolveResult Problem::solve(const SolveOptions& options) {
   const Impl& p = *impl_;
-  detail::validate_solve_options(options, p.n, p.m, p.mass_a, p.mass_b);
+  detail::validate_solve_options(options, p.n, p.m, p.mass_a, p.mass_b, p.diameter);
   const auto start = std::chrono::steady_clock::now();
   SolveResult r = detail::run_sinkhorn(*p.backend, {p.a, p.b, p.diameter}, options);
   r.primal_cost = std::numeric_limits<double>::quiet_NaN();
@@ -323,6 +324,8 @@ DivergenceResult sinkhorn_divergence(PointsView x, PointsView y, std::span<const
   SolveOptions self = options;
   self.initial_f.clear();
   self.initial_g.clear();
+  // One ε for all three terms, or the debiasing is wrong: a relative blur is taken against the x–y diameter.
+  if (options.blur_relative > 0 && options.diameter == 0) self.diameter = xy.diameter();
   DivergenceResult r;
   r.xy = xy.solve(options);
   r.xx = xx.solve(self);

@@ -5,23 +5,14 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 #include <string>
+
+#include "validation.hpp"
 
 namespace flashot::detail {
 
 namespace {
-
-std::string show(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-
-void require(bool ok, const std::string& what, double value) {
-  if (!ok) throw std::invalid_argument(what + " (got " + show(value) + ")");
-}
 
 /// ρ of one side: its own reach if set, else the common one; ρ = reach² (0 = balanced side).
 double side_rho(double common, double own) {
@@ -70,22 +61,30 @@ double dual_term(std::span<const float> w, const std::vector<float>& h, double r
 
 double cost_scale(Cost cost) { return cost == Cost::kHalfSquaredEuclidean ? 0.5 : 1.0; }
 
+double final_blur(const SolveOptions& o, double diameter) {
+  return o.blur_relative > 0 ? o.blur_relative * diameter : o.blur;
+}
+
 std::vector<double> epsilon_schedule(const SolveOptions& o, double diameter) {
   if (o.epsilon > 0) return {o.epsilon};
-  const double target = o.blur * o.blur;
+  const double blur = final_blur(o, diameter);
+  const double target = blur * blur;
   std::vector<double> eps;
   for (double e = cost_scale(o.cost) * diameter * diameter; e > target; e *= o.scaling * o.scaling) eps.push_back(e);
   eps.push_back(target);
   return eps;
 }
 
-void validate_solve_options(const SolveOptions& o, std::size_t n, std::size_t m, double mass_a, double mass_b) {
+void validate_solve_options(const SolveOptions& o, std::size_t n, std::size_t m, double mass_a, double mass_b,
+                            double data_diameter) {
   require(o.cost == Cost::kSquaredEuclidean || o.cost == Cost::kHalfSquaredEuclidean, "cost must be a Cost value",
           static_cast<double>(o.cost));
   require(o.scheme == Scheme::kSymmetric || o.scheme == Scheme::kAlternating, "scheme must be a Scheme value",
           static_cast<double>(o.scheme));
   require(std::isfinite(o.epsilon) && o.epsilon >= 0, "epsilon must be > 0, or 0 for ε-scaling", o.epsilon);
-  if (o.epsilon == 0) require(std::isfinite(o.blur) && o.blur > 0, "blur must be > 0", o.blur);
+  require(std::isfinite(o.blur_relative) && o.blur_relative >= 0, "blur_relative must be ≥ 0 (0 = use blur)",
+          o.blur_relative);
+  if (o.epsilon == 0 && o.blur_relative == 0) require(std::isfinite(o.blur) && o.blur > 0, "blur must be > 0", o.blur);
   require(o.scaling > 0 && o.scaling < 1, "scaling must be in (0, 1)", o.scaling);
   require(std::isfinite(o.diameter) && o.diameter >= 0, "diameter must be ≥ 0 (0 = from the data)", o.diameter);
   require(o.stage_iterations >= 1, "stage_iterations must be ≥ 1", o.stage_iterations);
@@ -105,6 +104,9 @@ void validate_solve_options(const SolveOptions& o, std::size_t n, std::size_t m,
     require(std::isfinite(o.initial_f[i]), "initial_f[" + std::to_string(i) + "] must be finite", o.initial_f[i]);
   for (std::size_t j = 0; j < o.initial_g.size(); ++j)
     require(std::isfinite(o.initial_g[j]), "initial_g[" + std::to_string(j) + "] must be finite", o.initial_g[j]);
+  if (o.epsilon == 0 && o.blur_relative > 0 && !(o.diameter > 0) && !(data_diameter > 0))
+    throw std::invalid_argument("blur_relative needs data of non-zero extent, but every point coincides (diameter " +
+                                show(data_diameter) + "): give blur or diameter instead");
   const bool balanced = side_rho(o.reach, o.reach_source) == 0 && side_rho(o.reach, o.reach_target) == 0;
   if (balanced && std::abs(mass_a - mass_b) > 1e-3 * std::max(mass_a, mass_b))
     throw std::invalid_argument("balanced OT needs equal total weights: sum(a) = " + show(mass_a) +
@@ -125,13 +127,15 @@ SolveResult run_sinkhorn(Backend& backend, const SolveInputs& in, const SolveOpt
                o.initial_g.empty() ? std::vector<float>(m, 0.0f) : o.initial_g};
   backend.set_potentials(p.f, p.g);
 
-  const std::vector<double> eps = epsilon_schedule(o, o.diameter > 0 ? o.diameter : in.diameter);
+  const double diameter = o.diameter > 0 ? o.diameter : in.diameter;
+  const std::vector<double> eps = epsilon_schedule(o, diameter);
   const int stage_count = static_cast<int>(eps.size());
   const int total_budget = (stage_count - 1) * o.stage_iterations + o.max_iterations;
 
   SolveResult r;
   r.cost = o.cost;
   r.epsilon = eps.back();
+  r.diameter = diameter;
   r.reach_source = rho_x;
   r.reach_target = rho_y;
   r.backend = backend.name();

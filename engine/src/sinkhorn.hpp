@@ -12,14 +12,17 @@ namespace flashot::detail {
 /// Factor s in C = s·‖x − y‖².
 double cost_scale(Cost cost);
 
+/// The final blur: blur_relative · diameter when blur_relative > 0, else blur (data units; ε = blur²).
+double final_blur(const SolveOptions& options, double diameter);
 /// The ε of every stage: {ε} for a fixed ε; else ε_0 = s·diameter², ε_{k+1} = ε_k·scaling², while above blur²,
-/// then blur² itself (the last stage).
+/// then blur² itself (the last stage), blur = final_blur(options, diameter).
 std::vector<double> epsilon_schedule(const SolveOptions& options, double diameter);
 
 /// Throws std::invalid_argument naming the option and its value; n, m size the warm start; mass_a, mass_b are
-/// the total weights (a balanced problem needs them equal).
+/// the total weights (a balanced problem needs them equal); data_diameter is the problem's own (blur_relative
+/// needs a positive diameter, given or the data's).
 void validate_solve_options(const SolveOptions& options, std::size_t n, std::size_t m, double mass_a,
-                            double mass_b);
+                            double mass_b, double data_diameter);
 
 struct SolveInputs {
   std::span<const float> a;  // (n) weights

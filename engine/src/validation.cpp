@@ -13,6 +13,10 @@ std::string show(double v) {
   return s.str();
 }
 
+void require(bool ok, const std::string& what, double value) {
+  if (!ok) throw std::invalid_argument(what + " (got " + show(value) + ")");
+}
+
 /// Shape and finiteness of one point set; `name` is how the caller knows it ("x", "queries", …).
 void validate_points(const PointsView& p, const std::string& name) {
   if (p.n == 0) throw std::invalid_argument(name + " must not be empty (got " + name + ".n = 0)");

@@ -13,6 +13,8 @@ namespace flashot::detail {
 
 /// A double as the messages print it.
 std::string show(double v);
+/// Throws std::invalid_argument("<what> (got <value>)") unless `ok`: the engine's one range check.
+void require(bool ok, const std::string& what, double value);
 /// Shape and finiteness of one point set; `name` is how the caller knows it ("x", "queries", …).
 void validate_points(const PointsView& p, const std::string& name);
 /// Weights: empty (uniform) or one finite non-negative value per point of `points` (n of them), positive total.

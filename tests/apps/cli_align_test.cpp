@@ -59,7 +59,8 @@ class AlignSamples : public ::testing::Test {
     source_bytes_ = read_file(kBatchB);
     result_ = new CommandResult(run_flashot(
         {"align", kBatchB.string(), kBatchA.string(), "-o", (folder_ / "b_aligned.h5ad").string(),
-         "--transfer-labels", "cell_type", "--coupling", (folder_ / "coupling.h5ad").string(), "--save-solution",
+         "--transfer-labels", "cell_type", "--compare-labels", "cell_type", "--coupling",
+         (folder_ / "coupling.h5ad").string(), "--save-solution",
          (folder_ / "b_to_a.solution").string(), "--report", (folder_ / "report.json").string(), "--backend",
          "cpu"}));
   }
@@ -131,6 +132,15 @@ TEST_F(AlignSamples, TransferredCellTypesMatchTheTruth) {
   const double accuracy = double(correct) / double(truth.size());
   std::printf("label transfer accuracy on the samples: %.4f\n", accuracy);
   EXPECT_GE(accuracy, kMinLabelAccuracy);
+  // --compare-labels reports the same figure (computed here from the written file) in the report and on stderr.
+  const nlohmann::json agreement = report()["label_transfer"]["agreement"];
+  EXPECT_EQ(agreement["column"], "cell_type");
+  EXPECT_EQ(agreement["compared_rows"].get<std::size_t>(), truth.size());
+  EXPECT_EQ(agreement["agreeing_rows"].get<std::size_t>(), correct);
+  EXPECT_DOUBLE_EQ(agreement["fraction"].get<double>(), accuracy);
+  char line[64];
+  std::snprintf(line, sizeof line, "label agreement %.4f", accuracy);
+  EXPECT_NE(result_->err.find(line), std::string::npos) << result_->err;
 }
 
 TEST_F(AlignSamples, MappingRemovesTheKnownBatchShift) {

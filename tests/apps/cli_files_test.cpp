@@ -186,6 +186,7 @@ TEST(AlignUsage, UsageErrorsExitTwo) {
            {"align", s.string(), t.string(), "-o", o, "--source-where", "cell_type"},
            {"align", s.string(), t.string(), "-o", (folder / "o.ply").string()},
            {"align", s.string(), t.string(), "-o", s.string()},
+           {"align", s.string(), t.string(), "-o", o, "--compare-labels", "cell_type"},
            {"map", s.string(), "-o", o},
            {"register", s.string(), t.string(), "-o", o}}) {
     const CommandResult r = run_flashot(args);

@@ -71,6 +71,51 @@ TEST_P(SolveTest, ConvergesToToleranceAndReportsIt) {
   EXPECT_LE(err, 2 * o.tolerance);
 }
 
+/// Diagonal of the bounding box of both clouds, computed here in double from the points as given.
+double box_diagonal(const TestProblem& p) {
+  double sum = 0;
+  for (std::size_t c = 0; c < p.d; ++c) {
+    double lo = INFINITY, hi = -INFINITY;
+    for (std::size_t i = 0; i < p.n; ++i) lo = std::min<double>(lo, p.x[i * p.d + c]), hi = std::max<double>(hi, p.x[i * p.d + c]);
+    for (std::size_t j = 0; j < p.m; ++j) lo = std::min<double>(lo, p.y[j * p.d + c]), hi = std::max<double>(hi, p.y[j * p.d + c]);
+    sum += (hi - lo) * (hi - lo);
+  }
+  return std::sqrt(sum);
+}
+
+TEST_P(SolveTest, RelativeBlurFollowsTheDataDiameter) {
+  TestProblem p = make_problem({.n = 90, .m = 70, .d = 4, .seed = 23});
+  const double diameter = box_diagonal(p);
+  Problem problem(p.xv(), p.yv(), p.a, p.b, options());
+  EXPECT_NEAR(problem.diameter(), diameter, 1e-6 * diameter);
+  SolveOptions o;
+  o.blur = 123.0;  // ignored: the relative blur takes precedence
+  o.blur_relative = 0.1;
+  o.max_iterations = 3000;
+  const SolveResult r = problem.solve(o);
+  EXPECT_TRUE(r.converged) << r.message;
+  EXPECT_NEAR(r.epsilon, std::pow(0.1 * diameter, 2), 1e-6 * r.epsilon);
+  EXPECT_NEAR(r.diameter, diameter, 1e-6 * diameter);
+  // The same problem in other units (×1000): the same plan, ε scaled by 1000², no tuning.
+  TestProblem big = p;
+  for (float& v : big.x) v *= 1000.0f;
+  for (float& v : big.y) v *= 1000.0f;
+  Problem scaled(big.xv(), big.yv(), big.a, big.b, options());
+  const SolveResult rs = scaled.solve(o);
+  EXPECT_NEAR(rs.epsilon, r.epsilon * 1e6, 1e-5 * rs.epsilon);
+  EXPECT_NEAR(rs.dual_cost, r.dual_cost * 1e6, kConvergedCostRelTol * std::abs(rs.dual_cost));
+  // A given diameter replaces the data's, for the schedule and the relative blur alike.
+  o.diameter = 10.0;
+  const SolveResult given = problem.solve(o);
+  EXPECT_DOUBLE_EQ(given.epsilon, 1.0);
+  EXPECT_DOUBLE_EQ(given.diameter, 10.0);
+  // The divergence's three solves share one ε (the x–y diameter's), or the debiasing would be wrong.
+  o.diameter = 0;
+  const DivergenceResult div = sinkhorn_divergence(p.xv(), p.yv(), p.a, p.b, o, options());
+  EXPECT_DOUBLE_EQ(div.xx.epsilon, div.xy.epsilon);
+  EXPECT_DOUBLE_EQ(div.yy.epsilon, div.xy.epsilon);
+}
+
 TEST_P(SolveTest, NonConvergenceIsReportedNotThrown) {
   const TestProblem p = make_problem({.n = 200, .m = 200, .d = 2, .seed = 22});
   Problem problem(p.xv(), p.yv(), p.a, p.b, options());

@@ -86,6 +86,8 @@ TEST_P(ValidationTest, BadSolveOptionsAreNamed) {
   expect_invalid(with([](SolveOptions& o) { o.epsilon = -0.1; }), {"epsilon", "-0.1"});
   expect_invalid(with([](SolveOptions& o) { o.epsilon = std::nan(""); }), {"epsilon", "nan"});
   expect_invalid(with([](SolveOptions& o) { o.blur = 0; }), {"blur", "got 0"});
+  expect_invalid(with([](SolveOptions& o) { o.blur_relative = -0.05; }), {"blur_relative", "-0.05"});
+  expect_invalid(with([](SolveOptions& o) { o.blur_relative = std::nan(""); }), {"blur_relative", "nan"});
   expect_invalid(with([](SolveOptions& o) { o.scaling = 1.5; }), {"scaling", "1.5"});
   expect_invalid(with([](SolveOptions& o) { o.reach = -1; }), {"reach", "-1"});
   expect_invalid(with([](SolveOptions& o) { o.reach_target = -2; }), {"reach_target", "-2"});
@@ -106,6 +108,23 @@ TEST_P(ValidationTest, BadSolveOptionsAreNamed) {
   semi.reach_target = 0.5;
   semi.max_iterations = 5;
   EXPECT_NO_THROW(unequal.solve(semi));
+}
+
+TEST_P(ValidationTest, RelativeBlurNeedsAScale) {
+  // Every point at the same place: no diameter to take a relative blur of, so the solve is refused up front, and
+  // an absolute blur or a given diameter is still accepted.
+  const std::vector<float> same(3 * 5, 0.25f);
+  Problem problem({same, 5, 3}, {same, 5, 3}, {}, {}, options());
+  EXPECT_EQ(problem.diameter(), 0.0);
+  SolveOptions o;
+  o.blur_relative = 0.05;
+  expect_invalid([&] { problem.solve(o); }, {"blur_relative", "diameter 0"});
+  o.diameter = 2.0;
+  EXPECT_DOUBLE_EQ(problem.solve(o).epsilon, 0.1 * 0.1);
+  o.diameter = 0;
+  o.blur_relative = 0;
+  o.blur = 0.1;
+  EXPECT_DOUBLE_EQ(problem.solve(o).epsilon, 0.1 * 0.1);
 }
 
 TEST_P(ValidationTest, BadOperationArgumentsAreNamed) {

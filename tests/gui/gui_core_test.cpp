@@ -2,6 +2,7 @@
 // data sets, parameter validation, colors, the alignment runner, the worker (finish, cancel, failure), the
 // command line and saving.
 
+#include <QFile>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
@@ -67,6 +68,12 @@ std::vector<float> first_three(const Matrix& m) {
     for (std::size_t c = 0; c < std::min<std::size_t>(3, m.cols); ++c) out[3 * i + c] = m.values[i * m.cols + c];
   }
   return out;
+}
+
+QByteArray read_bytes(const std::filesystem::path& path) {
+  QFile file(QString::fromStdString(path.string()));
+  if (!file.open(QIODevice::ReadOnly)) return {};
+  return file.readAll();
 }
 
 AlignmentInput cluster_input(std::size_t n, std::size_t m) {
@@ -179,7 +186,7 @@ class GuiCoreTest : public QObject {
     QVERIFY(contains(problems[5], "sideways"));
     QVERIFY(contains(problems[6], "abacus"));
     QVERIFY(contains(problems[7], "top-k"));
-    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, solve_options(p, 1.0));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, solve_options(p));
   }
 
   void unavailable_backend_is_refused_by_name() {
@@ -193,18 +200,43 @@ class GuiCoreTest : public QObject {
 
   void automatic_blur_follows_the_diameter() {
     AlignParameters p;
-    const SolveOptions o = solve_options(p, 200.0);
-    QCOMPARE(o.blur, kAutoBlurFraction * 200.0);
-    QCOMPARE(o.diameter, 200.0);
+    const SolveOptions o = solve_options(p);
+    QCOMPARE(o.blur_relative, kDefaultBlurRelative);
+    QCOMPARE(o.diameter, 0.0);  // the engine's own
     p.blur = 0.7;
     p.reach = 2.0;
     p.scheme = "alternating";
-    const SolveOptions given = solve_options(p, 200.0);
+    const SolveOptions given = solve_options(p);
     QCOMPARE(given.blur, 0.7);
+    QCOMPARE(given.blur_relative, 0.0);
     QCOMPARE(given.reach, 2.0);
     QVERIFY(given.scheme == Scheme::kAlternating);
-    p.blur = 0;
-    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, solve_options(p, 0.0));
+    // Solved: ε = (0.05 × the diameter of both clouds)², and the outcome reports that diameter.
+    const AlignmentInput input = cluster_input(120, 100);
+    const AlignmentOutcome out = run_alignment(input, {});
+    double squared = 0;
+    for (std::size_t c = 0; c < input.source.cols; ++c) {
+      float lo = INFINITY, hi = -INFINITY;
+      for (const Matrix* m : {&input.source, &input.target}) {
+        for (std::size_t i = 0; i < m->rows; ++i) {
+          lo = std::min(lo, m->values[i * m->cols + c]);
+          hi = std::max(hi, m->values[i * m->cols + c]);
+        }
+      }
+      squared += double(hi - lo) * double(hi - lo);
+    }
+    QVERIFY(std::abs(out.diameter - std::sqrt(squared)) < 1e-5 * out.diameter);
+    QVERIFY(std::abs(out.result.epsilon - std::pow(kDefaultBlurRelative * out.diameter, 2)) < 1e-5 * out.result.epsilon);
+    // Points that all coincide have no scale: refused with a message, not solved.
+    AlignmentInput flat = input;
+    std::fill(flat.source.values.begin(), flat.source.values.end(), 1.0f);
+    std::fill(flat.target.values.begin(), flat.target.values.end(), 1.0f);
+    try {
+      run_alignment(flat, {});
+      QFAIL("coinciding points with an automatic blur must throw");
+    } catch (const std::invalid_argument& e) {
+      QVERIFY2(contains(e.what(), "diameter"), e.what());
+    }
   }
 
   // ---- colors -------------------------------------------------------------------------------------------------
@@ -530,14 +562,29 @@ class GuiCoreTest : public QObject {
     QCOMPARE(reader.n_vars(), std::size_t{30});
 
     const std::filesystem::path aligned = dir.filePath("aligned.h5ad").toStdString();
-    save_aligned(da, "X_pca", out, aligned);
+    save_aligned(da, db, "X_pca", out, aligned);
     const io::H5adReader copy(aligned);
     const io::DenseMatrix mapped = copy.read_obsm("X_pca_flashot");
     QCOMPARE(mapped.rows, std::size_t{40});
     QCOMPARE(mapped.cols, std::size_t{5});
     const auto columns = copy.obs_columns();
     QVERIFY(std::find(columns.begin(), columns.end(), "cell_type_flashot") != columns.end());
-    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, save_aligned(da, "X_pca", out, dir.filePath("x.ply").toStdString()));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, save_aligned(da, db, "X_pca", out, dir.filePath("x.ply").toStdString()));
+    // Saving onto a loaded input is refused, by any spelling of its path, with a message naming it; the input
+    // keeps its bytes.
+    const QByteArray before = read_bytes(b);
+    const std::filesystem::path other_spelling = std::filesystem::path(dir.path().toStdString()) / "." / "b.h5ad";
+    for (const std::filesystem::path& onto : {b, other_spelling}) {
+      try {
+        save_aligned(da, db, "X_pca", out, onto);
+        QFAIL("saving the aligned data onto the target must be refused");
+      } catch (const std::invalid_argument& e) {
+        QVERIFY2(contains(e.what(), "target") && contains(e.what(), "b.h5ad"), e.what());
+      }
+    }
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, save_coupling(da, db, out, a));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, save_report(da, db, "X_pca", out, b));
+    QCOMPARE(read_bytes(b), before);
     // Nothing is left behind but the four outputs and the two inputs.
     QCOMPARE(QDir(dir.path()).entryList(QDir::Files | QDir::Hidden).size(), 5);
   }
@@ -555,7 +602,7 @@ class GuiCoreTest : public QObject {
     input.parameters.backend = "cpu";
     const AlignmentOutcome out = run_alignment(input, {});
     const std::filesystem::path aligned = dir.filePath("aligned.ply").toStdString();
-    save_aligned(da, kSpacePly, out, aligned);
+    save_aligned(da, db, kSpacePly, out, aligned);
     const io::PlyFile ply = io::read_ply(aligned);
     const io::PlyElement* vertex = ply.find("vertex");
     QVERIFY(vertex != nullptr && vertex->count == 40);

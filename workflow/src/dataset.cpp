@@ -455,6 +455,21 @@ void write_enriched_copy(const PointCloud& source, const AlignmentOutput& output
 
 namespace flashot::workflow {
 
+LabelAgreement label_agreement(const LabelTransfer& transfer, const Labels& transferred, const Labels& known) {
+  if (known.codes.size() != transfer.points || transfer.label.size() != transfer.points) {
+    throw std::invalid_argument("label comparison: " + std::to_string(transfer.points) + " transferred labels but " +
+                                std::to_string(known.codes.size()) + " known ones in '" + known.column + "'");
+  }
+  LabelAgreement out;
+  for (std::size_t i = 0; i < transfer.points; ++i) {
+    const std::int32_t got = transfer.label[i], want = known.codes[i];
+    if (got < 0 || want < 0) continue;
+    ++out.compared;
+    if (transferred.categories.at(std::size_t(got)) == known.categories.at(std::size_t(want))) ++out.agreeing;
+  }
+  return out;
+}
+
 double bounding_diameter(PointsView a, PointsView b) {
   const std::size_t d = a.d;
   std::vector<double> lo(d, std::numeric_limits<double>::infinity());

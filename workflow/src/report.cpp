@@ -36,6 +36,7 @@ nlohmann::json solve_json(const SolveResult& r) {
 
 nlohmann::json options_json(const SolveOptions& o) {
   return {{"cost", to_string(o.cost)},          {"blur", number(o.blur)},
+          {"blur_relative", number(o.blur_relative)},
           {"epsilon", number(o.epsilon)},       {"scaling", number(o.scaling)},
           {"diameter", number(o.diameter)},     {"stage_iterations", o.stage_iterations},
           {"tolerance", number(o.tolerance)},   {"check_every", o.check_every},

@@ -101,10 +101,18 @@ struct BackendOptions {
   std::function<void(void* bytes, std::size_t size)> broadcast;
 };
 
+/// The blur relative to the data's diameter that `flashot align`, `flow` and flashot-gui use unless told otherwise
+/// (SolveOptions::blur_relative): the unit-free counterpart of GeomLoss's blur 0.05 on data scaled to the unit cube.
+inline constexpr double kDefaultBlurRelative = 0.05;
+
 struct SolveOptions {
   Cost cost = Cost::kSquaredEuclidean;
-  /// Target blur: the final ε is blur² (in cost units). Ignored when `epsilon` > 0.
+  /// Target blur: the final ε is blur² (in cost units). Ignored when `epsilon` > 0 or `blur_relative` > 0.
   double blur = 0.05;
+  /// > 0: the blur relative to the data's diameter (`diameter` below: given, or the engine's own), so the final ε is
+  /// (blur_relative · diameter)² and unit-free data need no tuning; kDefaultBlurRelative is what the flashot front
+  /// ends use. Takes precedence over `blur`; ignored when `epsilon` > 0. Throws at solve when the diameter is 0.
+  double blur_relative = 0;
   /// > 0: fixed ε, no ε-scaling (potentials start at zero, or at `initial_f/g`).
   double epsilon = 0;
   /// ε-scaling: ε_0 = s·diameter², ε_{k+1} = ε_k · scaling², down to blur². In (0, 1).
@@ -150,6 +158,7 @@ struct SolveResult {
   std::vector<float> g;  ///< (m) dual potential on the target, cost units
   Cost cost = Cost::kSquaredEuclidean;
   double epsilon = 0;       ///< the final ε
+  double diameter = 0;      ///< the diameter the ε schedule and `blur_relative` used (SolveOptions::diameter or the data's)
   double reach_source = 0;  ///< effective ρ per side (0 = balanced)
   double reach_target = 0;
   /// Dual objective: ⟨a,f⟩ + ⟨b,g⟩ (balanced); ⟨a, ρ_x(1−e^{−f/ρ_x})⟩ + ⟨b, ρ_y(1−e^{−g/ρ_y})⟩ (unbalanced).
@@ -208,6 +217,9 @@ class Problem {
   std::size_t d() const;
   std::string backend_name() const;  ///< "cpu" / "cuda"
   std::string device_name() const;
+  /// Diagonal of the bounding box of both clouds together (data units): what ε-scaling and `blur_relative` use
+  /// unless SolveOptions::diameter is given.
+  double diameter() const;
 
   /// Runs the ε-scaling (or fixed-ε) Sinkhorn loop. Throws std::invalid_argument for bad options (ε ≤ 0,
   /// scaling ∉ (0,1), negative reach, …). Non-convergence and non-finite values are reported, not thrown.

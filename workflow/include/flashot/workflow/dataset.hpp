@@ -75,6 +75,18 @@ struct Labels {
 /// std::invalid_argument naming the column and the columns present.
 Labels read_labels(const PointCloud& cloud, const std::string& column);
 
+/// How well transferred labels match known ones: `agreeing` of `compared` rows carry the same label text. Rows
+/// compared are those where both a transferred label (≥ 0) and a known one exist.
+struct LabelAgreement {
+  std::size_t compared = 0;
+  std::size_t agreeing = 0;
+  double fraction() const { return compared ? double(agreeing) / double(compared) : 0.0; }
+};
+/// Compares `transfer` (its codes index `transferred.categories`) with the source's own labels `known` (one per
+/// transferred row; codes into `known.categories`), by category text, so the two columns may list their classes in
+/// different orders. Throws std::invalid_argument when the row counts differ.
+LabelAgreement label_agreement(const LabelTransfer& transfer, const Labels& transferred, const Labels& known);
+
 /// What `align` adds to the copy of SOURCE.
 struct AlignmentOutput {
   std::vector<float> mapped;  ///< (source.n() × d) barycentric projection into target space
