@@ -95,6 +95,9 @@ int register_main(const std::vector<std::string>& args) {
       ("reach", po::value<double>()->default_value(0), "partial overlap: reach in data units on both sides")
       ("reach-source", po::value<double>()->default_value(0), "reach on SOURCE only (0 = --reach)")
       ("reach-target", po::value<double>()->default_value(0), "reach on TARGET only (0 = --reach)")
+      ("rel-reach", po::value<double>()->default_value(workflow::RegistrationOptions::kDefaultReachTargetRelative),
+       "without --reach*: TARGET's reach = this x diameter, SOURCE balanced (a scan is part of the model); "
+       "0 = balanced")
       ("report", po::value<std::string>(), "FILE.json: transform, RMS, rounds, convergence, timings")
       ("quiet,q", "print only the transform and RMS");
   add_backend_options(options);
@@ -106,8 +109,10 @@ int register_main(const std::vector<std::string>& args) {
                "Registers SOURCE onto TARGET like ICP, with entropic-OT correspondences instead of nearest\n"
                "neighbours: each round solves OT between the moved SOURCE and TARGET, takes every source point's\n"
                "barycentric target (weighted by the mass it sends) and fits the transform by weighted Procrustes;\n"
-               "blur shrinks from coarse to fine over the rounds. Use --reach (or --reach-target when only TARGET\n"
-               "has extra parts) for partial overlap. Prints the 4x4 transform and the RMS. --model nonrigid fits a\n"
+               "blur shrinks from coarse to fine over the rounds. By default TARGET is unbalanced with a reach of\n"
+               "0.02 x the diameter (--rel-reach), so a partial scan of a whole model registers; --reach,\n"
+               "--reach-source, --reach-target set reaches in data units instead. Prints the 4x4 transform and the\n"
+               "RMS, and warns when the result looks off. --model nonrigid fits a\n"
                "smooth Gaussian-kernel displacement field instead (coherent-point-drift M-step on OT targets).",
                options);
     return 0;
@@ -132,6 +137,7 @@ int register_main(const std::vector<std::string>& args) {
   reg.reach = require_non_negative_double(vm, "reach");
   reg.reach_source = require_non_negative_double(vm, "reach-source");
   reg.reach_target = require_non_negative_double(vm, "reach-target");
+  reg.reach_target_relative = require_non_negative_double(vm, "rel-reach");
   reg.backend = backend_options(vm);
   const bool quiet = vm.count("quiet") > 0;
   const bool nonrigid = vm["model"].as<std::string>() == "nonrigid";
@@ -169,6 +175,7 @@ int register_main(const std::vector<std::string>& args) {
   workflow::OutputSet outputs;
   workflow::write_enriched_copy(source, output, outputs.stage(out_path));
 
+  const std::vector<std::string> warnings = workflow::registration_warnings(result);
   const auto& A = result.transform.linear;
   const auto& t = result.transform.translation;
   nlohmann::json matrix = nlohmann::json::array();
@@ -192,7 +199,12 @@ int register_main(const std::vector<std::string>& args) {
     report["parameters"] = {{"blur", reg.blur}, {"start_blur", reg.start_blur}, {"anneal", reg.anneal},
                             {"max_rounds", reg.max_rounds}, {"reach", reg.reach},
                             {"reach_source", reg.reach_source}, {"reach_target", reg.reach_target},
+                            {"rel_reach", reg.reach_target_relative},
                             {"backend_requested", to_string(reg.backend.backend)}};
+    report["final_blur"] = result.final_blur;
+    report["reach_used"] = {{"source", result.reach_source}, {"target", result.reach_target}};
+    report["transported_mass"] = result.transported_mass;
+    report["warnings"] = warnings;
     report["total_seconds"] = result.seconds;
     report["peak_memory_bytes"] = workflow::peak_memory_bytes();
     report["versions"] = workflow::versions_json();
@@ -213,6 +225,8 @@ int register_main(const std::vector<std::string>& args) {
                  result.converged ? "converged" : "NOT converged", result.rounds.size(), result.iterations,
                  result.seconds, result.backend.c_str(), out_path.string().c_str());
   }
+  // Warnings show even with --quiet: they are about the answer, not the progress.
+  for (const std::string& w : warnings) std::fprintf(stderr, "flashot register: warning: %s\n", w.c_str());
   return 0;
 }
 

@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
+
+#include "flashot/workflow/dataset.hpp"
 
 namespace flashot::workflow {
 namespace {
@@ -14,17 +17,6 @@ using Vector3 = Eigen::Vector3d;
 
 Vector3 row(std::span<const float> points, std::size_t i) {
   return {points[3 * i], points[3 * i + 1], points[3 * i + 2]};
-}
-
-double diameter_of(PointsView a, PointsView b) {
-  Vector3 lo = Vector3::Constant(INFINITY), hi = Vector3::Constant(-INFINITY);
-  for (const PointsView& p : {a, b}) {
-    for (std::size_t i = 0; i < p.n; ++i) {
-      lo = lo.cwiseMin(row(p.data, i));
-      hi = hi.cwiseMax(row(p.data, i));
-    }
-  }
-  return (hi - lo).norm();
 }
 
 }  // namespace
@@ -115,6 +107,29 @@ Transform fit_transform(std::span<const float> from, std::span<const float> to, 
   return t;
 }
 
+std::vector<std::string> registration_warnings(const RegistrationResult& result) {
+  std::vector<std::string> out;
+  const auto text = [](double v) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%.3g", v);
+    return std::string(buffer);
+  };
+  if (result.rms > kRmsWarningFraction * result.diameter) {
+    out.push_back("the RMS to the correspondences, " + text(result.rms) + ", is " +
+                  text(result.rms / result.diameter) + " x the diameter (above " + text(kRmsWarningFraction) +
+                  "): the clouds may not match well; for a partial scan give --reach-target (or --rel-reach)");
+  }
+  if (result.transported_mass < kTransportedMassWarning) {
+    out.push_back("only " + text(100 * result.transported_mass) +
+                  "% of SOURCE's mass found a partner: the fit rests on few points; try a larger reach");
+  }
+  if (!result.converged) {
+    out.push_back("the transform did not settle within " + std::to_string(result.rounds.size()) +
+                  " rounds (--max-rounds)");
+  }
+  return out;
+}
+
 RegistrationResult register_clouds(PointsView source, PointsView target, const RegistrationOptions& options,
                                    const RegistrationProgress& progress) {
   if (source.d != 3 || target.d != 3) {
@@ -124,14 +139,25 @@ RegistrationResult register_clouds(PointsView source, PointsView target, const R
   if (!(options.anneal > 0 && options.anneal < 1)) {
     throw std::invalid_argument("anneal must be in (0, 1) (got " + std::to_string(options.anneal) + ")");
   }
+  if (!(options.reach_target_relative >= 0) || !std::isfinite(options.reach_target_relative)) {
+    throw std::invalid_argument("reach_target_relative must be >= 0 (got " + std::to_string(options.reach_target_relative) +
+                                ")");
+  }
   if (options.max_rounds < 1) {
     throw std::invalid_argument("max_rounds must be >= 1 (got " + std::to_string(options.max_rounds) + ")");
   }
   const auto start = std::chrono::steady_clock::now();
   RegistrationResult result;
-  result.diameter = diameter_of(source, target);
+  result.diameter = bounding_diameter(source, target);
   if (!(result.diameter > 0)) throw std::invalid_argument("the point clouds have zero extent");
   const double final_blur = options.blur > 0 ? options.blur : 0.01 * result.diameter;
+  result.final_blur = final_blur;
+  const bool reach_given = options.reach > 0 || options.reach_source > 0 || options.reach_target > 0;
+  const double reach_source = reach_given ? (options.reach_source > 0 ? options.reach_source : options.reach) : 0;
+  const double reach_target = reach_given ? (options.reach_target > 0 ? options.reach_target : options.reach)
+                                          : options.reach_target_relative * result.diameter;
+  result.reach_source = reach_source;
+  result.reach_target = reach_target;
   double blur = std::max(options.start_blur > 0 ? options.start_blur : 0.5 * result.diameter, final_blur);
 
   std::vector<float> moved(source.data.begin(), source.data.end());
@@ -139,9 +165,8 @@ RegistrationResult register_clouds(PointsView source, PointsView target, const R
   for (int round = 0; round < options.max_rounds; ++round) {
     Problem problem(PointsView{moved, source.n, 3}, target, {}, {}, options.backend);
     SolveOptions solve;
-    solve.reach = options.reach;
-    solve.reach_source = options.reach_source;
-    solve.reach_target = options.reach_target;
+    solve.reach_source = reach_source;
+    solve.reach_target = reach_target;
     solve.scheme = options.scheme;
     solve.max_iterations = options.round_iterations;
     if (round == 0) {
@@ -184,6 +209,7 @@ RegistrationResult register_clouds(PointsView source, PointsView target, const R
       total += weights[i];
     }
     report.rms = total > 0 ? std::sqrt(squared / total) : 0;
+    result.transported_mass = total;  // the source's weights are uniform and sum to 1
     result.rounds.push_back(report);
     result.iterations += s.iterations;
     result.last_solve = s;

@@ -50,6 +50,13 @@ struct RegistrationOptions {
   int round_iterations = 200;
   Cost cost = Cost::kSquaredEuclidean;
   double reach = 0, reach_source = 0, reach_target = 0;  ///< data units, as SolveOptions (ρ = reach²)
+  /// When reach, reach_source and reach_target are all 0: TARGET's reach = this × the clouds' diameter, SOURCE
+  /// balanced; 0 = balanced on both sides. A scan is usually a part of the model: balanced OT must spread the
+  /// scan's mass over the whole model, which pulls the fit towards the missing parts (samples: 32.4° found for
+  /// a 30° rotation, 5.5° off), while an unbalanced TARGET lets the model's unmatched parts go (0.1° off at
+  /// 0.02 × diameter; docs/cli.md has the measurements).
+  double reach_target_relative = kDefaultReachTargetRelative;
+  static constexpr double kDefaultReachTargetRelative = 0.02;
   Scheme scheme = Scheme::kAlternating;
   BackendOptions backend;
 };
@@ -67,12 +74,25 @@ struct RegistrationResult {
   std::vector<RegistrationRound> rounds;
   double rms = 0;
   double diameter = 0;
+  double final_blur = 0;          ///< data units
+  double reach_source = 0;        ///< the reaches used (data units; 0 = balanced side)
+  double reach_target = 0;
+  /// Share of the source's mass the final plan transports (1 when SOURCE is balanced): low values mean most of
+  /// the scan found no partner and the fit rests on a few points.
+  double transported_mass = 1;
   bool converged = false;  ///< the transform settled at the final blur within max_rounds
   SolveResult last_solve;  ///< the final round's solve (ε, cost, marginal error, stop reason)
   int iterations = 0;      ///< Sinkhorn iterations, all rounds together
   std::string backend, device;
   double seconds = 0;
 };
+
+/// What looks wrong with a registration, one sentence each (empty when nothing does): an RMS to the
+/// correspondences above kRmsWarningFraction × diameter (the samples: 0.004–0.007 × diameter when right, 0.019 and
+/// more when 2° or more off), under half the source's mass transported, or not settled within max_rounds.
+std::vector<std::string> registration_warnings(const RegistrationResult& result);
+inline constexpr double kRmsWarningFraction = 0.01;
+inline constexpr double kTransportedMassWarning = 0.5;
 
 /// `progress(round, rounds_max, epsilon, rms)` after each round; return false to stop early.
 using RegistrationProgress = std::function<bool(int, int, double, double)>;
