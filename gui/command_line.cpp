@@ -15,12 +15,13 @@ struct Options {
                                           "'transferred labels'.", "COL"};
   QCommandLineOption transfer{"transfer-labels", "Transfer this target column's labels to the source.", "COL"};
   QCommandLineOption backend{"backend", "auto, cpu or cuda.", "NAME"};
-  QCommandLineOption blur{"blur", "Blur in data units (0 = 5% of the data diameter).", "B"};
+  QCommandLineOption blur{"blur", "Blur in data units (0 = automatic: 5% of the data diameter).", "B"};
   QCommandLineOption align{"align", "Align as soon as the files are open."};
   QCommandLineOption screenshot{"screenshot", "Headless: write the view to FILE.png and exit.", "FILE"};
   QCommandLineOption window{"window", "The screenshot shows the whole window (controls, plot), not only the view."};
   QCommandLineOption size{"size", "Window size in headless mode, WxH (default 1280x800).", "WxH"};
   QCommandLineOption help{QStringList{"h", "help"}, "Show this help."};
+  QCommandLineOption version{QStringList{"v", "version"}, "Show the version."};
 };
 
 void add_options(QCommandLineParser& parser, const Options& o) {
@@ -29,7 +30,7 @@ void add_options(QCommandLineParser& parser, const Options& o) {
   parser.addPositionalArgument("SOURCE", "Source (query) data set, .h5ad or .ply.", "[SOURCE");
   parser.addPositionalArgument("TARGET", "Target (reference) data set.", "[TARGET]]");
   parser.addOptions({o.key, o.show, o.color_by, o.transfer, o.backend, o.blur, o.align, o.screenshot, o.window, o.size,
-                     o.help});
+                     o.help, o.version});
 }
 
 }  // namespace
@@ -41,6 +42,8 @@ CommandLine parse_command_line(const QStringList& arguments) {
   if (!parser.parse(arguments)) throw std::invalid_argument(parser.errorText().toStdString());
   CommandLine c;
   c.help = parser.isSet(o.help);
+  c.version = parser.isSet(o.version);
+  if (c.help || c.version) return c;  // answered before anything else is checked
   const QStringList files = parser.positionalArguments();
   if (files.size() > 2) {
     throw std::invalid_argument("at most two files (source and target), got " + std::to_string(files.size()));

@@ -25,6 +25,7 @@ struct CommandLine {
   int width = 1280;    ///< window size in headless mode
   int height = 800;
   bool help = false;
+  bool version = false;
   bool headless() const { return !screenshot.isEmpty(); }
 };
 

@@ -212,7 +212,8 @@ class GuiCoreTest : public QObject {
     QCOMPARE(given.reach, 2.0);
     QVERIFY(given.scheme == Scheme::kAlternating);
     // Solved: ε = (0.05 × the diameter of both clouds)², and the outcome reports that diameter.
-    const AlignmentInput input = cluster_input(120, 100);
+    AlignmentInput input = cluster_input(120, 100);
+    input.parameters.blur = 0;  // automatic
     const AlignmentOutcome out = run_alignment(input, {});
     double squared = 0;
     for (std::size_t c = 0; c < input.source.cols; ++c) {

@@ -6,12 +6,14 @@
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QDropEvent>
+#include <QFile>
 #include <QLabel>
 #include <QMessageBox>
 #include <QMimeData>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSlider>
+#include <QTemporaryDir>
 #include <QTest>
 #include <QUrl>
 
@@ -90,6 +92,65 @@ class GuiWindowTest : public QObject {
     QCOMPARE(window.scene().morph_t(), 0.0);
     t->setValue(t->maximum());
     QCOMPARE(window.scene().morph_t(), 1.0);
+  }
+
+  void a_failed_solve_shows_its_message_and_the_window_keeps_working() {
+    // Two clouds whose points all coincide: an automatic blur (relative to their diameter, 0) cannot be set, so
+    // the solve fails on the worker thread. The message must reach a dialog, and the window must stay usable.
+    QTemporaryDir dir;
+    const QString source = dir.filePath("flat_source.ply"), target = dir.filePath("flat_target.ply");
+    for (const QString& path : {source, target}) {
+      QFile file(path);
+      QVERIFY(file.open(QIODevice::WriteOnly));
+      file.write("ply\nformat ascii 1.0\nelement vertex 4\nproperty float x\nproperty float y\nproperty float z\n"
+                 "end_header\n1 2 3\n1 2 3\n1 2 3\n1 2 3\n");
+    }
+    MainWindow window;
+    window.resize(1000, 700);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    QVERIFY(window.open_source(source));
+    QVERIFY(window.open_target(target));
+    auto* align = window.findChild<QPushButton*>("align");
+    QTest::mouseClick(align, Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(window.findChild<QMessageBox*>("error") != nullptr, kSolveTimeoutMs);
+    auto* box = window.findChild<QMessageBox*>("error");
+    QVERIFY2(box->text().contains("diameter"), qPrintable(box->text()));
+    QCOMPARE(window.findChild<QLabel*>("progress_text")->text(), QString("failed"));
+    QVERIFY(!window.has_alignment());
+    QVERIFY(window.has_source() && window.has_target());  // the data stay loaded
+    QVERIFY(align->isEnabled());
+    box->close();
+    QTRY_VERIFY(window.findChild<QMessageBox*>("error") == nullptr);  // WA_DeleteOnClose
+    // Still usable: the same data with an explicit blur solve.
+    window.findChild<QDoubleSpinBox*>("blur")->setValue(0.5);
+    QTest::mouseClick(align, Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(window.has_alignment(), kSolveTimeoutMs);
+    QVERIFY(window.findChild<QMessageBox*>("error") == nullptr);
+  }
+
+  void a_failed_load_keeps_the_data_already_open() {
+    QTemporaryDir dir;
+    const QString broken = dir.filePath("broken.ply");
+    QFile file(broken);
+    QVERIFY(file.open(QIODevice::WriteOnly));
+    file.write("ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nend_header\n1\nnot-a-number\n");
+    file.close();
+    MainWindow window;
+    window.resize(1000, 700);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    QVERIFY(window.open_source(kSamples + "/shape_scan.ply"));
+    const std::size_t before = window.scene().point_count(Layer::kSource);
+    QVERIFY(!window.open_source(broken));
+    auto* box = window.findChild<QMessageBox*>("error");
+    QVERIFY2(box != nullptr, "a malformed file must show a dialog");
+    QVERIFY(box->text().contains("broken.ply"));
+    QVERIFY(window.has_source());
+    QCOMPARE(window.scene().point_count(Layer::kSource), before);
+    box->close();
+    QVERIFY(window.open_target(kSamples + "/shape.ply"));  // and the window goes on opening files
+    QVERIFY(window.findChild<QPushButton*>("align")->isEnabled());
   }
 
   void cancel_stops_a_solve_and_the_window_keeps_working() {
