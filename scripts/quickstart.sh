@@ -28,11 +28,12 @@ else
   cuda=OFF
   step 2/4 "building flashot, CPU backend only (no GPU answered nvidia-smi -L)"
 fi
+mkdir -p "$build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHOT_CUDA="$cuda" -DFLASHOT_GUI=OFF \
-  -DFLASHOT_TESTS=OFF -DFLASHOT_BENCHMARKS=OFF >"$build.configure.log" 2>&1 \
-  || { cat "$build.configure.log" >&2; exit 1; }
+  -DFLASHOT_TESTS=OFF -DFLASHOT_BENCHMARKS=OFF >"$build/configure.log" 2>&1 \
+  || { cat "$build/configure.log" >&2; exit 1; }
 cmake --build "$build" -j "$jobs" --target flashot
-step 2/4 "built $build/apps/flashot in $((SECONDS - start)) s so far"
+echo "quickstart: built $build/apps/flashot ($((SECONDS - start)) s so far)" >&2
 
 step 3/4 "aligning the query batch (2,000 cells) onto the reference batch (2,400 cells) and transferring cell_type"
 mkdir -p "$out"
