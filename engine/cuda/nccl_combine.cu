@@ -13,6 +13,19 @@ namespace {
 
 constexpr int kThreads = 256;
 
+__global__ void merge_partials_kernel(const float2* __restrict__ partials, int splits, int count,
+                                      float2* __restrict__ out, const int* guard) {
+  if (guard != nullptr && *guard == 0) return;
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= count) return;
+  float m = kNoMax, sum = 0.f;
+  for (int k = 0; k < splits; ++k) {
+    const float2 p = partials[std::size_t(k) * count + j];
+    merge_lse<true>(m, sum, p.x, p.y);
+  }
+  out[j] = make_float2(m, sum);
+}
+
 __global__ void lse_share_kernel(const float* __restrict__ lse, const float* __restrict__ max,
                                  float* __restrict__ share, int count) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
@@ -53,6 +66,13 @@ __global__ void weight_by_share_kernel(const float* __restrict__ lse, const floa
 }
 
 }  // namespace
+
+void launch_merge_partials(const float2* partials, int splits, int count, float2* out, const int* guard,
+                           cudaStream_t stream) {
+  if (count == 0) return;
+  merge_partials_kernel<<<div_up(count, kThreads), kThreads, 0, stream>>>(partials, splits, count, out, guard);
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
 
 void launch_lse_share(const float* lse, const float* max, float* share, int count, cudaStream_t stream) {
   if (count == 0) return;

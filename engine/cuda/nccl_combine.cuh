@@ -10,6 +10,12 @@
 
 namespace flashot::detail::cuda {
 
+/// out (count) = the (max, sum) pair of each point's `splits` LSE partials (splits × count, kernels.cuh's layout),
+/// merged as the finalize kernel merges them (a point without mass: (kNoMax, 0)). guard (may be null): nothing is
+/// done unless *guard != 0. A shard's contribution to the column combination (DeviceStep).
+void launch_merge_partials(const float2* partials, int splits, int count, float2* out, const int* guard,
+                           cudaStream_t stream);
+
 /// share (count) = 2^(lse − max), 0 where this shard has no mass.
 void launch_lse_share(const float* lse, const float* max, float* share, int count, cudaStream_t stream);
 

@@ -1,10 +1,25 @@
 // The engine as MPI ranks, one GPU each (docs/multi-gpu.md): under `mpirun -np N flashot_engine_tests
 // --gtest_filter='ShardRanks*'` every rank builds the same problem with flashot::rank_options, NCCL is bootstrapped
 // through MPI_Bcast, and every rank must get the one-GPU results. Launched as a single process, it skips.
+// Where no MPI library is at hand (the lent GPU image), the same ranks can be started by hand with the variables an
+// Open MPI launcher sets (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK) and FLASHOT_TEST_RENDEZVOUS=<a fresh folder>: the
+// bootstrap id then goes from rank 0 to the others through a file there instead of MPI_Bcast (the engine takes any
+// broadcast function; only this test's transport differs):
+//   for r in 0 1; do OMPI_COMM_WORLD_RANK=$r OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=$r
+//     FLASHOT_TEST_RENDEZVOUS=/tmp/rv FLASHOT_REQUIRE_CUDA=1 flashot_engine_tests --gtest_filter='ShardRanks*' & done
+// (one command line; scripts/gpu-scaling.sh runs it)
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend_fixture.hpp"
@@ -43,20 +58,53 @@ void init_mpi_once() {
 }
 #endif
 
+/// The bootstrap broadcast through files in `folder` (rank 0 writes id-<call>, the others wait for it).
+std::function<void(void*, std::size_t)> file_broadcast(const std::string& folder, int rank) {
+  auto calls = std::make_shared<int>(0);
+  return [folder, rank, calls](void* bytes, std::size_t size) {
+    const std::filesystem::path path = std::filesystem::path(folder) / ("id-" + std::to_string((*calls)++));
+    if (rank == 0) {
+      std::filesystem::create_directories(folder);
+      const std::filesystem::path temp = path.string() + ".tmp";
+      std::ofstream(temp, std::ios::binary).write(static_cast<const char*>(bytes), static_cast<std::streamsize>(size));
+      std::filesystem::rename(temp, path);
+      return;
+    }
+    for (int waited = 0; !std::filesystem::exists(path); ++waited) {
+      if (waited > 6000) throw std::runtime_error("no bootstrap id from rank 0 at " + path.string() + " in 60 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::ifstream(path, std::ios::binary).read(static_cast<char*>(bytes), static_cast<std::streamsize>(size));
+  };
+}
+
 TEST(ShardRanks, EveryRankGetsTheOneGpuResults) {
   const ProcessGroup group = process_group_from_environment();
   if (group.ranks < 2)
     GTEST_SKIP() << "run as MPI ranks (mpirun -np N, N ≥ 2, one GPU each) to test the multi-process path";
+  const char* rendezvous = std::getenv("FLASHOT_TEST_RENDEZVOUS");
+  std::function<void(void*, std::size_t)> broadcast;
+  if (rendezvous != nullptr) {
+    broadcast = file_broadcast(rendezvous, group.rank);
+  } else {
 #if !FLASHOT_TEST_MPI
-  FAIL() << "launched as " << group.ranks << " ranks, but this test binary was built without MPI";
+    FAIL() << "launched as " << group.ranks << " ranks, but this test binary was built without MPI (set "
+           << "FLASHOT_TEST_RENDEZVOUS to bootstrap through files)";
 #else
+    init_mpi_once();
+    int world = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    ASSERT_EQ(world, group.ranks) << "MPI_COMM_WORLD and the launcher's environment disagree";
+    broadcast = [](void* bytes, std::size_t size) {
+      MPI_Bcast(bytes, static_cast<int>(size), MPI_BYTE, 0, MPI_COMM_WORLD);
+    };
+#endif
+  }
   FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
-  init_mpi_once();
-  int world = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  ASSERT_EQ(world, group.ranks) << "MPI_COMM_WORLD and the launcher's environment disagree";
-
-  const TestProblem p = make_problem({.n = 3000, .m = 2500, .d = 3, .seed = 61, .random_weights = true});
+  // d = 3: the fp32 paths; d = 64: split-fp16 tensor cores, warpgroup kernels on Hopper, screening.
+  for (std::size_t d : {std::size_t(3), std::size_t(64)}) {
+  SCOPED_TRACE("d = " + std::to_string(d));
+  const TestProblem p = make_problem({.n = 3000, .m = 2500, .d = d, .seed = 61, .random_weights = true});
   SolveOptions o;
   o.blur = 0.05;
   o.tolerance = 0;
@@ -65,9 +113,8 @@ TEST(ShardRanks, EveryRankGetsTheOneGpuResults) {
   single.backend = BackendKind::kCuda;
   single.device = group.local_rank;
   Problem one(p.xv(), p.yv(), p.a, p.b, single);
-  Problem ranks(p.xv(), p.yv(), p.a, p.b, rank_options(group, [](void* bytes, std::size_t size) {
-                  MPI_Bcast(bytes, static_cast<int>(size), MPI_BYTE, 0, MPI_COMM_WORLD);
-                }));
+  Problem ranks(p.xv(), p.yv(), p.a, p.b, rank_options(group, broadcast));
+  EXPECT_NE(ranks.device_name().find(one.device_name()), std::string::npos) << ranks.device_name();
   const SolveResult r1 = one.solve(o);
   const SolveResult rr = ranks.solve(o);
   ASSERT_EQ(rr.reason, r1.reason) << rr.message;
@@ -89,7 +136,7 @@ TEST(ShardRanks, EveryRankGetsTheOneGpuResults) {
   }
   const TopKCoupling t1 = one.top_k(r1, 3), tr = ranks.top_k(r1, 3);
   EXPECT_LE(max_abs_diff(tr.values, t1.values), kRankPlanRelTol * max_abs(t1.values));
-#endif
+  }
 }
 
 }  // namespace
