@@ -57,11 +57,17 @@ do_ranks() {
 
 do_sanitize() {
   one='Backends/ReferenceTest.*/cuda_balanced_symmetric_scaling_d3:Backends/ReferenceTest.*/cuda_embedding_d50:CudaBackend.ScreenedSmall*'
-  two='Shards/ShardedProblemTest.*/cuda_nccl_2_shards_balanced_symmetric_scaling:Shards/ShardedProblemTest.*/cuda_nccl_2_shards_to_tolerance_d50'
-  step "compute-sanitizer memcheck (one GPU, two GPUs)"
-  FLASHOT_REQUIRE_CUDA=1 FLASHOT_TEST_GPUS=$GPUS timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
-    "$tests" --gtest_filter="$one:$two" > "$OUT/memcheck.log" 2>&1
+  two='Shards/ShardedProblemTest.*/cuda_nccl_2_shards_to_tolerance_d50:Shards/ShardedProblemTest.*/cuda_nccl_2_shards_semi_unbalanced_alternating'
+  step "compute-sanitizer memcheck (one GPU)"
+  FLASHOT_REQUIRE_CUDA=1 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    "$tests" --gtest_filter="$one" > "$OUT/memcheck.log" 2>&1
   rc=$?; summary 12 < "$OUT/memcheck.log"; [[ $rc == 0 ]] || { echo "memcheck: exit $rc"; status=1; }
+  # NCCL's own CUDA calls return errors it expects (peer access already enabled, 704; a probe, 209): API errors are
+  # not reported for the two-GPU cases, memory errors are.
+  step "compute-sanitizer memcheck (two GPUs, NCCL)"
+  FLASHOT_REQUIRE_CUDA=1 FLASHOT_TEST_GPUS=$GPUS timeout 120 compute-sanitizer --tool memcheck --report-api-errors no \
+    --error-exitcode 3 "$tests" --gtest_filter="$two" > "$OUT/memcheck2.log" 2>&1
+  rc=$?; summary 12 < "$OUT/memcheck2.log"; [[ $rc == 0 ]] || { echo "memcheck (two GPUs): exit $rc"; status=1; }
   step "compute-sanitizer racecheck (one GPU)"
   FLASHOT_REQUIRE_CUDA=1 timeout 50 compute-sanitizer --tool racecheck --error-exitcode 3 "$tests" \
     --gtest_filter='CudaBackend.ScreenedSmall*' > "$OUT/racecheck.log" 2>&1

@@ -86,7 +86,7 @@ struct GraphKey {
 class DeviceStep::Impl {
  public:
   Impl(const BackendOptions& options, int device, const ProblemData& data, std::size_t rows_total,
-       const ShardLink* link);
+       const ShardLink* link, float largest);
   ~Impl();
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
@@ -232,7 +232,7 @@ class DeviceStep::Impl {
 constexpr int kColdSample = 128;
 
 DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemData& data, std::size_t rows_total,
-                       const ShardLink* link)
+                       const ShardLink* link, float largest)
     : device_(device),
       link_(link),
       rows_total_(rows_total),
@@ -316,7 +316,7 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
     const MmaMode mode = precision_ == Precision::kBf16   ? MmaMode::kBf16
                          : precision_ == Precision::kTf32 ? MmaMode::kFp16
                                                           : MmaMode::kSplitFp16;
-    const float scale = operand_scale(std::max(hx.largest, hy.largest));
+    const float scale = operand_scale(largest > 0 ? largest : std::max(hx.largest, hy.largest));
     const int padded = (d_ + 15) / 16 * 16;
     // Converted on the device from the fp32 points just uploaded (no second host copy).
     const bool split = mode == MmaMode::kSplitFp16;
@@ -890,7 +890,6 @@ EngineStatistics DeviceStep::Impl::statistics() const {
   for (int i = 0; i < 3; ++i) {
     into[i]->kept_tiles = sites[i].kept_total;
     into[i]->seen_tiles = sites[i].seen_total;
-    into[i]->launches = static_cast<unsigned long long>(sites[i].screened_runs);
     into[i]->next_screened = sites[i].use != 0;
   }
   return out;
@@ -912,8 +911,14 @@ std::size_t step_resident_bytes(std::size_t n, std::size_t m, std::size_t d, boo
 }
 
 DeviceStep::DeviceStep(const BackendOptions& options, int device, const ProblemData& data, std::size_t rows_total,
-                       const ShardLink* link)
-    : impl_(std::make_unique<Impl>(options, device, data, rows_total, link)) {}
+                       const ShardLink* link, float largest)
+    : impl_(std::make_unique<Impl>(options, device, data, rows_total, link, largest)) {}
+
+float largest_coordinate(const PointsView& p) {
+  float largest = 0;
+  for (const float c : p.data.first(p.n * p.d)) largest = std::max(largest, std::abs(c));
+  return largest;
+}
 DeviceStep::~DeviceStep() = default;
 int DeviceStep::device() const { return impl_->device_id(); }
 cudaStream_t DeviceStep::stream() const { return impl_->stream(); }

@@ -42,16 +42,21 @@ class ShardLink {
 
 /// Bytes a DeviceStep of (n rows × m columns × d) takes on its device before any operation, about (the resident
 /// data, operands, tiles and iteration scratch); what the out-of-memory check compares with the free memory.
+/// The largest |coordinate| of a point set (what DeviceStep's `largest` takes, over x and y).
+float largest_coordinate(const PointsView& p);
+
 std::size_t step_resident_bytes(std::size_t n, std::size_t m, std::size_t d, bool tensor_cores, bool split,
                                 bool warpgroup);
 
 class DeviceStep {
  public:
   /// data: this device's rows of x (with a) and all of y (with b); rows_total: x's rows over all shards (1 shard:
-  /// data.x.n). link: null on one device. Throws std::runtime_error naming the bytes needed and the bytes the device
-  /// has when the problem does not fit.
+  /// data.x.n). link: null on one device. largest: the largest |coordinate| of all of x and y (the tensor-core
+  /// operands' power-of-two scale comes from it, so that every shard rounds a point exactly as one GPU does); 0: from
+  /// `data`. Throws std::runtime_error naming the bytes needed and the bytes the device has when the problem does not
+  /// fit.
   DeviceStep(const BackendOptions& options, int device, const ProblemData& data, std::size_t rows_total,
-             const ShardLink* link);
+             const ShardLink* link, float largest = 0);
   ~DeviceStep();
   DeviceStep(const DeviceStep&) = delete;
   DeviceStep& operator=(const DeviceStep&) = delete;

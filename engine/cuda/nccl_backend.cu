@@ -147,13 +147,15 @@ NcclBackend::NcclBackend(const BackendOptions& options, const ProblemData& data)
   for (std::size_t l = 0; l < devices.size(); ++l) links_.push_back(std::make_unique<NcclLink>(comms_[l], global));
   steps_.resize(devices.size());
   scratch_.resize(devices.size());
+  // One operand scale for every shard: a point is then rounded to the tensor cores' operands as on one GPU.
+  const float largest = std::max(largest_coordinate(data.x), largest_coordinate(data.y));
   each([&](std::size_t l) {
     const ShardRange r = rows(l);
     const ProblemData mine{{data.x.data.subspan(r.begin * d_, r.size() * d_), r.size(), d_},
                            data.y,
                            data.a.subspan(r.begin, r.size()),
                            data.b};
-    steps_[l] = std::make_unique<DeviceStep>(options, devices[l], mine, n_, links_[l].get());
+    steps_[l] = std::make_unique<DeviceStep>(options, devices[l], mine, n_, links_[l].get(), largest);
   });
   device_ = std::to_string(global) + " row shards on " + steps_.front()->description() + " (NCCL, " +
             (ranks_ > 1 ? std::to_string(ranks_) + " MPI ranks" : std::to_string(devices.size()) + " devices") + ")";

@@ -358,7 +358,6 @@ void add_screening(EngineStatistics& into, const EngineStatistics& more) {
   const auto add = [](ScreenSiteStatistics& a, const ScreenSiteStatistics& b) {
     a.kept_tiles += b.kept_tiles;
     a.seen_tiles += b.seen_tiles;
-    a.launches += b.launches;
     a.next_screened = a.next_screened || b.next_screened;
   };
   add(into.rows_lse, more.rows_lse);

@@ -193,7 +193,6 @@ struct SolveResult {
 struct ScreenSiteStatistics {
   unsigned long long kept_tiles = 0;  ///< warp tiles that the screened kernels summed
   unsigned long long seen_tiles = 0;  ///< warp tiles that the screened kernels looked at
-  unsigned long long launches = 0;    ///< launches of the site's screened kernel
   bool next_screened = false;         ///< whether the site's next launch runs screened (else dense)
 };
 struct EngineStatistics {
