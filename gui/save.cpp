@@ -6,6 +6,7 @@
 
 #include "flashot/workflow/output_set.hpp"
 #include "flashot/workflow/report.hpp"
+#include "flashot/workflow/run_plan.hpp"
 #include "flashot/io/anndata.hpp"
 
 namespace flashot::gui {
@@ -19,12 +20,23 @@ void require_extension(const std::filesystem::path& path, const std::string& exp
   }
 }
 
+/// The CLI's check (workflow::RunPlan): `path` is not an input, and its folder exists and takes a new file. Throws
+/// workflow::PathError (a std::invalid_argument) naming `what`, the path and the conflict.
+void check_destination(const std::string& what, const std::filesystem::path& path, const Dataset& source,
+                       const Dataset* target) {
+  workflow::RunPlan plan;
+  plan.input("SOURCE", source.path());
+  if (target != nullptr) plan.input("TARGET", target->path());
+  plan.output(what, path).check();
+}
+
 }  // namespace
 
 void save_aligned(const Dataset& source, const std::string& key, const AlignmentOutcome& outcome,
                   const std::filesystem::path& path) {
   require_extension(path, source.kind() == workflow::FileKind::kPly ? ".ply" : ".h5ad", "the aligned " +
                     source.path().filename().string());
+  check_destination("the aligned data", path, source, nullptr);
   workflow::AlignmentOutput output;
   output.mapped = outcome.mapped;
   if (outcome.transfer && outcome.labels) {
@@ -44,6 +56,7 @@ void save_aligned(const Dataset& source, const std::string& key, const Alignment
 void save_coupling(const Dataset& source, const Dataset& target, const AlignmentOutcome& outcome,
                    const std::filesystem::path& path) {
   require_extension(path, ".h5ad", "the coupling");
+  check_destination("the coupling", path, source, &target);
   const TopKCoupling& c = outcome.coupling;
   io::SparseMatrix csr;
   csr.rows = c.rows;
@@ -71,6 +84,7 @@ void save_coupling(const Dataset& source, const Dataset& target, const Alignment
 
 void save_report(const Dataset& source, const Dataset& target, const std::string& key,
                  const AlignmentOutcome& outcome, const std::filesystem::path& path) {
+  check_destination("the report", path, source, &target);
   nlohmann::json report = workflow::solve_json(outcome.result);
   report["options"] = workflow::options_json(outcome.options);
   report["inputs"] = {{"source", source.path().string()},
@@ -95,6 +109,7 @@ void save_report(const Dataset& source, const Dataset& target, const std::string
 }
 
 void save_image(const QImage& image, const std::filesystem::path& path) {
+  workflow::RunPlan().output("the screenshot", path).check();
   workflow::OutputSet outputs;
   const std::filesystem::path temporary = outputs.stage(path);
   if (!image.save(QString::fromStdString(temporary.string()), "PNG")) {

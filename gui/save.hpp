@@ -1,6 +1,9 @@
 #pragma once
 // What flashot-gui saves, in the CLI's formats (workflow): the aligned source, the top-k coupling, the JSON
-// report, a screenshot. Every file goes through a temporary file in its folder, renamed at the end.
+// report, a screenshot. Every file goes through a temporary file in its folder, renamed at the end. Before anything
+// is written, the CLI's path check (workflow::RunPlan) refuses a destination that is an input data set (however
+// spelled: link, hard link, ./) or whose folder is missing or not writable: workflow::PathError, an
+// std::invalid_argument naming the destination and the conflict.
 
 #include <filesystem>
 

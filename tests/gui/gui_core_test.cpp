@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <set>
 #include <span>
@@ -35,6 +36,11 @@ constexpr unsigned kSeed = 20261129;
 constexpr double kMapTolerance = 0.05;          // mapped points vs. the known shift, data units (shift 3)
 constexpr double kLabelAccuracy = 0.95;         // two far-apart clusters: nearly every label must arrive
 constexpr int kWorkerTimeoutMs = 120'000;       // a generous wait for a small solve on a loaded machine
+
+std::string read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
 
 // Two Gaussian clusters (labels 0 and 1) in d dimensions; the target is the source moved by `shift` on axis 0.
 struct Clusters {
@@ -538,6 +544,11 @@ class GuiCoreTest : public QObject {
     const auto columns = copy.obs_columns();
     QVERIFY(std::find(columns.begin(), columns.end(), "cell_type_flashot") != columns.end());
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, save_aligned(da, "X_pca", out, dir.filePath("x.ply").toStdString()));
+    // An input is never a destination, however spelled (workflow::RunPlan, as the CLI checks it).
+    const std::string target_bytes = read_bytes(b);
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, save_report(da, db, "X_pca", out, b.parent_path() / "." / "b.h5ad"));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, save_aligned(da, "X_pca", out, a));
+    QCOMPARE(read_bytes(b), target_bytes);
     // Nothing is left behind but the four outputs and the two inputs.
     QCOMPARE(QDir(dir.path()).entryList(QDir::Files | QDir::Hidden).size(), 5);
   }
