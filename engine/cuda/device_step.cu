@@ -129,6 +129,17 @@ class DeviceStep::Impl {
   /// Makes forecasts_[index] the same on every shard: the widest predicted range, skip or fall-back where any shard
   /// says so, the highest floor (nothing on one device).
   void combine_forecast(int index) const;
+  // The constructor's steps. Out of memory is refused before any upload, naming what the problem needs and what the
+  // device has (step_resident_bytes against cudaMemGetInfo).
+  void refuse_if_too_large(const BackendOptions& options, const ProblemData& data) const;
+  /// Points, per-point values, zero potentials and the cold probe's samples.
+  void upload(const ProblemData& data, const HostSide& hx, const HostSide& hy);
+  /// The tensor-core operands (converted on the device from the uploaded points) and the warpgroup kernels' tiles.
+  void prepare_operands(const BackendOptions& options, const HostSide& hx, const HostSide& hy, float largest);
+  /// The three screened sites (ScreenState) and their seeds.
+  void prepare_screening(const BackendOptions& options, std::span<const float> b);
+  /// The reduction plans and the iteration's scratch, sized once so that captured graphs stay valid.
+  void prepare_iteration(int sms);
 
   using DevSide = cuda::PointSet;
   DevSide x_side() const { return {x_.get(), xn_.get(), loga_.get(), a_.get(), n_}; }
@@ -254,31 +265,49 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
   cudaDeviceProp prop{};
   FLASHOT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   device_name_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
-  {
-    // Out of memory is refused up front, naming what the problem needs and what the device has, before any upload.
-    const bool tensor = mma_supports(d_) && precision_ != Precision::kFp32;
-    const bool split = tensor && precision_ != Precision::kBf16 && precision_ != Precision::kTf32;
-    const std::size_t need =
-        step_resident_bytes(data.x.n, data.y.n, data.x.d, tensor, split, split && options.cuda.warpgroup_kernels);
-    std::size_t free_bytes = 0, total_bytes = 0;
-    FLASHOT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    if (need > free_bytes) {
-      const auto mib = [](std::size_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; };
-      throw std::runtime_error(
-          "CUDA out of memory: this problem's " + std::to_string(data.x.n) + " x " + std::to_string(data.y.n) +
-          " points in d = " + std::to_string(data.x.d) + (link_ != nullptr ? " (one row shard)" : "") +
-          " need about " + mib(need) + " on CUDA device " + std::to_string(device_) + " (" + device_name_ +
-          "), which has " + mib(free_bytes) + " free of " + mib(total_bytes) +
-          "; spread the rows over more GPUs (BackendOptions::devices, --gpus) or use a smaller problem");
-    }
-  }
-
+  refuse_if_too_large(options, data);
   resident_blocks_ = prop.multiProcessorCount * 4;
   FLASHOT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  try {
+    // Problem hands over clouds already centred (the expanded score 2⟨x,y⟩ − ‖y‖² then has no large common offset).
+    const HostSide hx = prepare_side(data.x, data.a);
+    const HostSide hy = prepare_side(data.y, data.b);
+    upload(data, hx, hy);
+    use_mma_ = mma_supports(d_) && precision_ != Precision::kFp32;
+    if (use_mma_) {
+      prepare_operands(options, hx, hy, largest);
+      if (xop_.mode == MmaMode::kSplitFp16 && options.screening != Screening::kOff) prepare_screening(options, data.b);
+    }
+    prepare_iteration(prop.multiProcessorCount);
+    sync();
+  } catch (...) {
+    // The destructor does not run for a constructor that throws: the stream goes here (the buffers free themselves).
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+    throw;
+  }
+}
 
-  // Problem hands over clouds already centred (the expanded score 2⟨x,y⟩ − ‖y‖² then has no large common offset).
-  const HostSide hx = prepare_side(data.x, data.a);
-  const HostSide hy = prepare_side(data.y, data.b);
+void DeviceStep::Impl::refuse_if_too_large(const BackendOptions& options, const ProblemData& data) const {
+  // Out of memory is refused up front, naming what the problem needs and what the device has, before any upload.
+  const bool tensor = mma_supports(d_) && precision_ != Precision::kFp32;
+  const bool split = tensor && precision_ != Precision::kBf16 && precision_ != Precision::kTf32;
+  const std::size_t need =
+      step_resident_bytes(data.x.n, data.y.n, data.x.d, tensor, split, split && options.cuda.warpgroup_kernels);
+  std::size_t free_bytes = 0, total_bytes = 0;
+  FLASHOT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (need > free_bytes) {
+    const auto mib = [](std::size_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; };
+    throw std::runtime_error(
+        "CUDA out of memory: this problem's " + std::to_string(data.x.n) + " x " + std::to_string(data.y.n) +
+        " points in d = " + std::to_string(data.x.d) + (link_ != nullptr ? " (one row shard)" : "") +
+        " need about " + mib(need) + " on CUDA device " + std::to_string(device_) + " (" + device_name_ +
+        "), which has " + mib(free_bytes) + " free of " + mib(total_bytes) +
+        "; spread the rows over more GPUs (BackendOptions::devices, --gpus) or use a smaller problem");
+  }
+}
+
+void DeviceStep::Impl::upload(const ProblemData& data, const HostSide& hx, const HostSide& hy) {
   one_pass_ = std::all_of(data.a.begin(), data.a.end(), [](float v) { return v > 0; }) &&
               std::all_of(data.b.begin(), data.b.end(), [](float v) { return v > 0; });
   x_.upload(std::span<const float>(hx.points), stream_);
@@ -310,67 +339,72 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
   g_.reserve(m_);
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(f_.get(), 0, sizeof(float) * n_, stream_));
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(g_.get(), 0, sizeof(float) * m_, stream_));
+}
 
-  use_mma_ = mma_supports(d_) && precision_ != Precision::kFp32;
+void DeviceStep::Impl::prepare_operands(const BackendOptions& options, const HostSide& hx, const HostSide& hy,
+                                        float largest) {
+  const MmaMode mode = precision_ == Precision::kBf16   ? MmaMode::kBf16
+                       : precision_ == Precision::kTf32 ? MmaMode::kFp16
+                                                        : MmaMode::kSplitFp16;
+  const float scale = operand_scale(largest > 0 ? largest : std::max(hx.largest, hy.largest));
+  const int padded = (d_ + 15) / 16 * 16;
+  // Converted on the device from the fp32 points just uploaded (no second host copy).
+  const bool split = mode == MmaMode::kSplitFp16;
+  xhi_.reserve(std::size_t(n_) * padded);
+  yhi_.reserve(std::size_t(m_) * padded);
+  if (split) {
+    xlo_.reserve(std::size_t(n_) * padded);
+    ylo_.reserve(std::size_t(m_) * padded);
+  }
+  launch_split_rows(x_.get(), n_, d_, padded, scale, mode, xhi_.get(), xlo_.get(), stream_);
+  launch_split_rows(y_.get(), m_, d_, padded, scale, mode, yhi_.get(), ylo_.get(), stream_);
+  // CudaTuning::warpgroup_kernels = false keeps the mma.sync kernels on a Hopper GPU (comparisons).
+  const bool warpgroup = split && options.cuda.warpgroup_kernels && warpgroup_kernels_available();
+  if (warpgroup) {
+    xtiles_.reserve(std::size_t(column_tiles(n_)) * tile_bytes(padded));
+    ytiles_.reserve(std::size_t(column_tiles(m_)) * tile_bytes(padded));
+    xbias_.reserve(std::size_t(column_tiles(n_)) * 64);
+    ybias_.reserve(std::size_t(column_tiles(m_)) * 64);
+    launch_tile_operands(xhi_.get(), xlo_.get(), n_, padded, xtiles_.get(), stream_);
+    launch_tile_operands(yhi_.get(), ylo_.get(), m_, padded, ytiles_.get(), stream_);
+  }
+  xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode, hx.max_norm, warpgroup, xtiles_.get(), xbias_.get()};
+  yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode, hy.max_norm, warpgroup, ytiles_.get(), ybias_.get()};
+}
+
+void DeviceStep::Impl::prepare_screening(const BackendOptions& options, std::span<const float> b) {
+  // Three sites (rows' and columns' LSE, the one-pass sums), each starting with the screened kernel.
+  std::vector<cuda::ScreenState> fresh(3);
+  sums_floor_ = -kSumsFloor;
+  for (auto& site : fresh) {
+    site.pinned = options.screening == Screening::kOn ? 1 : 0;
+    site.pays_percent = kScreenPaysPercent;
+  }
+  fresh[0].siblings = 2;  // the rows' LSE is the first site a cold solve screens (ScreenState)
+  fresh[2].seeded = 0;    // the sums have no seeds
+  // The sums' low floor serves only a screen that pays (or is pinned on); a probe uses the kSumsMinLog2 cut.
+  fresh[2].floor_gap = sums_floor_ - cuda::kSumsMinLog2;
+  fresh[2].paid = fresh[2].pinned;
+  fresh[2].next_low = fresh[2].pinned;
+  screen_.upload(std::span<const cuda::ScreenState>(fresh), stream_);
+  seeds_x_.reserve(n_);
+  seeds_y_.reserve(m_);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(seeds_x_.get(), 0, sizeof(int) * n_, stream_));
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(seeds_y_.get(), 0, sizeof(int) * m_, stream_));
+  float smallest_b = 1;
+  for (float w : b) smallest_b = std::min(smallest_b, w);
+  sums_reach_ = std::ceil(std::log2(std::max(double(m_), smallest_b > 0 ? 1.0 / smallest_b : 1.0)));
+}
+
+void DeviceStep::Impl::prepare_iteration(int sms) {
   if (use_mma_) {
-    const MmaMode mode = precision_ == Precision::kBf16   ? MmaMode::kBf16
-                         : precision_ == Precision::kTf32 ? MmaMode::kFp16
-                                                          : MmaMode::kSplitFp16;
-    const float scale = operand_scale(largest > 0 ? largest : std::max(hx.largest, hy.largest));
-    const int padded = (d_ + 15) / 16 * 16;
-    // Converted on the device from the fp32 points just uploaded (no second host copy).
-    const bool split = mode == MmaMode::kSplitFp16;
-    xhi_.reserve(std::size_t(n_) * padded);
-    yhi_.reserve(std::size_t(m_) * padded);
-    if (split) {
-      xlo_.reserve(std::size_t(n_) * padded);
-      ylo_.reserve(std::size_t(m_) * padded);
-    }
-    launch_split_rows(x_.get(), n_, d_, padded, scale, mode, xhi_.get(), xlo_.get(), stream_);
-    launch_split_rows(y_.get(), m_, d_, padded, scale, mode, yhi_.get(), ylo_.get(), stream_);
-    // CudaTuning::warpgroup_kernels = false keeps the mma.sync kernels on a Hopper GPU (comparisons).
-    const bool warpgroup = split && options.cuda.warpgroup_kernels && warpgroup_kernels_available();
-    if (warpgroup) {
-      xtiles_.reserve(std::size_t(column_tiles(n_)) * tile_bytes(padded));
-      ytiles_.reserve(std::size_t(column_tiles(m_)) * tile_bytes(padded));
-      xbias_.reserve(std::size_t(column_tiles(n_)) * 64);
-      ybias_.reserve(std::size_t(column_tiles(m_)) * 64);
-      launch_tile_operands(xhi_.get(), xlo_.get(), n_, padded, xtiles_.get(), stream_);
-      launch_tile_operands(yhi_.get(), ylo_.get(), m_, padded, ytiles_.get(), stream_);
-    }
-    xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode, hx.max_norm, warpgroup, xtiles_.get(), xbias_.get()};
-    yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode, hy.max_norm, warpgroup, ytiles_.get(), ybias_.get()};
-    if (mode == MmaMode::kSplitFp16 && options.screening != Screening::kOff) {
-      // Three sites (rows' and columns' LSE, the one-pass sums), each starting with the screened kernel.
-      std::vector<cuda::ScreenState> fresh(3);
-      sums_floor_ = -kSumsFloor;
-      for (auto& site : fresh) {
-        site.pinned = options.screening == Screening::kOn ? 1 : 0;
-        site.pays_percent = kScreenPaysPercent;
-      }
-      fresh[0].siblings = 2;  // the rows' LSE is the first site a cold solve screens (ScreenState)
-      fresh[2].seeded = 0;    // the sums have no seeds
-      // The sums' low floor serves only a screen that pays (or is pinned on); a probe uses the kSumsMinLog2 cut.
-      fresh[2].floor_gap = sums_floor_ - cuda::kSumsMinLog2;
-      fresh[2].paid = fresh[2].pinned;
-      fresh[2].next_low = fresh[2].pinned;
-      screen_.upload(std::span<const cuda::ScreenState>(fresh), stream_);
-      seeds_x_.reserve(n_);
-      seeds_y_.reserve(m_);
-      FLASHOT_CUDA_CHECK(cudaMemsetAsync(seeds_x_.get(), 0, sizeof(int) * n_, stream_));
-      FLASHOT_CUDA_CHECK(cudaMemsetAsync(seeds_y_.get(), 0, sizeof(int) * m_, stream_));
-      float smallest_b = 1;
-      for (float w : data.b) smallest_b = std::min(smallest_b, w);
-      sums_reach_ = std::ceil(std::log2(std::max(double(m_), smallest_b > 0 ? 1.0 / smallest_b : 1.0)));
-    }
-    const int sms = prop.multiProcessorCount;
     plan_rows_ = plan_lse_mma(x_side(), y_side(), xop_, resident_blocks_, sms);
     plan_cols_ = plan_lse_mma(y_side(), x_side(), yop_, resident_blocks_, sms);
     plan_sums_ = plan_symmetric_mma(x_side(), y_side(), xop_, resident_blocks_, sms);
   } else {
     plan_rows_ = plan_lse(x_side(), y_side(), d_, resident_blocks_);
     plan_cols_ = plan_lse(y_side(), x_side(), d_, resident_blocks_);
-    plan_sums_ = plan_symmetric(x_side(), y_side(), d_, resident_blocks_, prop.multiProcessorCount);
+    plan_sums_ = plan_symmetric(x_side(), y_side(), d_, resident_blocks_, sms);
   }
   part_rows_.reserve(std::size_t(plan_rows_.splits) * n_);
   part_cols_.reserve(std::size_t(plan_cols_.splits) * m_);
@@ -384,7 +418,6 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
     colmine_.reserve(m_);
     colall_.reserve(std::size_t(m_) * link_->shards());
   }
-  sync();
 }
 
 std::string DeviceStep::Impl::device() const {
