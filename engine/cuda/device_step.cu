@@ -293,7 +293,8 @@ void DeviceStep::Impl::refuse_if_too_large(const BackendOptions& options, const 
   const bool tensor = mma_supports(d_) && precision_ != Precision::kFp32;
   const bool split = tensor && precision_ != Precision::kBf16 && precision_ != Precision::kTf32;
   const std::size_t need =
-      step_resident_bytes(data.x.n, data.y.n, data.x.d, tensor, split, split && options.cuda.warpgroup_kernels);
+      step_resident_bytes(data.x.n, data.y.n, data.x.d, tensor, split,
+                          split && options.cuda.warpgroup_kernels && warpgroup_kernels_available());
   std::size_t free_bytes = 0, total_bytes = 0;
   FLASHOT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (need > free_bytes) {

@@ -11,7 +11,10 @@
 #include <tuple>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "../../engine/cuda/one_pass.hpp"
+#include "../../engine/src/backend.hpp"
 #include "../../engine/cuda/tiling.hpp"
 #include "backend_fixture.hpp"
 #include "problems.hpp"
@@ -537,6 +540,34 @@ TEST(CudaBackend, AMissingDeviceOrdinalIsAnErrorNamingIt) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("1000"), std::string::npos) << e.what();
   }
+}
+
+// Out of memory is refused before any upload, naming what the problem needs and what the device has. The points
+// live in an address range that is reserved, never touched (MAP_NORESERVE): the refusal reads only the sizes, so
+// the test needs no host memory for 2 × 60M points in d = 128 (~190 GB on the device by step_resident_bytes).
+TEST(CudaBackend, AProblemLargerThanTheDeviceIsRefusedNamingWhatItNeeds) {
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const std::size_t n = 60'000'000, d = 128;
+  const std::size_t bytes = (2 * n * d + 2 * n) * sizeof(float);
+  void* reserved = mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(reserved, MAP_FAILED) << "could not reserve " << bytes << " bytes of address space";
+  const float* base = static_cast<const float*>(reserved);
+  const detail::ProblemData data{{std::span<const float>(base, n * d), n, d},
+                                 {std::span<const float>(base + n * d, n * d), n, d},
+                                 std::span<const float>(base + 2 * n * d, n),
+                                 std::span<const float>(base + 2 * n * d + n, n)};
+  std::string message;
+  try {
+    (void)detail::make_cuda_backend(backend_options("cuda"), data);
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  munmap(reserved, bytes);
+  ASSERT_FALSE(message.empty()) << "a 60M x 60M, d = 128 problem was accepted";
+  EXPECT_NE(message.find("out of memory"), std::string::npos) << message;
+  EXPECT_NE(message.find("need about"), std::string::npos) << message;
+  EXPECT_NE(message.find("MiB free of"), std::string::npos) << message;
+  EXPECT_NE(message.find("CUDA device 0"), std::string::npos) << message;
 }
 
 }  // namespace
