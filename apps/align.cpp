@@ -19,6 +19,7 @@
 #include "flashot/workflow/output_set.hpp"
 #include "flashot/workflow/progress.hpp"
 #include "flashot/workflow/report.hpp"
+#include "flashot/workflow/run_plan.hpp"
 #include "flashot/workflow/solution.hpp"
 
 namespace flashot::cli {
@@ -105,6 +106,8 @@ int align_main(const std::vector<std::string>& args) {
   const std::filesystem::path source_path = vm["source"].as<std::string>();
   const std::filesystem::path target_path = vm["target"].as<std::string>();
   const std::filesystem::path out_path = vm["output"].as<std::string>();
+  check_paths(vm, {{"SOURCE", source_path}, {"TARGET", target_path}},
+              {"output", "coupling", "save-solution", "report"});
   workflow::FileKind kind;
   try {
     kind = workflow::file_kind(source_path);
@@ -115,7 +118,6 @@ int align_main(const std::vector<std::string>& args) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  refuse_to_overwrite(out_path, {source_path, target_path});
 
   SolveOptions solve;
   solve.cost = vm.count("half-cost") ? Cost::kHalfSquaredEuclidean : Cost::kSquaredEuclidean;
@@ -151,11 +153,13 @@ int align_main(const std::vector<std::string>& args) {
   const auto progress_kind = progress_style(vm);
   const bool quiet = vm.count("quiet") > 0;
 
-  // ---- Load ---------------------------------------------------------------------------------------------------
+  // ---- Load: the option values checked against the files' metadata first, then the data ----------------------
+  const std::string label_column = vm.count("transfer-labels") ? vm["transfer-labels"].as<std::string>() : "";
+  workflow::check_pair(source_path, target_path, load, label_column);
   const auto load_start = Clock::now();
   auto [source, target] = workflow::load_pair(source_path, target_path, load);
   std::optional<workflow::Labels> labels;
-  if (vm.count("transfer-labels")) labels = workflow::read_labels(target, vm["transfer-labels"].as<std::string>());
+  if (!label_column.empty()) labels = workflow::read_labels(target, label_column);
   std::optional<workflow::Labels> truth;
   if (vm.count("compare-labels")) truth = workflow::read_labels(source, vm["compare-labels"].as<std::string>());
   const double load_seconds = seconds_since(load_start);

@@ -5,6 +5,10 @@
 #include <cstdio>
 #include <iostream>
 
+#ifdef FLASHOT_WITH_IO
+#include "flashot/workflow/run_plan.hpp"
+#endif
+
 namespace flashot::cli {
 
 po::variables_map parse(const std::vector<std::string>& args, const po::options_description& options,
@@ -100,14 +104,22 @@ double require_non_negative_double(const po::variables_map& vm, const std::strin
   return value;
 }
 
-void refuse_to_overwrite(const std::filesystem::path& output, std::initializer_list<std::filesystem::path> inputs) {
-  if (!std::filesystem::exists(output)) return;
-  for (const std::filesystem::path& input : inputs) {
-    std::error_code ec;
-    if (std::filesystem::equivalent(input, output, ec)) {
-      throw UsageError("-o " + output.string() + " would overwrite an input");
-    }
+#ifdef FLASHOT_WITH_IO
+void check_paths(const po::variables_map& vm,
+                 std::initializer_list<std::pair<const char*, std::filesystem::path>> inputs,
+                 std::initializer_list<const char*> outputs) {
+  workflow::RunPlan plan;
+  for (const auto& [role, path] : inputs) plan.input(role, path);
+  for (const char* name : outputs) {
+    if (vm.count(name) == 0) continue;
+    plan.output(std::string(name) == "output" ? "-o" : "--" + std::string(name), vm[name].as<std::string>());
+  }
+  try {
+    plan.check();
+  } catch (const workflow::PathError& e) {
+    throw UsageError(e.what());
   }
 }
+#endif
 
 }  // namespace flashot::cli

@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flashot/flashot.hpp"
@@ -56,8 +57,13 @@ namespace flashot::cli {
 /// --backend and --threads, shared by the commands that solve.
 void add_backend_options(po::options_description& options);
 BackendOptions backend_options(const po::variables_map& vm);
-/// Inputs are never changed unless asked: throws UsageError when `output` already exists and is one of `inputs`.
-void refuse_to_overwrite(const std::filesystem::path& output, std::initializer_list<std::filesystem::path> inputs);
+/// Every path the command reads and writes, checked before any data is read (workflow::RunPlan, docs/cli.md):
+/// `inputs` as (role, path); `outputs` the option names whose values are written ("output" is -o; options not
+/// given are skipped). An output that is an input or another output, names a folder, or whose folder is missing or
+/// not writable is a UsageError naming the option, the path and the conflict. In cli.cpp (builds with io only).
+void check_paths(const po::variables_map& vm,
+                 std::initializer_list<std::pair<const char*, std::filesystem::path>> inputs,
+                 std::initializer_list<const char*> outputs);
 
 /// SOURCE.ply and TARGET.ply, the positional arguments of the point-cloud commands (register, flow); their -o is
 /// the command's own option "output". In ply_pair.cpp (builds with io only).
@@ -65,7 +71,7 @@ void add_ply_pair_options(po::options_description& options, po::positional_optio
 struct PlyPair {
   std::filesystem::path source, target, output;
 };
-/// The three paths, each required to be .ply, and -o refused when it would overwrite SOURCE or TARGET.
+/// The three paths, each required to be .ply, then check_paths over SOURCE, TARGET, -o and --report.
 PlyPair ply_pair(const po::variables_map& vm);
 
 /// Reads an option that must be ≥ 0 (reach, …); throws UsageError naming it.

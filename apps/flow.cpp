@@ -20,6 +20,7 @@
 #include "flashot/workflow/dataset.hpp"
 #include "flashot/workflow/output_set.hpp"
 #include "flashot/workflow/report.hpp"
+#include "flashot/workflow/run_plan.hpp"
 #include "flashot/io/ply.hpp"
 
 namespace flashot::workflow {
@@ -292,6 +293,7 @@ int flow_main(const std::vector<std::string>& args) {
   fo.backend = backend_options(vm);
   const bool quiet = vm.count("quiet") > 0;
 
+  workflow::check_pair(source_path, target_path, {});  // PLY headers: a vertex element with x, y, z
   const workflow::PointCloud source = workflow::load_points(source_path, "");
   const workflow::PointCloud target = workflow::load_points(target_path, "");
   const bool terminal = isatty(fileno(stderr));

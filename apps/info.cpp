@@ -1,5 +1,6 @@
-// flashot info FILE [--json]: what an .h5ad or .ply file holds, read without loading the big arrays.
+// flashot info FILE... [--json]: what .h5ad and .ply files hold, read without loading the big arrays.
 
+#include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -127,26 +128,42 @@ int info_main(const std::vector<std::string>& args) {
   po::options_description options("info options");
   options.add_options()
       ("help,h", "this help")
-      ("json", "print one JSON object on stdout")
-      ("file", po::value<std::string>()->required(), "the .h5ad or .ply file");
+      ("json", "JSON on stdout: one object for one FILE, an array of them (in the order given) for several")
+      ("file", po::value<std::vector<std::string>>()->required(), "the .h5ad or .ply files");
   po::positional_options_description positional;
-  positional.add("file", 1);
+  positional.add("file", -1);
   const po::variables_map vm = parse(args, options, positional);
   if (vm.count("help")) {
-    print_help("flashot info FILE [--json]",
-               "Summary of an .h5ad (cells, genes, X encoding, obsm shapes, obs columns) or a .ply file (format,\n"
-               "vertices, properties, other elements).",
+    print_help("flashot info FILE... [--json]",
+               "Summary of each .h5ad (cells, genes, X encoding, obsm shapes, obs columns) or .ply file (format,\n"
+               "vertices, properties, other elements), in the order given. A file that cannot be read is one error\n"
+               "line on stderr; the others are still described, and the exit status is then 1.",
                options);
     return 0;
   }
-  const std::filesystem::path path = vm["file"].as<std::string>();
-  const Json j = workflow::file_kind(path) == workflow::FileKind::kH5ad ? h5ad_info(path) : ply_info(path);
-  if (vm.count("json")) {
-    std::cout << j.dump(2, ' ', false, Json::error_handler_t::replace) << std::endl;
-  } else {
-    print_text(j);
+  const std::vector<std::string> files = vm["file"].as<std::vector<std::string>>();
+  Json all = Json::array();
+  bool failed = false;
+  for (const std::string& file : files) {
+    const std::filesystem::path path = file;
+    try {
+      Json j = workflow::file_kind(path) == workflow::FileKind::kH5ad ? h5ad_info(path) : ply_info(path);
+      if (!vm.count("json")) print_text(j);
+      all.push_back(std::move(j));
+    } catch (const std::exception& e) {
+      // One line, as main prints an error, so several files give one line each.
+      std::string message = e.what();
+      std::replace(message.begin(), message.end(), '\n', ' ');
+      std::cout << std::flush;
+      std::cerr << "flashot info: error: " << message << std::endl;
+      failed = true;
+    }
   }
-  return 0;
+  if (vm.count("json") && !all.empty()) {
+    const Json& shown = files.size() == 1 ? all.front() : all;
+    std::cout << shown.dump(2, ' ', false, Json::error_handler_t::replace) << std::endl;
+  }
+  return failed ? 1 : 0;
 }
 
 }  // namespace flashot::cli

@@ -12,6 +12,7 @@
 #include "flashot/workflow/dataset.hpp"
 #include "flashot/workflow/output_set.hpp"
 #include "flashot/workflow/report.hpp"
+#include "flashot/workflow/run_plan.hpp"
 #include "flashot/workflow/solution.hpp"
 
 namespace flashot::cli {
@@ -42,6 +43,8 @@ int map_main(const std::vector<std::string>& args) {
   const auto start = std::chrono::steady_clock::now();
   const std::filesystem::path points_path = vm["points"].as<std::string>();
   const std::filesystem::path out_path = vm["output"].as<std::string>();
+  const std::filesystem::path solution_path = vm["solution"].as<std::string>();
+  check_paths(vm, {{"--solution", solution_path}, {"POINTS", points_path}}, {"output", "report"});
   try {
     if (workflow::file_kind(out_path) != workflow::file_kind(points_path)) {
       throw UsageError("-o " + out_path.string() + " must be the same type of file as " + points_path.string());
@@ -49,7 +52,6 @@ int map_main(const std::vector<std::string>& args) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  refuse_to_overwrite(out_path, {points_path});
   const BackendOptions backend = backend_options(vm);
   std::optional<workflow::RowFilter> where;
   try {
@@ -58,18 +60,23 @@ int map_main(const std::vector<std::string>& args) {
     throw UsageError(e.what());
   }
 
-  const workflow::Solution solution = workflow::load_solution(vm["solution"].as<std::string>());
-  if (solution.key == "X") {
-    throw std::invalid_argument(vm["solution"].as<std::string>() +
+  // The solution's header and POINTS' metadata first: a wrong key or dimension is named before any array is read.
+  const workflow::Solution header = workflow::read_solution_header(solution_path);
+  if (header.key == "X") {
+    throw std::invalid_argument(solution_path.string() +
                                 ": solutions made with --use-x cannot map new files (the genes are not saved)");
   }
-  const std::string key = vm.count("key") ? vm["key"].as<std::string>() : solution.key;
-  const workflow::PointCloud points = workflow::load_points(points_path, key, where);
-  if (points.d != solution.d) {
-    throw std::invalid_argument(points_path.string() + ": " + points.representation + " is " +
-                                std::to_string(points.d) + "-d but the solution is " + std::to_string(solution.d) +
-                                "-d");
+  const std::string key = vm.count("key") ? vm["key"].as<std::string>() : header.key;
+  const std::size_t d = workflow::check_points(points_path, key, where, "POINTS",
+                                               vm.count("key") ? "--key" : "the solution's key");
+  if (d != header.d) {
+    const bool ply = workflow::file_kind(points_path) == workflow::FileKind::kPly;
+    throw std::invalid_argument("POINTS " + points_path.string() + " is " + std::to_string(d) + "-d (" +
+                                (ply ? "vertex x,y,z" : "obsm['" + key + "']") + ") but the solution " +
+                                solution_path.string() + " is " + std::to_string(header.d) + "-d");
   }
+  const workflow::Solution solution = workflow::load_solution(solution_path);
+  const workflow::PointCloud points = workflow::load_points(points_path, key, where);
   Problem problem(PointsView{solution.x, solution.n, solution.d}, PointsView{solution.y, solution.m, solution.d},
                   solution.a, solution.b, backend);
   const SolveResult result = solution.result();
@@ -82,7 +89,7 @@ int map_main(const std::vector<std::string>& args) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (vm.count("report")) {
     const nlohmann::json report = {
-        {"command", "map"}, {"solution", vm["solution"].as<std::string>()}, {"points", points_path.string()},
+        {"command", "map"}, {"solution", solution_path.string()}, {"points", points_path.string()},
         {"representation", points.representation}, {"rows_mapped", points.n()}, {"epsilon", solution.epsilon},
         {"backend", problem.backend_name()}, {"device", problem.device_name()}, {"output", out_path.string()},
         {"total_seconds", seconds}, {"peak_memory_bytes", workflow::peak_memory_bytes()},

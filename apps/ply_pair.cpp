@@ -16,6 +16,7 @@ void add_ply_pair_options(po::options_description& options, po::positional_optio
 
 PlyPair ply_pair(const po::variables_map& vm) {
   PlyPair paths{vm["source"].as<std::string>(), vm["target"].as<std::string>(), vm["output"].as<std::string>()};
+  check_paths(vm, {{"SOURCE", paths.source}, {"TARGET", paths.target}}, {"output", "report"});
   try {
     for (const auto& [path, what] : {std::pair{paths.source, "SOURCE"}, std::pair{paths.target, "TARGET"},
                                      std::pair{paths.output, "-o"}})
@@ -23,7 +24,6 @@ PlyPair ply_pair(const po::variables_map& vm) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  refuse_to_overwrite(paths.output, {paths.source, paths.target});
   return paths;
 }
 

@@ -16,6 +16,7 @@
 #include "flashot/workflow/output_set.hpp"
 #include "flashot/workflow/registration.hpp"
 #include "flashot/workflow/report.hpp"
+#include "flashot/workflow/run_plan.hpp"
 #include "nonrigid.hpp"
 
 namespace flashot::cli {
@@ -156,6 +157,7 @@ int register_main(const std::vector<std::string>& args) {
     field.control_points = std::size_t(require_positive(vm, "control-points"));
   }
 
+  workflow::check_pair(source_path, target_path, {});  // PLY headers: a vertex element with x, y, z
   const workflow::PointCloud source = workflow::load_points(source_path, "");
   const workflow::PointCloud target = workflow::load_points(target_path, "");
   const bool terminal = isatty(fileno(stderr));

@@ -7,27 +7,28 @@
 #include "flashot/workflow/checks.hpp"
 #include "flashot/workflow/output_set.hpp"
 #include "flashot/workflow/report.hpp"
+#include "flashot/workflow/run_plan.hpp"
 #include "flashot/io/anndata.hpp"
 
 namespace flashot::gui {
-void refuse_overwriting_inputs(const std::filesystem::path& destination, const Dataset& source, const Dataset& target) {
-  std::error_code missing;
-  if (!std::filesystem::exists(destination, missing)) return;
-  for (const Dataset* input : {&source, &target}) {
-    std::error_code ec;
-    if (std::filesystem::equivalent(destination, input->path(), ec)) {
-      throw std::invalid_argument("will not save over the loaded " +
-                                  std::string(input == &source ? "source " : "target ") + input->path().string() +
-                                  " (" + destination.string() + " is that file): inputs are never modified; choose "
-                                  "another name");
-    }
-  }
+namespace {
+
+/// The CLI's check (workflow::RunPlan): `path` is not an input, and its folder exists and takes a new file. Throws
+/// workflow::PathError (a std::invalid_argument) naming `what`, the path and the conflict.
+void check_destination(const std::string& what, const std::filesystem::path& path, const Dataset& source,
+                       const Dataset& target) {
+  workflow::RunPlan plan;
+  plan.input("SOURCE", source.path());
+  plan.input("TARGET", target.path());
+  plan.output(what, path).check();
 }
+
+}  // namespace
 
 void save_aligned(const Dataset& source, const Dataset& target, const std::string& key,
                   const AlignmentOutcome& outcome, const std::filesystem::path& path) {
   workflow::require_extension(path, source.kind(), "the aligned " + source.path().filename().string());
-  refuse_overwriting_inputs(path, source, target);
+  check_destination("the aligned data", path, source, target);
   workflow::AlignmentOutput output;
   output.mapped = outcome.mapped;
   if (outcome.transfer && outcome.labels) {
@@ -47,7 +48,7 @@ void save_aligned(const Dataset& source, const Dataset& target, const std::strin
 void save_coupling(const Dataset& source, const Dataset& target, const AlignmentOutcome& outcome,
                    const std::filesystem::path& path) {
   workflow::require_extension(path, workflow::FileKind::kH5ad, "the coupling");
-  refuse_overwriting_inputs(path, source, target);
+  check_destination("the coupling", path, source, target);
   const TopKCoupling& c = outcome.coupling;
   io::SparseMatrix csr;
   csr.rows = c.rows;
@@ -75,7 +76,7 @@ void save_coupling(const Dataset& source, const Dataset& target, const Alignment
 
 void save_report(const Dataset& source, const Dataset& target, const std::string& key,
                  const AlignmentOutcome& outcome, const std::filesystem::path& path) {
-  refuse_overwriting_inputs(path, source, target);
+  check_destination("the report", path, source, target);
   nlohmann::json report = workflow::solve_json(outcome.result);
   report["options"] = workflow::options_json(outcome.options);
   report["inputs"] = {{"source", source.path().string()},
@@ -100,6 +101,7 @@ void save_report(const Dataset& source, const Dataset& target, const std::string
 }
 
 void save_image(const QImage& image, const std::filesystem::path& path) {
+  workflow::RunPlan().output("the screenshot", path).check();
   workflow::OutputSet outputs;
   const std::filesystem::path temporary = outputs.stage(path);
   if (!image.save(QString::fromStdString(temporary.string()), "PNG")) {

@@ -19,7 +19,7 @@
 #   ninja -C build-gpu flashot_engine_tests flashot flashot_cuda_iterate_bench flashot_hvp_bench
 #   mkdir -p build-gpu/lib && cp -L /lib/x86_64-linux-gnu/{libsleef.so.3,libgomp.so.1} build-gpu/lib/
 # (scripts/pack-gpu-build.sh does the carrying part: stripped programs and those libraries in one xz tarball.)
-# Peers: bash tests/bench/peers/fetch-peer-wheels.sh .peers/wheels; cp tests/bench/peers/* .peers/ (.peers is git-ignored).
+# Peers: bash tests/bench/peers/fetch-peer-wheels.sh .peers/wheels (.peers is git-ignored; the scripts run from tests/bench/peers/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-check-out}
@@ -55,12 +55,7 @@ if [[ ${TESTS:-1} == 1 ]]; then
   FLASHOT_REQUIRE_CUDA=1 timeout "$limit" "$tests" --gtest_filter="${TEST_FILTER:-*cuda*:*Cuda*}" 2>&1 | tee "$OUT/tests.log" | \
     grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure|error" | head -60
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
-  # On a Hopper GPU the screened sites run the warpgroup (wgmma) kernels; the mma.sync screened kernels that other
-  # GPUs run are checked here too, on the same cases.
-  step "screened cases with the mma.sync kernels (FLASHOT_WGMMA=0)"
-  FLASHOT_WGMMA=0 FLASHOT_REQUIRE_CUDA=1 timeout "$limit" "$tests" --gtest_filter='*CudaScreening*:*Screened*' 2>&1 | \
-    tee "$OUT/tests-mma-sync.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure|error" | head -20
-  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  # The screened cases run both kernel families themselves (CudaTuning::warpgroup_kernels true and false).
 fi
 
 if [[ ${SANITIZE:-1} == 1 ]]; then
@@ -95,7 +90,7 @@ if [[ ${PEERS:-1} == 1 && -d $PEERS_DIR/wheels ]]; then
   step "peers.sh"
   WHEELS=$PEERS_DIR/wheels SIZES=$SIZES DIMS=$DIMS OUTDIR="$OUT/peers" \
     PEERS_ARGS=${PEERS_ARGS:-} FLASHOT_BENCH="$BUILD/apps/flashot bench --backend cuda" \
-    timeout "$limit" bash "$PEERS_DIR/peers.sh" 2>&1 | tee "$OUT/peers.log"
+    timeout "$limit" bash tests/bench/peers/peers.sh 2>&1 | tee "$OUT/peers.log"
   step "flashot bench at TF32-class precision (FlashSinkhorn's dot products are TF32)"
   for d in ${DIMS//,/ }; do for n in ${SIZES//,/ }; do
     [[ $d -ge 16 ]] && timeout "$limit" "$cli" bench --n "$n" --m "$n" --d "$d" --eps 0.1 --iters 10 --backend cuda \

@@ -1,6 +1,6 @@
 #pragma once
 // Plan application on the tensor cores (16 ≤ d ≤ 128), the FlashAttention forward pass without the online max: the
-// score tile comes from mma.sync exactly as in the tensor-core LSE (mma.cu), the plan weights exp2(score − lse2_i)
+// score tile comes from mma.sync exactly as in the tensor-core LSE (lse_mma.cuh), the plan weights exp2(score − lse2_i)
 // are formed in fp32, and the weight tile is multiplied by a tile of V on the tensor cores again. Weights and values
 // are each split into fp16 hi + lo (three products), which keeps P·V at fp32-class accuracy. The bilinear variant
 // multiplies every weight by a second tensor-core dot product ⟨u_i, w_j⟩ before the product with V.

@@ -48,13 +48,13 @@ void launch_column_biases(const PointSet& a, const float* ha, float* out_a, cons
 /// for it (CMake maps CUDA architecture 90 to 90a). Launches one tiny kernel; call outside graph capture.
 bool warpgroup_kernels_available();
 
-/// Adaptive state of one screened launch site (device memory, zero but for `use`; mma.cu has the contract). Split
+/// Adaptive state of one screened launch site (device memory, zero but for `use`; mma_site.cuh has the contract). Split
 /// operands only: a column tile of a warp's rows is first multiplied with the hi halves alone; when no entry can
 /// come within `reach` (log2 units) of what the sums keep — after allowing for the hi·hi product's error bound — the
 /// tile is dropped, otherwise its hi·lo + lo·hi products are added and it is summed as usual. The result equals the
 /// unscreened one up to fp32 rounding (dropped mass ≤ 2^-26 of every sum, by the choice of reach). Both a screened
 /// and a dense kernel are launched; each reads `use` and only one runs; the dense launch's last block sets `use` for
-/// the next launch from the fraction of tiles the screened one kept (close_site in mma.cu has the rule).
+/// the next launch from the fraction of tiles the screened one kept (close_site in mma_site.cuh has the rule).
 struct ScreenState {
   unsigned long long kept = 0, seen = 0;  // warp tiles summed / looked at by the launch that ran
   unsigned done = 0;                      // blocks of the current dense launch that finished
@@ -73,7 +73,7 @@ struct ScreenState {
   float floor_gap = 0;    // cut difference between the high and the low floor (0: one floor)
   int last_low = 0;       // 1: the launch that just ended ran screened with the low floor (the finish check's floor)
   int next_low = 0;       // 1: the next launch will (the prediction's and the cold check's floor)
-  // Totals over the site's life, for FLASHOT_SCREEN_REPORT=1 (printed when the backend is destroyed).
+  // Totals over the site's life, for Problem::statistics() (EngineStatistics).
   unsigned long long kept_total = 0, seen_total = 0;
 };
 

@@ -1,6 +1,6 @@
 #pragma once
-// Device helpers of the tensor-core kernels (mma.cu, apply_mma.cu): the m16n8k16 product, the asynchronous
-// global→shared copy, and the per-device raise of a kernel's dynamic shared-memory limit.
+// Device helpers of the tensor-core kernels (mma_tile.cuh, wg_tile.cuh, apply_mma.cu): the m16n8k16 product, the
+// asynchronous global→shared copy, and the per-device raise of a kernel's dynamic shared-memory limit.
 
 #include <atomic>
 #include <cstdint>

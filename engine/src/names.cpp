@@ -40,6 +40,16 @@ std::string to_string(Screening s) {
   return "unknown";
 }
 
+std::string to_string(CpuIsa i) {
+  switch (i) {
+    case CpuIsa::kAuto: return "auto";
+    case CpuIsa::kGeneric: return "generic";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+  }
+  return "unknown";
+}
+
 std::string to_string(StopReason r) {
   switch (r) {
     case StopReason::kTolerance: return "tolerance";
@@ -73,6 +83,12 @@ Screening parse_screening(const std::string& text) {
   for (Screening s : {Screening::kAuto, Screening::kOff, Screening::kOn})
     if (to_string(s) == text) return s;
   throw std::invalid_argument("screening must be auto, off or on (got '" + text + "')");
+}
+
+CpuIsa parse_cpu_isa(const std::string& text) {
+  for (CpuIsa i : {CpuIsa::kAuto, CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx512})
+    if (to_string(i) == text) return i;
+  throw std::invalid_argument("CPU instruction set must be auto, generic, avx2 or avx512 (got '" + text + "')");
 }
 
 }  // namespace flashot

@@ -5,9 +5,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 #include <fcntl.h>
@@ -106,6 +108,37 @@ PlyElement* PlyFile::find(std::string_view element) { return find_by_name<PlyEle
 PlyFile read_ply(const std::filesystem::path& path) {
   const MappedFile file(path);
   return parse_ply(file.bytes(), path.string());
+}
+
+PlyFile read_ply_header(const std::filesystem::path& path) {
+  // Read in blocks up to the line "end_header" (not mapped: MappedFile populates the whole file).
+  constexpr std::size_t kBlock = 1 << 16;
+  constexpr std::size_t kMaxHeader = std::size_t{1} << 26;
+  if (std::filesystem::is_directory(path)) throw IoError("cannot read '" + path.string() + "': it is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError("cannot open '" + path.string() + "': " + std::strerror(errno));
+  std::string text;
+  std::size_t line_start = 0;
+  bool complete = false;
+  while (!complete && in && text.size() < kMaxHeader) {
+    const std::size_t old_size = text.size();
+    text.resize(old_size + kBlock);
+    in.read(text.data() + old_size, static_cast<std::streamsize>(kBlock));
+    text.resize(old_size + static_cast<std::size_t>(in.gcount()));
+    if (old_size == 0 && text.find("ply") > 16) break;  // not a PLY file: the parser says so, nothing more read
+    for (std::size_t newline; (newline = text.find('\n', line_start)) != std::string::npos;) {
+      std::string_view line(text.data() + line_start, newline - line_start);
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
+      while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+      line_start = newline + 1;
+      if (line == "end_header") {
+        text.resize(line_start);
+        complete = true;
+        break;
+      }
+    }
+  }
+  return parse_ply_header(std::as_bytes(std::span<const char>(text)), path.string());
 }
 
 void write_ply(const std::filesystem::path& path, const PlyFile& ply) {

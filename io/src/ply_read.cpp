@@ -207,6 +207,12 @@ class Parser {
     return std::move(ply_);
   }
 
+  /// The header alone: elements with their counts and properties, no values.
+  PlyFile parse_header_only() {
+    parse_header();
+    return std::move(ply_);
+  }
+
  private:
   [[noreturn]] void fail(const std::string& where, const std::string& problem) const {
     throw FormatError(std::string(name_), where, problem);
@@ -563,5 +569,9 @@ class Parser {
 }  // namespace
 
 PlyFile parse_ply(std::span<const std::byte> bytes, std::string_view name) { return Parser(bytes, name).parse(); }
+
+PlyFile parse_ply_header(std::span<const std::byte> bytes, std::string_view name) {
+  return Parser(bytes, name).parse_header_only();
+}
 
 }  // namespace flashot::io

@@ -162,15 +162,19 @@ TEST(AlignErrors, MissingLabelColumnIsNamed) {
                         {"louvain", "cell_type"});
 }
 
-TEST(AlignErrors, FailedRunLeavesNoPartialOutput) {
+TEST(AlignErrors, MissingOutputFolderLeavesNothing) {
   const auto folder = fresh_folder();
   const auto s = small_h5ad(folder, "s.h5ad", 20, 4), t = small_h5ad(folder, "t.h5ad", 30, 4, "X_pca", -1, 2);
   const std::size_t before = entries(folder);
-  // OUT is complete before the coupling's folder turns out not to exist: OUT must vanish with the failure.
+  // The coupling's folder does not exist: found before anything is read or written (a usage error, exit 2), so
+  // neither OUT nor the report nor any temporary file appears. (OutputSet's tests cover a failure after OUT.)
   const CommandResult r = run_flashot({"align", s.string(), t.string(), "-o", (folder / "o.h5ad").string(),
                                        "--report", (folder / "r.json").string(), "--coupling",
                                        (folder / "no" / "such" / "c.h5ad").string(), "--quiet"});
-  expect_one_line_error(r, {"c.h5ad"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(lines(r.err).size(), 1u) << r.err;
+  EXPECT_NE(r.err.find("--coupling " + (folder / "no" / "such" / "c.h5ad").string() + ": folder"), std::string::npos)
+      << r.err;
   EXPECT_EQ(entries(folder), before) << "no output and no temporary file may remain";
 }
 

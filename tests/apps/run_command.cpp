@@ -48,6 +48,12 @@ CommandResult run_flashot(const std::vector<std::string>& args) {
   return run_shell(command);
 }
 
+CommandResult run_flashot_in(const std::filesystem::path& folder, const std::vector<std::string>& args) {
+  std::string command = "cd " + quote(folder.string()) + " && " + quote(FLASHOT_EXE);
+  for (const std::string& a : args) command += " " + quote(a);
+  return run_shell(command);
+}
+
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> result;
   std::stringstream stream(text);

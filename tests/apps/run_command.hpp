@@ -15,6 +15,8 @@ struct CommandResult {
 
 /// Runs `FLASHOT_EXE args…` (each argument shell-quoted); stdin is /dev/null.
 CommandResult run_flashot(const std::vector<std::string>& args);
+/// The same, run from `folder` (relative paths in `args` are relative to it).
+CommandResult run_flashot_in(const std::filesystem::path& folder, const std::vector<std::string>& args);
 /// Runs a shell command line as it is.
 CommandResult run_shell(const std::string& command);
 /// Lines of `text` without the trailing empty one.

@@ -1,5 +1,6 @@
 // flashot_workflow pieces the end-to-end tests cannot pin down precisely: the ETA estimate, all-or-nothing
-// outputs, the solution file round trip and its rejection of damaged files.
+// outputs, the path checks before a run (RunPlan, as the GUI calls them), the solution file round trip and its
+// rejection of damaged files.
 
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include "flashot/workflow/dataset.hpp"
 #include "flashot/workflow/output_set.hpp"
 #include "flashot/workflow/progress.hpp"
+#include "flashot/workflow/run_plan.hpp"
 #include "flashot/workflow/solution.hpp"
 #include "run_command.hpp"
 
@@ -131,6 +133,65 @@ TEST(RowFilter, ParsesColumnEqualsValue) {
   EXPECT_EQ(f.value, "day 3=late");
   EXPECT_THROW(workflow::parse_row_filter("time", "--where"), std::invalid_argument);
   EXPECT_THROW(workflow::parse_row_filter("=3", "--where"), std::invalid_argument);
+}
+
+TEST(RunPlan, RefusesAnInputAndNamesTheOptionAndThePath) {
+  const auto folder = fresh_folder();
+  std::ofstream(folder / "a.h5ad") << "input";
+  workflow::RunPlan plan;
+  plan.input("SOURCE", folder / "a.h5ad").output("the report", folder / "." / "a.h5ad");
+  try {
+    plan.check();
+    FAIL() << "the input was accepted as an output";
+  } catch (const workflow::PathError& e) {
+    EXPECT_EQ(e.option(), "the report");
+    EXPECT_EQ(e.path(), folder / "." / "a.h5ad");
+    EXPECT_NE(std::string(e.what()).find("is the input SOURCE"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_file(folder / "a.h5ad"), "input");
+}
+
+TEST(RunPlan, HardLinkAndLinkedFolderAreTheSameFile) {
+  const auto folder = fresh_folder();
+  std::filesystem::create_directory(folder / "data");
+  std::ofstream(folder / "data" / "a.ply") << "input";
+  std::filesystem::create_hard_link(folder / "data" / "a.ply", folder / "copy.ply");
+  std::filesystem::create_directory_symlink(folder / "data", folder / "alias");
+  EXPECT_THROW(workflow::RunPlan().input("TARGET", folder / "data" / "a.ply").output("-o", folder / "copy.ply").check(),
+               workflow::PathError);
+  EXPECT_THROW(
+      workflow::RunPlan().input("TARGET", folder / "data" / "a.ply").output("-o", folder / "alias" / "a.ply").check(),
+      workflow::PathError);
+  // Two outputs that do not exist yet, one spelled through the linked folder.
+  EXPECT_THROW(workflow::RunPlan()
+                   .output("-o", folder / "data" / "new.ply")
+                   .output("--report", folder / "alias" / ".." / "alias" / "new.ply")
+                   .check(),
+               workflow::PathError);
+}
+
+TEST(RunPlan, AcceptsDistinctOutputsAndLeavesNoProbeFile) {
+  const auto folder = fresh_folder();
+  std::ofstream(folder / "a.h5ad") << "input";
+  std::ofstream(folder / "out.h5ad") << "an earlier run's output, replaced";
+  workflow::RunPlan plan;
+  plan.input("SOURCE", folder / "a.h5ad").input("TARGET", folder / "a.h5ad").input("generated", "");
+  plan.output("-o", folder / "out.h5ad").output("--report", folder / "report.json");
+  EXPECT_NO_THROW(plan.check());
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(folder)) ++entries;
+  EXPECT_EQ(entries, 2u) << "the write probe must be removed";
+}
+
+TEST(RunPlan, MissingFolderIsNamed) {
+  const auto folder = fresh_folder();
+  try {
+    workflow::RunPlan().output("--coupling", folder / "missing" / "c.h5ad").check();
+    FAIL() << "a missing folder was accepted";
+  } catch (const workflow::PathError& e) {
+    EXPECT_EQ(e.option(), "--coupling");
+    EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -71,8 +71,10 @@ void save_solution(const std::filesystem::path& path, const Solution& s) {
   if (!out) throw std::runtime_error("cannot write solution " + path.string());
 }
 
-Solution load_solution(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
+namespace {
+
+/// Reads and checks the header; leaves `in` at the first array.
+Solution read_header(std::ifstream& in, const std::filesystem::path& path) {
   if (!in) throw std::runtime_error("cannot open solution " + path.string());
   const std::string where = path.string() + ": ";
   char magic[kMagicSize];
@@ -129,6 +131,20 @@ Solution load_solution(const std::filesystem::path& path) {
     throw std::runtime_error(where + "holds " + std::to_string(payload_bytes) + " bytes of arrays, the header says " +
                              std::to_string(expected));
   }
+  return s;
+}
+
+}  // namespace
+
+Solution read_solution_header(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return read_header(in, path);
+}
+
+Solution load_solution(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  Solution s = read_header(in, path);
+  const std::string where = path.string() + ": ";
   for (const ArraySlot& slot : slots(s)) {
     std::vector<float>& v = s.*slot.member;
     v.resize(slot.count);

@@ -38,6 +38,9 @@ enum class Precision { kDefault, kFp32, kTf32, kBf16 };
 /// are kept (small ε relative to the spread of the costs) and runs the unscreened kernels otherwise; kOff never
 /// screens; kOn always does. Other paths and the CPU backend ignore it.
 enum class Screening { kAuto, kOff, kOn };
+/// Instruction set of the CPU backend's kernels (engine/cpu/kernels_<isa>.cpp). kAuto: the widest this CPU runs.
+/// Naming one the CPU lacks makes the Problem throw std::runtime_error.
+enum class CpuIsa { kAuto, kGeneric, kAvx2, kAvx512 };
 /// Why a solve stopped.
 enum class StopReason {
   kTolerance,        ///< marginal error ≤ tolerance at a check of the final ε stage: converged
@@ -54,11 +57,13 @@ std::string to_string(BackendKind);
 std::string to_string(Precision);
 std::string to_string(Screening);
 std::string to_string(StopReason);
+std::string to_string(CpuIsa);
 /// Parse the names printed by to_string ("cpu", "symmetric", …). Throws std::invalid_argument naming the text.
 BackendKind parse_backend(const std::string&);
 Scheme parse_scheme(const std::string&);
 Precision parse_precision(const std::string&);
 Screening parse_screening(const std::string&);
+CpuIsa parse_cpu_isa(const std::string&);
 
 /// Reported to the progress callback at every marginal-error check.
 struct Progress {
@@ -72,6 +77,17 @@ struct Progress {
 /// Return false to stop the solve; it then ends with StopReason::kCancelled (not an exception).
 using ProgressCallback = std::function<bool(const Progress&)>;
 
+/// Kernel choices of the CUDA backend a caller may change (docs/engine.md, "Tuning and statistics"). The defaults
+/// are what the benchmarks settled on; results agree within fp32 rounding whatever is chosen. Plain types only.
+/// Nothing here is read from the environment: the engine has no environment switches (the MPI launchers' rank
+/// variables read by process_group_from_environment() describe the job, not the engine's arithmetic).
+struct CudaTuning {
+  /// On a Hopper GPU with an sm_90a build, the split-fp16 tensor-core sites run the warpgroup (wgmma) kernels;
+  /// false keeps the mma.sync kernels there too (comparisons; scripts/gpu-check.sh runs the screened tests both
+  /// ways). Ignored elsewhere.
+  bool warpgroup_kernels = true;
+};
+
 /// Where the problem lives and how it computes. Fixed when the Problem is built.
 struct BackendOptions {
   BackendKind backend = BackendKind::kAuto;  ///< kAuto: CUDA when a device is present, else CPU
@@ -79,6 +95,8 @@ struct BackendOptions {
   int device = 0;                            ///< CUDA device ordinal
   Precision precision = Precision::kDefault;
   Screening screening = Screening::kAuto;
+  CpuIsa cpu_isa = CpuIsa::kAuto;  ///< the CPU backend's kernels (tests, comparisons)
+  CudaTuning cuda;                 ///< the CUDA backend's kernel choices
   // ---- Sharding one problem over several devices (docs/multi-gpu.md) ----------------------------------------
   /// CUDA device ordinals to spread one problem over. Empty or one entry: one device (`device`, or that entry).
   /// Several: the rows of x are cut into devices.size() contiguous balanced shards, one per device; each device
@@ -178,6 +196,24 @@ struct SolveResult {
   std::string device;   ///< e.g. "2 threads, AVX2" or "NVIDIA H200 (sm_90)"
 };
 
+/// What the CUDA backend's adaptive kernels did since the Problem was built (Problem::statistics). Counts, never
+/// timings; zero on the CPU backend. Over several shards: the steps once (every shard takes the same steps), the
+/// screened tiles summed over the shards this process drives.
+struct ScreenSiteStatistics {
+  unsigned long long kept_tiles = 0;  ///< warp tiles that the screened kernels summed
+  unsigned long long seen_tiles = 0;  ///< warp tiles that the screened kernels looked at
+  bool next_screened = false;         ///< whether the site's next launch runs screened (else dense)
+};
+struct EngineStatistics {
+  /// Symmetric one-exponential steps (docs/engine.md): stood in one pass (of which `shifted_steps` with a shift),
+  /// skipped their sums (the forecast or the cold probe sent them to the two-pass reductions), or computed their
+  /// sums and were redone.
+  long long one_pass_steps = 0, shifted_steps = 0, skipped_steps = 0, redone_steps = 0;
+  /// Tile screening (Screening) of the three sites; all zero when the problem is not screened.
+  bool screened = false;
+  ScreenSiteStatistics rows_lse, columns_lse, sums;
+};
+
 /// Class mass per point after transporting labels through the plan.
 struct LabelTransfer {
   std::size_t points = 0;
@@ -217,6 +253,8 @@ class Problem {
   std::size_t d() const;
   std::string backend_name() const;  ///< "cpu" / "cuda"
   std::string device_name() const;
+  /// What the backend's adaptive kernels did so far (EngineStatistics; zero on the CPU).
+  EngineStatistics statistics() const;
   /// Diagonal of the bounding box of both clouds together (data units): what ε-scaling and `blur_relative` use
   /// unless SolveOptions::diameter is given.
   double diameter() const;

@@ -53,6 +53,11 @@ struct PlyFile {
 PlyFile read_ply(const std::filesystem::path& path);
 /// Parses a PLY image in memory; `name` is used in error messages (fuzzing entry point).
 PlyFile parse_ply(std::span<const std::byte> bytes, std::string_view name);
+/// The header alone — format, comments, every element's name and count, its properties' names and types — with
+/// every `values` empty and the payload not read: what a command checks option names against before loading.
+/// Throws as read_ply for a malformed header (a truncated payload is not noticed here).
+PlyFile read_ply_header(const std::filesystem::path& path);
+PlyFile parse_ply_header(std::span<const std::byte> bytes, std::string_view name);
 /// Writes `ply` in `ply.format`, to a temporary file in the same folder renamed over `path` at the end, so a
 /// failure never leaves a partial file. Throws std::invalid_argument for inconsistent elements (sizes ≠ count).
 void write_ply(const std::filesystem::path& path, const PlyFile& ply);

@@ -36,6 +36,10 @@ struct Solution {
 /// Writes `solution` to `path` as it is (callers stage it in an OutputSet). Throws std::invalid_argument for
 /// inconsistent sizes, std::runtime_error when writing fails.
 void save_solution(const std::filesystem::path& path, const Solution& solution);
+/// The header of a solution file alone (key, representation, n, m, d, ε, cost, reach; every array left empty),
+/// checked as load_solution checks it, the file's size included: what `flashot map` compares its options with
+/// before reading the arrays. Throws as load_solution.
+Solution read_solution_header(const std::filesystem::path& path);
 /// Reads a file written by save_solution. Throws std::runtime_error naming the path and what is wrong (not a
 /// solution file, truncated, sizes that disagree with the header).
 Solution load_solution(const std::filesystem::path& path);

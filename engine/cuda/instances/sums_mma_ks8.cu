@@ -1,0 +1,7 @@
+// sums_mma_kernel<8, ·, ·, ·>: the one-pass sums on mma.sync, padded d = 128 (KS = 8).
+// One instance file per family and KS (mma_launch.cuh has the pattern; docs/engine.md, "Where the kernels live").
+#include "../sums_mma.cuh"
+
+namespace flashot::detail::cuda {
+FLASHOT_MMA_INSTANCES(sums, SumsSiteArgs, 8);
+}  // namespace flashot::detail::cuda

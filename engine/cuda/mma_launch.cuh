@@ -1,0 +1,106 @@
+#pragma once
+// The launch template of the tensor-core sites (the LSE and the one-pass sums on mma.sync or wgmma). Each kernel
+// family has one header that holds its kernels and a host launcher template (lse_mma.cuh: launch_lse_mma_kernel,
+// sums_mma.cuh, lse_wg.cuh, sums_wg.cuh); engine/cuda/instances/<family>_ks<KS>.cu instantiates the launcher for one
+// KS = padded d / 16 with the macros below, so each instantiation compiles in its own translation unit (in parallel)
+// and mma_launch.cu — the launch policy, which picks the kernels of a site — sees only the declarations here. The
+// pattern is ggml-cuda's template-instances folder; docs/engine.md, "Where the kernels live", has the map.
+//
+// Adding a variant: a template parameter on the launcher, a line in its family's macro; a new KS: a file in
+// instances/ (CMake globs them).
+
+#include <cuda_runtime.h>
+
+#include "kernels.cuh"
+#include "mma.cuh"
+#include "mma_device.cuh"
+
+namespace flashot::detail::cuda {
+namespace {
+
+// mma.sync kernels (mma_tile.cuh).
+constexpr int kMmaThreads = 128;                   // 4 warps
+constexpr int kWarpRows = 32;                      // two m16 subtiles per warp
+constexpr int kMmaBlockRows = 4 * kWarpRows;       // (BM) 128
+constexpr int kMmaTile = 64;                       // (BN) columns per shared-memory tile: eight n8 subtiles
+
+/// Dynamic shared memory of one kernel instantiation: two stages of the column tile (hi and lo arrays for split
+/// operands, screened or not).
+constexpr int mma_shared_bytes(int ks, int terms) {
+  return 2 * (terms == 3 ? 2 : 1) * kMmaTile * (16 * ks + 8) * 2;
+}
+
+// Warpgroup kernels (wg_tile.cuh).
+constexpr int kWgThreads = 512;           // four warpgroups
+constexpr int kWgBlockRows = 256;         // 16 rows per warp
+constexpr int kWgWarps = kWgThreads / 32;
+
+}  // namespace
+
+/// The arguments every kernel of an LSE site takes before (screen, cut), in the kernels' order.
+struct LseSiteArgs {
+  PointSet rows, cols;
+  MmaOperands rop, cop;
+  const float* h;
+  Scale scale;
+  float alpha;
+  int cols_per_split;
+  float2* partials;
+  const int* guard;
+  int* seeds;
+};
+
+/// The arguments every kernel of a one-pass sums site takes before (screen, cut), in the kernels' order.
+struct SumsSiteArgs {
+  PointSet x, y;
+  MmaOperands xop, yop;
+  const float* f;
+  const float* g;
+  Scale scale;
+  float alpha;
+  int cols_per_split;
+  float* rsum;
+  float* csum;
+  const SumsForecast* forecast;
+};
+
+/// One launch of a site's kernel: its grid (the site's plan), stream, screen state (null: none) and cut.
+struct SiteLaunch {
+  dim3 grid;
+  cudaStream_t stream;
+  ScreenState* screen;
+  float cut;
+};
+
+/// Launches Kernel with `bytes` of dynamic shared memory (raising its limit first, once per device).
+template <auto Kernel, typename... Args>
+void launch_kernel(dim3 grid, int threads, int bytes, cudaStream_t stream, Args... args) {
+  allow_shared_bytes<Kernel>(bytes);
+  Kernel<<<grid, threads, bytes, stream>>>(args...);
+}
+
+/// lse_mma_kernel<KS, TERMS, BF16, SCREEN> (lse_mma.cuh).
+template <int KS, int TERMS, bool BF16, bool SCREEN>
+void launch_lse_mma_kernel(const SiteLaunch& at, const LseSiteArgs& args);
+/// sums_mma_kernel<KS, TERMS, BF16, SCREEN> (sums_mma.cuh).
+template <int KS, int TERMS, bool BF16, bool SCREEN>
+void launch_sums_mma_kernel(const SiteLaunch& at, const SumsSiteArgs& args);
+/// SITE: lse_wg_site_kernel<KS> (a screened site); else lse_wg_kernel<KS> (lse_wg.cuh).
+template <int KS, bool SITE>
+void launch_lse_wg_kernel(const SiteLaunch& at, const LseSiteArgs& args);
+/// SITE: sums_wg_site_kernel<KS>; else sums_wg_kernel<KS> (sums_wg.cuh).
+template <int KS, bool SITE>
+void launch_sums_wg_kernel(const SiteLaunch& at, const SumsSiteArgs& args);
+
+// The variants launch_site (mma_launch.cu) launches for one KS: split fp16 screened and dense, single fp16, single
+// bf16 (mma.sync); site and dense (warpgroup, split fp16 only).
+#define FLASHOT_MMA_INSTANCES(FAMILY, ARGS, KS)                                            \
+  template void launch_##FAMILY##_mma_kernel<KS, 3, false, true>(const SiteLaunch&, const ARGS&);  \
+  template void launch_##FAMILY##_mma_kernel<KS, 3, false, false>(const SiteLaunch&, const ARGS&); \
+  template void launch_##FAMILY##_mma_kernel<KS, 1, false, false>(const SiteLaunch&, const ARGS&); \
+  template void launch_##FAMILY##_mma_kernel<KS, 1, true, false>(const SiteLaunch&, const ARGS&)
+#define FLASHOT_WG_INSTANCES(FAMILY, ARGS, KS)                                    \
+  template void launch_##FAMILY##_wg_kernel<KS, true>(const SiteLaunch&, const ARGS&); \
+  template void launch_##FAMILY##_wg_kernel<KS, false>(const SiteLaunch&, const ARGS&)
+
+}  // namespace flashot::detail::cuda

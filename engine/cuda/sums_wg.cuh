@@ -1,0 +1,125 @@
+#pragma once
+// The one-pass sums of split operands on warpgroups (sums_wg_kernel, sums_wg_site_kernel; the pipeline:
+// wg_tile.cuh) and their launcher, which engine/cuda/instances/sums_wg_ks*.cu instantiate for each KS
+// (mma_launch.cuh has the pattern).
+
+#include <algorithm>
+
+#include "mma_site.cuh"
+#include "wg_tile.cuh"
+
+namespace flashot::detail::cuda {
+namespace {
+
+/// The one-pass sums of split operands on warpgroups, 256 rows per block: sums_mma_kernel<KS, 3, false, SCREEN>'s
+/// contract.
+template <int KS, bool SCREEN>
+__device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop,
+                                             const float* __restrict__ f, const float* __restrict__ g, Scale sc,
+                                             float alpha, int cols_per_split, float* __restrict__ rsum,
+                                             float* __restrict__ csum, float shift, ScreenState* screen,
+                                             float cut) {
+  using Core = WgTileCore<KS, SCREEN>;
+  extern __shared__ __align__(128) std::uint8_t wg_smem[];
+  // (stage, BN): the column sums of the stage's tile, added by every warp (shared atomics), taken by drain.
+  __shared__ float colacc[Core::kStages][kMmaTile];
+  for (int e = threadIdx.x; e < Core::kStages * kMmaTile; e += kWgThreads) colacc[e / kMmaTile][e % kMmaTile] = 0.f;
+  TileCounts counts;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gr = lane / 4, t = lane % 4;
+  const int row0 = blockIdx.x * kWgBlockRows + warp * 16;
+  Core core;
+  core.load_rows(wg_smem, xop, blockIdx.x * kWgBlockRows, row0, x.count);
+  float u[1][2], ar[1][2], rs[1][2] = {};  // (m16, row g / g + 8)
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int i = row0 + gr + hh * 8;
+    const bool valid = i < x.count;
+    u[0][hh] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) + shift : -INFINITY;
+    ar[0][hh] = valid ? x.weight[i] : 0.f;
+  }
+  const int j_begin = blockIdx.y * cols_per_split;
+  const int j_end = min(y.count, j_begin + cols_per_split);
+  const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
+  const auto tile_start = [&](int it) { return j_begin + ((it + blockIdx.x) % tiles) * kMmaTile; };
+  const auto epilogue = [&](float (&s)[1][8][4], const float* vt, int slot, int, const std::uint8_t* stage) {
+    if constexpr (SCREEN) {
+      const float floor[1][2] = {{-cut - u[0][0], -cut - u[0][1]}};  // an invalid row (u = −∞) is never kept
+      const bool keep = screen_keeps(s, vt, alpha, floor);
+      counts.add(keep);
+      if (!keep) return;
+      core.add_cross(stage, wg_smem, s);
+    }
+    float col[16] = {};  // (n8, 2): Σ over this lane's two rows of a_i E_ij, columns nt·8 + 2t + q
+    add_entries(s, vt, alpha, u, ar, rs, col);
+    total_column_sums(col);
+    atomicAdd(&colacc[slot][gr * 8 + 2 * t], col[0]);
+    atomicAdd(&colacc[slot][gr * 8 + 2 * t + 1], col[1]);
+  };
+  // By the last warp done with the tile's stage: lane L takes columns L and L + 32 (and leaves zeros). Every
+  // access to colacc is atomic, so the order of the warps' additions is the only thing the schedule changes.
+  const auto drain = [&](int stage, int it) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int c = lane + 32 * h, j = tile_start(it) + c;
+      const float total = atomicExch(&colacc[stage][c], 0.f);
+      if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
+    }
+  };
+  core.template run<!SCREEN && KS <= 4>(wg_smem, yop, tiles, tile_start, epilogue, drain);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const float sum = quad_sum(rs[0][hh]);
+    const int i = row0 + gr + hh * 8;
+    if (t == 0 && i < x.count) atomicAdd(&rsum[i], sum);
+  }
+  close_site<SCREEN>(screen, true, counts);
+}
+
+/// The dense kernel of a sums site that is not screened (a screened one launches sums_wg_site_kernel).
+template <int KS>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    sums_wg_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
+                   const float* __restrict__ g, Scale sc, float alpha, int cols_per_split, float* __restrict__ rsum,
+                   float* __restrict__ csum, const SumsForecast* forecast, ScreenState* screen, float cut) {
+  const SumsStep step = forecast != nullptr ? sums_step(*forecast) : SumsStep{};
+  if (step.skip != 0) return;
+  const float shift = step.shift;
+  sums_wg_body<KS, false>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, shift, screen, cut);
+}
+
+/// The sums of a screened site in one launch (lse_wg_site_kernel).
+template <int KS>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    sums_wg_site_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
+                        const float* __restrict__ g, Scale sc, float alpha, int cols_per_split,
+                        float* __restrict__ rsum, float* __restrict__ csum, const SumsForecast* forecast,
+                        ScreenState* screen, float cut) {
+  const SumsStep step = forecast != nullptr ? sums_step(*forecast) : SumsStep{};
+  if (step.skip != 0) return;
+  const float shift = step.shift;
+  if (site_runs<true>(screen)) {
+    if (screen->paid == 0) cut += screen->floor_gap;  // ScreenState::paid
+    sums_wg_body<KS, true>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, shift, screen, cut);
+    close_site<false>(screen, false, TileCounts{});
+  } else {
+    sums_wg_body<KS, false>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, shift, screen, cut);
+  }
+}
+
+}  // namespace
+
+template <int KS, bool SITE>
+void launch_sums_wg_kernel(const SiteLaunch& at, const SumsSiteArgs& a) {
+  if constexpr (SITE) {
+    launch_kernel<sums_wg_site_kernel<KS>>(
+        at.grid, kWgThreads, std::max(WgTileCore<KS, true>::kSharedBytes, WgTileCore<KS, false>::kSharedBytes),
+        at.stream, a.x, a.y, a.xop, a.yop, a.f, a.g, a.scale, a.alpha, a.cols_per_split, a.rsum, a.csum,
+        a.forecast, at.screen, at.cut);
+  } else {
+    launch_kernel<sums_wg_kernel<KS>>(at.grid, kWgThreads, WgTileCore<KS, false>::kSharedBytes, at.stream, a.x, a.y,
+                                      a.xop, a.yop, a.f, a.g, a.scale, a.alpha, a.cols_per_split, a.rsum, a.csum,
+                                      a.forecast, at.screen, at.cut);
+  }
+}
+
+}  // namespace flashot::detail::cuda

@@ -1,0 +1,224 @@
+#pragma once
+// Warpgroup (wgmma, sm_90a) kernels of the split operands' sites: their tile pipeline (WgTileCore).
+//
+// Why: on the H200 the screened mma.sync kernels (lse_mma.cuh, sums_mma.cuh) are bound by L2 → shared-memory traffic,
+// not by the tensor cores — every 128-row block streams all column tiles' hi and lo halves (2 × 12.8 MB at n = 100k,
+// d = 64: 20 GB per pass, L2 throughput at 90%, tests/bench/wgmma_probe.cu under ncu). These kernels give each column
+// tile to 256 rows (four warpgroups, 512 threads, one block per SM), which halves the traffic, and take the screen's
+// hi·hi product from wgmma (B from shared memory through a descriptor, A from registers), which leaves the issue slots
+// of mma.sync to the kept tiles. Each warp decides for its own 16 × 64 tile (a finer grain than the mma.sync kernels'
+// 32 × 64), adds the cross products of a kept tile with mma.sync (ldmatrix from the same core matrices) and sums it.
+// The dense variants (SCREEN = false) take all three products from wgmma. The per-entry arithmetic, the screen's bound
+// (screen_margin, cut) and the site protocol (site_runs, close_site) are those of the mma.sync kernels (mma_site.cuh);
+// a screened site is one launch of its site kernel (lse_wg_site_kernel, sums_wg_site_kernel), which runs either body.
+
+#include <cstdint>
+
+#include "device_common.cuh"
+#include "mma_device.cuh"
+#include "mma_launch.cuh"
+#include "mma_tile.cuh"
+#include "wgmma.cuh"
+
+namespace flashot::detail::cuda {
+namespace {
+
+/// The rows' A fragments of one warp (16 rows), the column tiles' staging (hi, lo as interleaved core matrices;
+/// biases) in four stages filled by bulk copies (run), and the products: SCREEN, the wgmma hi·hi product and, for kept tiles, the
+/// mma.sync cross products (rows' lo from shared memory); otherwise (the dense kernels) all three products by
+/// wgmma, the rows' lo halves in registers.
+template <int KS, bool SCREEN>
+struct WgTileCore {
+  static constexpr int kChunks = 2 * KS;                              // 16-byte chunks per point
+  static constexpr int kArrayBytes = kMmaTile * kChunks * 16;         // one array of one column tile
+  static constexpr int kStageBytes = 2 * kArrayBytes + kMmaTile * 4;  // hi, lo, biases
+  static constexpr int kStages = 4;
+  static constexpr int kRowsLoBytes = kWgBlockRows * kChunks * 16;     // the block's rows' lo halves
+  static constexpr int kRowsLoAt = kStages * kStageBytes;              // after the stages (SCREEN)
+  static constexpr int kBarriersAt = kRowsLoAt + (SCREEN ? kRowsLoBytes : 0);  // one shared barrier per stage
+  static constexpr int kCountersAt = kBarriersAt + 8 * kStages;                // warps done with each stage
+  static constexpr int kSharedBytes = kCountersAt + 4 * kStages;
+  static_assert(2 * kArrayBytes == int(tile_bytes(16 * KS)), "a stage holds one tile of launch_tile_operands");
+
+  std::uint32_t a_hi[KS][4], a_lo[SCREEN ? 1 : KS][4];
+
+  /// This warp's rows (row0 .. row0 + 15) into registers (hi; lo too for the dense kernels) and, SCREEN, the
+  /// block's rows' lo halves (kWgBlockRows rows from block_row0, zeros past count) into shared memory as core
+  /// matrices: cp.async, waited for by run() before its first barrier.
+  __device__ __forceinline__ void load_rows(std::uint8_t* smem, const MmaOperands& rop, int block_row0, int row0,
+                                            int count) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int r = row0 + g + (q & 1) * 8, k = ks * 16 + 2 * t + (q >> 1) * 8;
+        const std::size_t at = std::size_t(r) * 16 * KS + k;
+        a_hi[ks][q] = r < count ? *reinterpret_cast<const std::uint32_t*>(rop.hi + at) : 0u;
+        if constexpr (!SCREEN) a_lo[ks][q] = r < count ? *reinterpret_cast<const std::uint32_t*>(rop.lo + at) : 0u;
+      }
+    if constexpr (SCREEN) {
+      constexpr int kQuads = (kChunks + 3) / 4, kUnits = (kWgBlockRows / 8) * kQuads;
+      for (int u = threadIdx.x / 32; u < kUnits; u += kWgWarps) {
+        const int p = (u / kQuads) * 8 + lane % 8, c = (u % kQuads) * 4 + lane / 8, r = block_row0 + p;
+        if (c < kChunks)
+          copy_async16(smem + kRowsLoAt + wgmma::core_offset(p, c, kChunks),
+                       rop.lo + std::size_t(r < count ? r : 0) * 16 * KS + c * 8, r < count);
+      }
+    }
+  }
+
+  /// Issues d = ⟨row, column⟩ of the warpgroup's 64 rows × the stage's 64 columns (this warp's 16 rows in d, one
+  /// m16 subtile in MmaTileCore's (m16, n8, C fragment) layout) as one wgmma group: hi·hi alone (SCREEN), else
+  /// hi·hi + hi·lo + lo·hi.
+  __device__ __forceinline__ void issue_product(std::uint32_t stage_address, float (&d)[1][8][4]) const {
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+      wgmma::mma_n64(d[0], a_hi[ks], wgmma::descriptor(stage_address + ks * 256, kChunks), ks > 0);
+    if constexpr (!SCREEN) {
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        wgmma::mma_n64(d[0], a_hi[ks], wgmma::descriptor(stage_address + kArrayBytes + ks * 256, kChunks), true);
+        wgmma::mma_n64(d[0], a_lo[ks], wgmma::descriptor(stage_address + ks * 256, kChunks), true);
+      }
+    }
+    wgmma::commit();
+  }
+
+  /// d += hi·lo + lo·hi of this warp's 16 rows and the stage's columns: the rows' lo A fragments by ldmatrix from
+  /// the block's rows_lo (load_rows), the columns' hi and lo B fragments by one ldmatrix.x4 per (column group, k16
+  /// step) from the stage's core matrices.
+  __device__ __forceinline__ void add_cross(const std::uint8_t* stage, const std::uint8_t* smem,
+                                            float (&d)[1][8][4]) const {
+    const int lane = threadIdx.x % 32, q = lane / 8, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      __syncwarp();  // as in MmaTileCore::add_cross: keeps ptxas from hoisting every step's loads
+      // A matrices: rows 0-7 / 8-15 of the warp (q & 1) × chunk 2ks / 2ks + 1 (q >> 1): a0 .. a3 of m16n8k16.
+      const int a_at = wgmma::core_offset(warp * 16 + (q & 1) * 8 + lane % 8, 2 * ks + (q >> 1), kChunks);
+      std::uint32_t alo[4];
+      load_matrices_x4(reinterpret_cast<const std::uint16_t*>(smem + kRowsLoAt + a_at), alo);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        // B matrices: hi chunk 2ks, hi chunk 2ks + 1, lo chunk 2ks, lo chunk 2ks + 1 of column group nt.
+        std::uint32_t b[4];
+        load_matrices_x4(reinterpret_cast<const std::uint16_t*>(
+                             stage + (q >> 1) * kArrayBytes +
+                             wgmma::core_offset(nt * 8 + lane % 8, 2 * ks + (q & 1), kChunks)),
+                         b);
+        mma_16816(d[0][nt], a_hi[ks], b[2], b[3], false);
+        mma_16816(d[0][nt], alo, b[0], b[1], false);
+      }
+    }
+  }
+
+  /// The loop over this block's column tiles (as MmaTileCore::run_tiles: tile it at tile_start(it), a multiple of
+  /// the tile width; the columns ≥ j_end are masked by their biases, −∞ in cop.bias), without block barriers: tile
+  /// it lives in stage it % kStages and arrives by two bulk copies (operands, biases) counted on that stage's shared
+  /// barrier; each warp waits for it, multiplies (its warpgroup's wgmma, waited for before the epilogue), runs
+  /// epilogue(d, vt, stage index, it, stage), and counts itself done with the stage; the last of the block's warps
+  /// to do so runs drain(stage index, it) (what the epilogues left in shared memory for that stage) and fetches tile
+  /// it + kStages into the stage. So a warpgroup may run up to kStages − 1 tiles ahead of another: one multiplies
+  /// while another sums, and a warp with a costly tile (a screened kernel's kept one) delays no other warpgroup.
+  /// OVERLAP (dense kernels whose registers hold a second accumulator): tile it + 1's product is issued before tile
+  /// it's epilogue.
+  template <bool OVERLAP, typename TileStart, typename Epilogue, typename Drain>
+  __device__ __forceinline__ void run(std::uint8_t* smem, const MmaOperands& cop, int tiles, TileStart tile_start,
+                                      Epilogue epilogue, Drain drain) const {
+    static_assert(!(OVERLAP && SCREEN), "the screened kernels change their scores on some paths only (kept tiles)");
+    asm volatile("cp.async.commit_group;\n" ::: "memory");  // the rows' lo halves (SCREEN, load_rows)
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    if (tiles <= 0) return;
+    const std::uint32_t smem_address = wgmma::shared_address(smem);
+    const auto barrier_of = [&](int s) { return smem_address + kBarriersAt + 8 * s; };
+    int* done = reinterpret_cast<int*>(smem + kCountersAt);
+    const std::uint32_t done_address = smem_address + kCountersAt;
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kStages; ++s) {
+        wgmma::barrier_init(barrier_of(s), 1);
+        done[s] = 0;
+      }
+    }
+    __syncthreads();  // the barriers, the counters and every thread's rows
+    // One thread: tile it into its stage (the stage's previous tile is done with by every warp).
+    const auto fetch = [&](int it) {
+      const int j0 = tile_start(it), s = it % kStages;
+      const std::uint32_t stage = smem_address + s * kStageBytes, bar = barrier_of(s);
+      wgmma::arrive_expect_bytes(bar, 2 * kArrayBytes + kMmaTile * 4);
+      wgmma::bulk_copy(stage, cop.tiles + std::size_t(j0 / kMmaTile) * (2 * kArrayBytes), 2 * kArrayBytes, bar);
+      wgmma::bulk_copy(stage + 2 * kArrayBytes, cop.bias + j0, kMmaTile * 4, bar);
+    };
+    if (threadIdx.x == 0)
+      for (int it = 0; it < kStages && it < tiles; ++it) fetch(it);
+    const auto arrived = [&](int it) { wgmma::barrier_wait(barrier_of(it % kStages), (it / kStages) & 1); };
+    // Done with tile it's stage: this warp's reads of it (and its warpgroup's products) are complete, its writes for
+    // drain are made visible by the count's release (and acquired by the last warp's count, whose leader's lanes
+    // follow it after __syncwarp).
+    const auto release = [&](int it) {
+      const int s = it % kStages;
+      __syncwarp();
+      const bool leader = wgmma::elect_one();
+      const bool mine = leader && wgmma::count_in(done_address + 4 * s) == kWgWarps - 1;
+      if (__any_sync(0xffffffffu, mine)) {
+        __syncwarp();  // the leader's acquire, for every lane's reads in drain
+        drain(s, it);
+        __syncwarp();
+        if (leader) {
+          done[s] = 0;  // read again only after tile it + kStages arrives (the fetch's arrival releases this store)
+          if (it + kStages < tiles) fetch(it + kStages);
+        }
+      }
+    };
+    const auto consume = [&](float (&d)[1][8][4], int it) {
+      const int s = it % kStages;
+      const std::uint8_t* stage = smem + s * kStageBytes;
+      epilogue(d, reinterpret_cast<const float*>(stage + 2 * kArrayBytes), s, it, stage);
+      release(it);
+    };
+    const auto stage_address = [&](int it) { return smem_address + (it % kStages) * kStageBytes; };
+    if constexpr (OVERLAP) {
+      // Two accumulators: tile it + 1's product runs on the tensor cores while tile it is summed (FlashAttention-3's
+      // intra-warpgroup overlap). Unrolled by two so that they swap roles without moves, and every group is waited
+      // for within the body (a group in flight across the back edge makes ptxas serialise every wgmma: C7514).
+      // Past the last tile the product reads a stage that no copy writes any more, and its result is not used.
+      float da[1][8][4], db[1][8][4];
+      arrived(0);
+      issue_product(stage_address(0), da);
+      const auto step = [&](float (&cur)[1][8][4], float (&next)[1][8][4], int it) {
+        if (it + 1 < tiles) arrived(it + 1);
+        issue_product(stage_address(it + 1), next);
+        wgmma::wait<1>();  // tile it's product
+        wgmma::fence_operands(cur[0]);
+        consume(cur, it);
+      };
+      int it = 0;
+      for (; it + 1 < tiles; it += 2) {
+        step(da, db, it);
+        step(db, da, it + 1);
+        wgmma::wait<0>();  // tile it + 2's, issued before tile it + 1's epilogue
+        wgmma::fence_operands(da[0]);
+      }
+      if (it < tiles) step(da, db, it);
+      wgmma::wait<0>();
+    } else {
+      for (int it = 0; it < tiles; ++it) {
+        arrived(it);
+        float d[1][8][4];
+        issue_product(stage_address(it), d);
+        wgmma::wait<0>();
+        wgmma::fence_operands(d[0]);
+        consume(d, it);
+      }
+    }
+  }
+};
+
+// The largest instantiation (d = 128, screened: four stages of hi, lo and biases, the rows' lo halves) plus the sums
+// kernel's static column buffers must fit the 227 KB a Hopper block may have.
+static_assert(WgTileCore<8, true>::kSharedBytes + WgTileCore<8, true>::kStages * kMmaTile * sizeof(float) <= 227 * 1024,
+              "warpgroup kernels' shared memory exceeds a Hopper block's");
+
+
+}  // namespace
+}  // namespace flashot::detail::cuda
