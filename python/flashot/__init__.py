@@ -1,0 +1,1 @@
+from ._flashot import *  # noqa
