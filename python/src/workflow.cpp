@@ -85,6 +85,8 @@ nb::dict transform_dict(const workflow::Transform& t) {
 }  // namespace
 
 void bind_workflow(nb::module_& m) {
+  m.def("value_text", &workflow::value_text, "value"_a,
+        "How flashot writes a number read from a file as a label (shortest round-trip text: 3, 0.5, 1e-07)");
   m.def(
       "bounding_diameter",
       [](nb::handle x, nb::handle y) {
