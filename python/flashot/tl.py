@@ -64,7 +64,7 @@ def _labels(reference, column):
     import pandas as pd
 
     if column not in reference.obs.columns:
-        raise KeyError(f"reference.obs has no column '{column}' (columns: {', '.join(map(str, reference.obs.columns))})")
+        raise KeyError(f"reference.obs has no column '{column}' (columns: {', '.join(str(c) for c in reference.obs.columns)})")
     values = reference.obs[column]
     if isinstance(values.dtype, pd.CategoricalDtype):
         categories = [_text(c) for c in values.cat.categories]
