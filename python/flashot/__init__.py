@@ -35,5 +35,11 @@ from . import tl  # noqa: F401
 if io_compiled:
     from ._flashot import FormatError, H5adReader, IoError, load_solution, save_solution  # noqa: F401
     from .io import read, write  # noqa: F401
+else:  # a module built with FLASHOT_IO=OFF (no HDF5, e.g. for a GPU machine): the engine and tl.align only
+
+    def _no_io(*args, **kwargs):
+        raise RuntimeError("this flashot module was built without io (FLASHOT_IO=OFF): no file reading or writing")
+
+    read = write = load_solution = save_solution = _no_io
 
 __version__ = version()

@@ -77,7 +77,7 @@ def _labels(reference, column):
         numbers = values.to_numpy(dtype=np.float64, na_value=np.nan)
         present = ~np.isnan(numbers)
         distinct = np.unique(numbers[present])
-        categories = [_flashot.value_text(float(v)) for v in distinct]
+        categories = [_value_text(float(v)) for v in distinct]
         codes = np.full(len(numbers), -1, dtype=np.int32)
         codes[present] = np.searchsorted(distinct, numbers[present]).astype(np.int32)
         return codes, categories
@@ -90,10 +90,34 @@ def _labels(reference, column):
     return codes, categories
 
 
+def _value_text(value):
+    """workflow::value_text (shortest round-trip text: 3, 0.5, 1e-07), also in a module built without io."""
+    if _flashot.io_compiled:
+        return _flashot.value_text(value)
+    if value != value:
+        return "nan"
+    if value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    if value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)
+
+
 def _text(value):
     if isinstance(value, (float, np.floating)) or (isinstance(value, (int, np.integer)) and not isinstance(value, bool)):
-        return _flashot.value_text(float(value))
+        return _value_text(float(value))
     return str(value)
+
+
+def _bounding_diameter(source, target):
+    """workflow::bounding_diameter: the bounding-box diagonal of both clouds, summed in float64 dimension by
+    dimension as the CLI does."""
+    lo = np.minimum(source.min(axis=0), target.min(axis=0)).astype(np.float64)
+    hi = np.maximum(source.max(axis=0), target.max(axis=0)).astype(np.float64)
+    squared = 0.0
+    for low, high in zip(lo.tolist(), hi.tolist()):
+        squared += (high - low) * (high - low)
+    return float(np.sqrt(squared))
 
 
 class Alignment:
@@ -164,7 +188,7 @@ def align(adata, reference, key="X_pca", transfer_labels=None, *, use_x=False, b
     if blur is not None and not blur > 0:
         raise ValueError(f"blur must be > 0 (got {blur})")
 
-    diameter = _flashot.bounding_diameter(source, target)
+    diameter = _bounding_diameter(source, target)
     if not diameter > 0:
         raise ValueError("all points coincide: the data have no scale to set epsilon from")
     final_blur = float(blur) if blur is not None else rel_blur * diameter
@@ -260,6 +284,9 @@ def register(source, target, model="rigid", *, blur=None, start_blur=None, annea
     (default 0.01 × diameter); ``model`` 'rigid', 'similarity' or 'affine'; reach in data units for partial
     overlap. ``progress``: callable(round, max_rounds, epsilon, rms); returning False stops. Returns a
     Registration (its ``points`` are the moved source)."""
+    if not _flashot.io_compiled:
+        raise RuntimeError("register needs the application layer, which this module was built without "
+                           "(FLASHOT_IO=OFF)")
     if blur is not None and not blur > 0:
         raise ValueError(f"blur must be > 0 (got {blur})")
     if start_blur is not None and not start_blur > 0:
