@@ -42,10 +42,15 @@ def test_cuda_tensors_give_the_numpy_results(torch):
         r1 = from_numpy.solve(blur=0.5)
         r2 = from_torch.solve(blur=0.5)
         assert r2.backend == backend
-        np.testing.assert_array_equal(r1.f, r2.f)
-        np.testing.assert_array_equal(r1.g, r2.g)
+        # The CPU backend is deterministic: the copied points give bit-identical results. The CUDA backend's
+        # reductions are not bitwise reproducible from one Problem to another (seen on the H200: up to 5e-6 on
+        # potentials of about 5, with numpy inputs on both sides too), hence a tolerance there.
+        tolerance = 0 if backend == "cpu" else 5e-5
+        np.testing.assert_allclose(r2.f, r1.f, rtol=0, atol=tolerance)
+        np.testing.assert_allclose(r2.g, r1.g, rtol=0, atol=tolerance)
         queries = torch.from_numpy(x[:100]).cuda()
-        np.testing.assert_array_equal(from_torch.map_points(r2, queries), from_numpy.map_points(r1, x[:100]))
+        np.testing.assert_allclose(from_torch.map_points(r1, queries), from_numpy.map_points(r1, x[:100]), rtol=0,
+                                   atol=tolerance)
 
 
 def test_cuda_tensors_of_other_layouts_are_refused_by_name(torch):
