@@ -36,7 +36,7 @@ if [[ ${FLASHOT_SKIP_PYTHON:-0} != 1 ]]; then
   # CPU backend only: the CUDA engine is compiled once above; a second nvcc build for the module would double the
   # CI time, and CI has no GPU to run it on (docs/python.md says how to build the CUDA wheel). The build folder is
   # kept ($build-pymod), so a second run rebuilds only what changed.
-  "$root/$build-python/bin/python" -m pip install --quiet pytest
+  "$root/$build-python/bin/python" -m pip install --quiet pytest tqdm
   CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$root/$build-python/bin/python" -m pip install --quiet \
     -C build-dir="$root/$build-pymod" -C cmake.define.FLASHOT_CUDA=OFF "$root"
   (cd "$root" && FLASHOT_CLI="$root/$build/apps/flashot" FLASHOT_REQUIRE_CLI=1 \

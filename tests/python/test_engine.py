@@ -253,3 +253,23 @@ def test_module_reports_backends():
     assert group.ranks >= 1
     options = flashot.rank_options(group, None, flashot.BackendOptions(threads=2))
     assert options.backend == "cuda" and options.rank == group.rank
+
+
+def test_progress_bar_follows_the_solve():
+    tqdm = pytest.importorskip("tqdm")
+    import io
+
+    x, y, _, _ = clouds(200, 180, 3)
+    problem = flashot.Problem(x, y, backend="cpu", threads=2)
+    stream = io.StringIO()
+    with flashot.ProgressBar(file=stream, desc="solve") as bar:
+        result = problem.solve(blur=0.3, progress=bar)
+        assert bar._bar.n == result.iterations and bar._bar.total == seen_budget(result)
+    assert "solve" in stream.getvalue() and result.reason == "tolerance"
+    assert tqdm is not None
+
+
+def seen_budget(result):
+    """The iteration budget Progress.max_iterations reports: the intermediate stages' iterations plus the final
+    stage's budget."""
+    return sum(i for _, i in result.stages[:-1]) + 1000
