@@ -20,7 +20,7 @@ struct PyDerivatives {
 };
 
 template <typename F>
-auto unlocked(PyDerivatives& p, F&& f) {
+auto released(PyDerivatives& p, F&& f) {
   nb::gil_scoped_release release;
   std::lock_guard<std::mutex> guard(p.lock);
   return f(p.derivatives);
@@ -72,12 +72,12 @@ void bind_derivatives(nb::module_& m) {
       .def_prop_ro("n", [](PyDerivatives& p) { return p.derivatives.n(); })
       .def_prop_ro("m", [](PyDerivatives& p) { return p.derivatives.m(); })
       .def_prop_ro("d", [](PyDerivatives& p) { return p.derivatives.d(); })
-      .def("cost", [](PyDerivatives& p) { return unlocked(p, [](TransportDerivatives& t) { return t.cost(); }); },
+      .def("cost", [](PyDerivatives& p) { return released(p, [](TransportDerivatives& t) { return t.cost(); }); },
            "OT_ε at the solution")
       .def(
           "gradient",
           [](PyDerivatives& p) {
-            TransportGradient g = unlocked(p, [](TransportDerivatives& t) { return t.gradient(); });
+            TransportGradient g = released(p, [](TransportDerivatives& t) { return t.gradient(); });
             const std::size_t n = p.derivatives.n(), m_ = p.derivatives.m(), d = p.derivatives.d();
             nb::dict out;
             out["cost"] = g.cost;
@@ -93,7 +93,7 @@ void bind_derivatives(nb::module_& m) {
           [](PyDerivatives& p, nb::handle v, double tolerance, int max_iterations) {
             const FloatInput vi = FloatInput::from(v, "v", 2, p.derivatives.d());
             const CgOptions cg = cg_options(tolerance, max_iterations);
-            HessianProduct h = unlocked(p, [&](TransportDerivatives& t) { return t.hessian_product(vi.values(), cg); });
+            HessianProduct h = released(p, [&](TransportDerivatives& t) { return t.hessian_product(vi.values(), cg); });
             nb::dict out;
             out["product"] = to_numpy(std::move(h.product), {p.derivatives.n(), p.derivatives.d()});
             out["cg"] = cg_dict(h.cg);
@@ -106,7 +106,7 @@ void bind_derivatives(nb::module_& m) {
           [](PyDerivatives& p, nb::handle v, double tolerance, int max_iterations) {
             const FloatInput vi = FloatInput::from(v, "v", 2, p.derivatives.d());
             const CgOptions cg = cg_options(tolerance, max_iterations);
-            PotentialTangent t = unlocked(p, [&](TransportDerivatives& d) { return d.potential_tangent(vi.values(), cg); });
+            PotentialTangent t = released(p, [&](TransportDerivatives& d) { return d.potential_tangent(vi.values(), cg); });
             nb::dict out;
             out["f"] = to_numpy(std::move(t.f), {p.derivatives.n()});
             out["g"] = to_numpy(std::move(t.g), {p.derivatives.m()});
@@ -120,7 +120,7 @@ void bind_derivatives(nb::module_& m) {
             const FloatInput fi = FloatInput::from(df, "df", 1);
             const FloatInput gi = FloatInput::from(dg, "dg", 1);
             const CgOptions cg = cg_options(tolerance, max_iterations);
-            ImplicitGradient g = unlocked(
+            ImplicitGradient g = released(
                 p, [&](TransportDerivatives& d) { return d.implicit_gradient(fi.values(), gi.values(), cg); });
             nb::dict out;
             out["x"] = to_numpy(std::move(g.x), {p.derivatives.n(), p.derivatives.d()});

@@ -41,9 +41,9 @@ struct PyProblem {
   std::string origin;  // where x came from: "host" or "cuda:N"
 };
 
-/// Runs f(problem) without the GIL, holding the problem's lock.
+/// Runs f(problem) with the GIL released, holding the problem's lock.
 template <typename F>
-auto unlocked(PyProblem& p, F&& f) {
+auto released(PyProblem& p, F&& f) {
   nb::gil_scoped_release release;
   std::lock_guard<std::mutex> guard(p.lock);
   return f(p.problem);
@@ -403,7 +403,7 @@ void bind_engine(nb::module_& m) {
             const PySolveOptions o = solve_options(options, kwargs);
             SolveWatch watch(o.progress_fn, o);
             const SolveOptions engine = engine_options(o, watch);
-            SolveResult r = unlocked(p, [&](Problem& problem) { return problem.solve(engine); });
+            SolveResult r = released(p, [&](Problem& problem) { return problem.solve(engine); });
             watch.finish();
             return r;
           },
@@ -414,7 +414,7 @@ void bind_engine(nb::module_& m) {
           "apply_plan",
           [](PyProblem& p, const SolveResult& s, nb::handle v) {
             const FloatInput vi = FloatInput::from(v, "v", -1);
-            auto out = unlocked(p, [&](Problem& q) { return q.apply_plan(s, vi.values(), vi.cols()); });
+            auto out = released(p, [&](Problem& q) { return q.apply_plan(s, vi.values(), vi.cols()); });
             return result_array(std::move(out), p.problem.n(), vi);
           },
           "result"_a, "v"_a, "P·V: v (m, k) or (m,), result (n, k) or (n,)")
@@ -422,14 +422,14 @@ void bind_engine(nb::module_& m) {
           "apply_plan_transpose",
           [](PyProblem& p, const SolveResult& s, nb::handle u) {
             const FloatInput ui = FloatInput::from(u, "u", -1);
-            auto out = unlocked(p, [&](Problem& q) { return q.apply_plan_transpose(s, ui.values(), ui.cols()); });
+            auto out = released(p, [&](Problem& q) { return q.apply_plan_transpose(s, ui.values(), ui.cols()); });
             return result_array(std::move(out), p.problem.m(), ui);
           },
           "result"_a, "u"_a, "Pᵀ·U: u (n, k) or (n,), result (m, k) or (m,)")
       .def(
           "row_marginal",
           [](PyProblem& p, const SolveResult& s) {
-            auto out = unlocked(p, [&](Problem& q) { return q.row_marginal(s); });
+            auto out = released(p, [&](Problem& q) { return q.row_marginal(s); });
             const std::size_t n = out.size();
             return to_numpy(std::move(out), {n});
           },
@@ -437,7 +437,7 @@ void bind_engine(nb::module_& m) {
       .def(
           "column_marginal",
           [](PyProblem& p, const SolveResult& s) {
-            auto out = unlocked(p, [&](Problem& q) { return q.column_marginal(s); });
+            auto out = released(p, [&](Problem& q) { return q.column_marginal(s); });
             const std::size_t m = out.size();
             return to_numpy(std::move(out), {m});
           },
@@ -446,7 +446,7 @@ void bind_engine(nb::module_& m) {
           "barycentric",
           [](PyProblem& p, const SolveResult& s, const std::string& from) {
             const Side side = parse_side(from, "from_");
-            auto out = unlocked(p, [&](Problem& q) { return q.barycentric(s, side); });
+            auto out = released(p, [&](Problem& q) { return q.barycentric(s, side); });
             const std::size_t rows = side == Side::kSource ? p.problem.n() : p.problem.m();
             return to_numpy(std::move(out), {rows, p.problem.d()});
           },
@@ -457,7 +457,7 @@ void bind_engine(nb::module_& m) {
           [](PyProblem& p, const SolveResult& s, nb::handle queries, const std::string& from) {
             const Side side = parse_side(from, "from_");
             const FloatInput qi = FloatInput::from(queries, "queries", 2);
-            auto out = unlocked(p, [&](Problem& q) { return q.map_points(s, qi.points(), side); });
+            auto out = released(p, [&](Problem& q) { return q.map_points(s, qi.points(), side); });
             return to_numpy(std::move(out), {qi.rows(), p.problem.d()});
           },
           "result"_a, "queries"_a, "from_"_a = "source",
@@ -474,7 +474,7 @@ void bind_engine(nb::module_& m) {
             } else {
               for (std::int32_t c : codes) k = std::max<std::size_t>(k, std::size_t(c + 1));
             }
-            return unlocked(p, [&](Problem& q) { return q.transfer_labels(s, side, codes, k); });
+            return released(p, [&](Problem& q) { return q.transfer_labels(s, side, codes, k); });
           },
           "result"_a, "labels"_a, "classes"_a.none() = nb::none(), "labels_on"_a = "target",
           "Transports integer labels (−1 = missing) from side labels_on to the other side. classes defaults to "
@@ -483,7 +483,7 @@ void bind_engine(nb::module_& m) {
           "gradient",
           [](PyProblem& p, const SolveResult& s, const std::string& wrt) {
             const Side side = parse_side(wrt, "wrt");
-            auto out = unlocked(p, [&](Problem& q) { return q.gradient(s, side); });
+            auto out = released(p, [&](Problem& q) { return q.gradient(s, side); });
             const std::size_t rows = side == Side::kSource ? p.problem.n() : p.problem.m();
             return to_numpy(std::move(out), {rows, p.problem.d()});
           },
@@ -491,7 +491,7 @@ void bind_engine(nb::module_& m) {
       .def(
           "top_k",
           [](PyProblem& p, const SolveResult& s, std::size_t k) {
-            return unlocked(p, [&](Problem& q) { return q.top_k(s, k); });
+            return released(p, [&](Problem& q) { return q.top_k(s, k); });
           },
           "result"_a, "k"_a, "The k largest plan entries of every source row");
 
