@@ -14,7 +14,8 @@
 # BUILD and BASE hold tests/engine/flashot_engine_tests, apps/flashot and lib/ (scripts/pack-gpu-build.sh's layout;
 # scripts/pack-mpi.sh's adds openmpi/ and has the tests only). TEST_FILTER (default '*cuda*:*Cuda*') picks the tests
 # step's tests, MPI_FILTER (default 'ShardRanks*:*cuda_nccl*'; '*' for every engine test) the mpi step's, TEST_TIMEOUT
-# and MPI_TIMEOUT (200, 300 s) bound them.
+# and MPI_TIMEOUT (200, 300 s) bound them; MPI_BTL replaces the transports (self,vader,tcp) and MPI_ARGS adds mpirun
+# options, e.g. MPI_BTL=self,tcp MPI_ARGS="--mca btl_tcp_if_include lo" where shared memory fails.
 set -uo pipefail
 OUT=${OUT:-gpu-scaling-out}
 GPUS=${GPUS:-2}
@@ -85,7 +86,7 @@ do_mpi() {
   # pml ob1 with shared memory/TCP: the lent machine has no InfiniBand; --bind-to none: a rank's host threads (OpenMP,
   # one per device) would otherwise share the one core Open MPI binds it to.
   FLASHOT_REQUIRE_CUDA=1 FLASHOT_TEST_GPUS=$GPUS timeout "${MPI_TIMEOUT:-300}" "$MPIRUN" -np "$GPUS" --allow-run-as-root \
-    --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader,tcp \
+    --oversubscribe --bind-to none --mca pml ob1 --mca btl "${MPI_BTL:-self,vader,tcp}" ${MPI_ARGS:-} \
     -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x FLASHOT_REQUIRE_CUDA -x FLASHOT_TEST_GPUS \
     bash -c 'log=$1; shift; exec "$@" > "$log/mpi-rank-$OMPI_COMM_WORLD_RANK.log" 2>&1' rank "$logs" \
     "$tests" --gtest_filter="$filter" > "$OUT/mpi.log" 2>&1
