@@ -2,22 +2,37 @@
 # The multi-GPU check of docs/multi-gpu.md, in one command, on a machine with two or more NVIDIA GPUs:
 #   1. the CUDA engine tests with FLASHOT_REQUIRE_CUDA=1 and FLASHOT_TEST_GPUS=G (the NCCL layouts included);
 #   2. the multi-process path: ShardRanks as G processes with the Open MPI launcher's variables, bootstrapped through
-#      a file (no MPI on the lent image; with MPI: mpirun -np G ... --gtest_filter='ShardRanks*');
+#      a file (ranks), and as G real MPI ranks under mpirun (mpi: the runtime scripts/pack-mpi.sh packs beside the
+#      tests, BUILD/openmpi, or MPIRUN; the tests must be built with MPI);
 #   3. compute-sanitizer memcheck on small one-GPU and two-GPU cases, racecheck on one GPU;
 #   4. scaling: `flashot bench` on 1 and G GPUs, strong (n = m = 1M, d = 3 and 64) and weak (500k source rows per
 #      GPU, m = 1M), 10 iterations at ε = 0.1, default precision;
 #   5. one GPU at n = 10k / 100k, d = 3 / 64 against a second build (BASE, e.g. main's) in the same run.
-# usage: BUILD=dir [BASE=dir] [OUT=dir] [GPUS=2] [STEPS="smoke scaling single tests ranks sanitize"] scripts/gpu-scaling.sh
-# (steps run in the order given; smoke: the two-GPU shard tests alone, with a short limit, before any long run)
-# BUILD and BASE hold tests/engine/flashot_engine_tests, apps/flashot and lib/ (scripts/pack-gpu-build.sh's layout).
+# usage: BUILD=dir [BASE=dir] [OUT=dir] [GPUS=2] [STEPS="smoke scaling single tests ranks sanitize mpi"] scripts/gpu-scaling.sh
+# (steps run in the order given; smoke: the two-GPU shard tests alone, with a short limit, before any long run;
+# mpi is a default step only where BUILD/openmpi is there)
+# BUILD and BASE hold tests/engine/flashot_engine_tests, apps/flashot and lib/ (scripts/pack-gpu-build.sh's layout;
+# scripts/pack-mpi.sh's adds openmpi/ and has the tests only). TEST_FILTER (default '*cuda*:*Cuda*') picks the tests
+# step's tests, MPI_FILTER (default 'ShardRanks*:*cuda_nccl*'; '*' for every engine test) the mpi step's, TEST_TIMEOUT
+# and MPI_TIMEOUT (200, 300 s) bound them; MPI_BTL replaces the transports (self,vader,tcp) and MPI_ARGS adds mpirun
+# options, e.g. MPI_BTL=self,tcp MPI_ARGS="--mca btl_tcp_if_include lo" where shared memory fails.
 set -uo pipefail
 OUT=${OUT:-gpu-scaling-out}
 GPUS=${GPUS:-2}
-STEPS=${STEPS:-smoke scaling single tests ranks sanitize}
+mpi_default=""
+[[ -x $BUILD/openmpi/bin/mpirun ]] && mpi_default=" mpi"
+STEPS=${STEPS:-smoke scaling single tests ranks sanitize$mpi_default}
 REPEATS=${REPEATS:-3}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
 export LD_LIBRARY_PATH=$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The Open MPI runtime packed beside the tests (scripts/pack-mpi.sh): its libmpi.so.40 for tests built with MPI (single
+# process too), its mpirun for the mpi step. Absolute paths: the ranks are started from mpirun.
+if [[ -d $BUILD/openmpi/lib ]]; then
+  export LD_LIBRARY_PATH=$(cd "$BUILD" && pwd)/lib:$(cd "$BUILD/openmpi/lib" && pwd):$LD_LIBRARY_PATH
+  MPIRUN=${MPIRUN:-$(cd "$BUILD/openmpi/bin" && pwd)/mpirun}
+fi
+MPIRUN=${MPIRUN:-$(command -v mpirun || true)}
 if ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2; then
   nccl_lib=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
   [[ -n $nccl_lib ]] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$nccl_lib
@@ -34,7 +49,7 @@ nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee
 
 do_tests() {
   step "CUDA engine tests (FLASHOT_REQUIRE_CUDA=1 FLASHOT_TEST_GPUS=$GPUS)"
-  FLASHOT_REQUIRE_CUDA=1 FLASHOT_TEST_GPUS=$GPUS timeout 200 "$tests" --gtest_filter="${TEST_FILTER:-*cuda*:*Cuda*}" \
+  FLASHOT_REQUIRE_CUDA=1 FLASHOT_TEST_GPUS=$GPUS timeout "${TEST_TIMEOUT:-200}" "$tests" --gtest_filter="${TEST_FILTER:-*cuda*:*Cuda*}" \
     > "$OUT/tests.log" 2>&1
   rc=$?; summary 60 < "$OUT/tests.log"; [[ $rc == 0 ]] || { echo "tests: exit $rc"; status=1; }
 }
@@ -52,6 +67,42 @@ do_ranks() {
     wait "${pids[$r]}"; rc=$?
     echo "rank $r: exit $rc"; summary 8 < "$OUT/ranks-$r.log"
     [[ $rc == 0 ]] || status=1
+  done
+}
+
+# Real MPI ranks, one GPU each: every rank runs the filtered engine tests with FLASHOT_REQUIRE_CUDA=1 (a skip fails);
+# ShardRanks bootstraps NCCL through MPI_Bcast (it first checks a broadcast of known bytes and names the MPI library).
+# Each rank's output goes to OUT/mpi-rank-R.log. Fails when mpirun fails, or when ShardRanks ran on a rank without
+# passing or without going through MPI_Bcast.
+do_mpi() {
+  local filter=${MPI_FILTER:-ShardRanks*:*cuda_nccl*} logs rc r
+  step "engine tests as $GPUS MPI ranks (mpirun -np $GPUS, --gtest_filter='$filter')"
+  if [[ -z $MPIRUN || ! -x $MPIRUN ]]; then
+    echo "mpi: no mpirun (carry the runtime with scripts/pack-mpi.sh, or set MPIRUN)"; status=1; return
+  fi
+  echo "$MPIRUN: $("$MPIRUN" --version 2>&1 | head -1)"
+  logs=$(cd "$OUT" && pwd)
+  rm -f "$logs"/mpi-rank-*.log
+  # pml ob1 with shared memory/TCP: the lent machine has no InfiniBand; --bind-to none: a rank's host threads (OpenMP,
+  # one per device) would otherwise share the one core Open MPI binds it to.
+  FLASHOT_REQUIRE_CUDA=1 FLASHOT_TEST_GPUS=$GPUS timeout "${MPI_TIMEOUT:-300}" "$MPIRUN" -np "$GPUS" --allow-run-as-root \
+    --oversubscribe --bind-to none --mca pml ob1 --mca btl "${MPI_BTL:-self,vader,tcp}" ${MPI_ARGS:-} \
+    -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x FLASHOT_REQUIRE_CUDA -x FLASHOT_TEST_GPUS \
+    bash -c 'log=$1; shift; exec "$@" > "$log/mpi-rank-$OMPI_COMM_WORLD_RANK.log" 2>&1' rank "$logs" \
+    "$tests" --gtest_filter="$filter" > "$OUT/mpi.log" 2>&1
+  rc=$?
+  echo "mpirun: exit $rc"; [[ $rc == 0 ]] || { tail -20 "$OUT/mpi.log"; status=1; }
+  for ((r = 0; r < GPUS; ++r)); do
+    echo "-- rank $r"
+    if [[ ! -f $logs/mpi-rank-$r.log ]]; then echo "rank $r: no output"; status=1; continue; fi
+    grep -E '^\[ ranks' "$logs/mpi-rank-$r.log"
+    summary 12 < "$logs/mpi-rank-$r.log"
+    if grep -q '^\[ RUN      \] ShardRanks' "$logs/mpi-rank-$r.log"; then
+      grep -q '^\[       OK \] ShardRanks.EveryRankGetsTheOneGpuResults' "$logs/mpi-rank-$r.log" ||
+        { echo "rank $r: ShardRanks did not pass"; status=1; }
+      grep -q 'arrived through MPI_Bcast' "$logs/mpi-rank-$r.log" ||
+        { echo "rank $r: the broadcast did not go through MPI_Bcast"; status=1; }
+    fi
   done
 }
 

@@ -28,10 +28,11 @@
 #include "flashot/distributed.hpp"
 #include "problems.hpp"
 
-#if __has_include(<mpi.h>)
+// FLASHOT_TEST_MPI: defined for this file by engine/distributed.cmake when the tests link MPI.
+#if defined(FLASHOT_TEST_MPI) && FLASHOT_TEST_MPI
 #include <mpi.h>
-#define FLASHOT_TEST_MPI 1
 #else
+#undef FLASHOT_TEST_MPI
 #define FLASHOT_TEST_MPI 0
 #endif
 
@@ -110,22 +111,43 @@ TEST(ShardRanks, EveryRankGetsTheOneGpuResults) {
     GTEST_SKIP() << "run as MPI ranks (mpirun -np N, N ≥ 2, one GPU each) to test the multi-process path";
   const char* rendezvous = std::getenv("FLASHOT_TEST_RENDEZVOUS");
   std::function<void(void*, std::size_t)> broadcast;
+  std::string transport;
   if (rendezvous != nullptr) {
     broadcast = file_broadcast(rendezvous, group.rank);
+    transport = std::string("files in ") + rendezvous;
   } else {
 #if !FLASHOT_TEST_MPI
     FAIL() << "launched as " << group.ranks << " ranks, but this test binary was built without MPI (set "
            << "FLASHOT_TEST_RENDEZVOUS to bootstrap through files)";
 #else
     init_mpi_once();
-    int world = 0;
+    int world = 0, me = -1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
     ASSERT_EQ(world, group.ranks) << "MPI_COMM_WORLD and the launcher's environment disagree";
+    ASSERT_EQ(me, group.rank) << "MPI_COMM_WORLD and the launcher's environment disagree";
     broadcast = [](void* bytes, std::size_t size) {
-      MPI_Bcast(bytes, static_cast<int>(size), MPI_BYTE, 0, MPI_COMM_WORLD);
+      const int rc = MPI_Bcast(bytes, static_cast<int>(size), MPI_BYTE, 0, MPI_COMM_WORLD);
+      if (rc != MPI_SUCCESS) throw std::runtime_error("MPI_Bcast of the bootstrap id failed: " + std::to_string(rc));
     };
+    char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+    int length = 0;
+    MPI_Get_library_version(version, &length);
+    const std::string library(version, static_cast<std::size_t>(length));
+    transport = "MPI_Bcast (" + library.substr(0, library.find_first_of(",\n")) + ")";  // "Open MPI v4.1.8"
 #endif
   }
+  // The transport alone first, before any GPU is needed: 128 bytes (an NCCL id's size) from rank 0 must reach every
+  // rank unchanged, so that a launcher or MPI fault is told apart from an NCCL one.
+  std::vector<unsigned char> probe(128, 0);
+  const auto expected = [](std::size_t i) { return static_cast<unsigned char>((i * 37 + 11) % 251 + 1); };
+  if (group.rank == 0)
+    for (std::size_t i = 0; i < probe.size(); ++i) probe[i] = expected(i);
+  broadcast(probe.data(), probe.size());
+  for (std::size_t i = 0; i < probe.size(); ++i)
+    ASSERT_EQ(probe[i], expected(i)) << "byte " << i << " of rank 0's broadcast, on rank " << group.rank;
+  std::printf("[ ranks    ] rank %d of %d: 128 bytes from rank 0 arrived through %s\n", group.rank, group.ranks,
+              transport.c_str());
   FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
   // d = 3: the fp32 paths; d = 64: split-fp16 tensor cores, warpgroup kernels on Hopper, screening.
   for (std::size_t d : {std::size_t(3), std::size_t(64)}) {
