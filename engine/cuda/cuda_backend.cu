@@ -14,6 +14,7 @@
 #include "apply_mma.cuh"
 #include "backend.hpp"
 #include "device_buffer.hpp"
+#include "dispatch.hpp"
 #include "error.hpp"
 #include "kernels.cuh"
 #include "mma.cuh"
@@ -99,8 +100,8 @@ class CudaBackend final : public Backend {
 
  private:
   using DevSide = cuda::PointSet;
-  DevSide x_side() const { return {x_.get(), xn_.get(), loga_.get(), a_.get(), n_}; }
-  DevSide y_side() const { return {y_.get(), yn_.get(), logb_.get(), b_.get(), m_}; }
+  DevSide x_side() const { return {x_.get(), xn_.get(), loga_.get(), a_.get(), n_, fp32_kernel_}; }
+  DevSide y_side() const { return {y_.get(), yn_.get(), logb_.get(), b_.get(), m_, fp32_kernel_}; }
   void enqueue_iteration(const IterationParams& p, int index, int count);
   /// LSE partials of the rows of x (x_rows) or y against the other side, on the path chosen for this problem.
   /// biases_ready: the warpgroup kernels' column biases of h are already computed (else this launches that first).
@@ -132,6 +133,8 @@ class CudaBackend final : public Backend {
   bool one_pass_ = true;  // every weight > 0: the one-exponential symmetric step is usable
   bool cold_ = true;      // the potentials are all zero (a cold start): see cold_probe()
   bool use_mma_ = false;  // tensor-core scores for the soft c-transforms
+  ScoreKernel kernel_ = ScoreKernel::kAuto;  // the family that evaluates the scores (dispatch.hpp)
+  int fp32_kernel_ = 0;                      // PointSet::fp32_kernel of both sides
   DeviceBuffer<std::uint16_t> xhi_, xlo_, yhi_, ylo_;
   // Warpgroup kernels: each side's operands as column tiles, and its column biases of the current pass.
   DeviceBuffer<std::uint8_t> xtiles_, ytiles_;
@@ -198,7 +201,8 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
       precision_(options.precision),
       n_(static_cast<int>(data.x.n)),
       m_(static_cast<int>(data.y.n)),
-      d_(static_cast<int>(data.x.d)) {
+      d_(static_cast<int>(data.x.d)),
+      kernel_(choose_kernel(d_, n_, m_, options.precision, options.kernel)) {
   const int devices = cuda_device_count();
   if (options.device < 0 || options.device >= devices) {
     throw std::runtime_error("CUDA device " + std::to_string(options.device) + " asked for, but " +
@@ -251,7 +255,8 @@ CudaBackend::CudaBackend(const BackendOptions& options, const ProblemData& data)
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(f_.get(), 0, sizeof(float) * n_, stream_));
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(g_.get(), 0, sizeof(float) * m_, stream_));
 
-  use_mma_ = mma_supports(d_) && precision_ != Precision::kFp32;
+  use_mma_ = kernel_ == ScoreKernel::kTensor;
+  fp32_kernel_ = kernel_ == ScoreKernel::kRegister ? register_width(d_) : 0;
   if (use_mma_) {
     const MmaMode mode = precision_ == Precision::kBf16   ? MmaMode::kBf16
                          : precision_ == Precision::kTf32 ? MmaMode::kFp16

@@ -38,6 +38,12 @@ enum class Precision { kDefault, kFp32, kTf32, kBf16 };
 /// are kept (small ε relative to the spread of the costs) and runs the unscreened kernels otherwise; kOff never
 /// screens; kOn always does. Other paths and the CPU backend ignore it.
 enum class Screening { kAuto, kOff, kOn };
+/// Which kernel family evaluates the CUDA backend's scores (docs/engine.md, "Choosing the kernel"). kAuto picks the
+/// measured fastest for d, n, m and the precision from the table in the repository; the others force a family,
+/// for benchmarks and for measuring that table (`flashot bench --kernel`): kRegister (fp32, rows in registers,
+/// d ≤ 16), kTiled (fp32 tiles, any d), kTensor (tensor cores, d ≤ 128, not with Precision::kFp32). The CPU
+/// backend ignores it.
+enum class ScoreKernel { kAuto, kRegister, kTiled, kTensor };
 /// Why a solve stopped.
 enum class StopReason {
   kTolerance,        ///< marginal error ≤ tolerance at a check of the final ε stage: converged
@@ -53,12 +59,14 @@ std::string to_string(Scheme);
 std::string to_string(BackendKind);
 std::string to_string(Precision);
 std::string to_string(Screening);
+std::string to_string(ScoreKernel);
 std::string to_string(StopReason);
 /// Parse the names printed by to_string ("cpu", "symmetric", …). Throws std::invalid_argument naming the text.
 BackendKind parse_backend(const std::string&);
 Scheme parse_scheme(const std::string&);
 Precision parse_precision(const std::string&);
 Screening parse_screening(const std::string&);
+ScoreKernel parse_score_kernel(const std::string&);
 
 /// Reported to the progress callback at every marginal-error check.
 struct Progress {
@@ -79,6 +87,8 @@ struct BackendOptions {
   int device = 0;                            ///< CUDA device ordinal
   Precision precision = Precision::kDefault;
   Screening screening = Screening::kAuto;
+  /// Forces a kernel family (benchmarks only; kAuto everywhere else). A family that cannot serve d throws.
+  ScoreKernel kernel = ScoreKernel::kAuto;
   // ---- Sharding one problem over several devices (docs/multi-gpu.md) ----------------------------------------
   /// CUDA device ordinals to spread one problem over. Empty or one entry: one device (`device`, or that entry).
   /// Several: the rows of x are cut into devices.size() contiguous balanced shards, one per device; each device
