@@ -63,11 +63,9 @@ constexpr bool kernel_serves(ScoreKernel kernel, int d, Precision precision) {
 inline constexpr int kRegisterPriorMaxD = 4;
 
 /// The prior where the table has no measurement for d: what the backend did before the table (register kernels up
-/// to d = 4, tensor cores for 16 ≤ d ≤ 128 unless fp32 is asked for, tiled otherwise).
+/// to d = 4, tensor cores for 16 ≤ d ≤ 128 unless fp32 is asked for, tiled otherwise). Tensor cores below d = 16
+/// (d padded to 16) serve only where the table measured them fastest, or when forced.
 constexpr ScoreKernel prior_kernel(int d, Precision precision) {
-  if (precision == Precision::kTf32 || precision == Precision::kBf16) {  // asked for by name: the tensor cores
-    if (kernel_serves(ScoreKernel::kTensor, d, precision)) return ScoreKernel::kTensor;
-  }
   if (d <= kRegisterPriorMaxD) return ScoreKernel::kRegister;
   if (d >= 16 && kernel_serves(ScoreKernel::kTensor, d, precision)) return ScoreKernel::kTensor;
   return ScoreKernel::kTiled;
@@ -92,8 +90,9 @@ ScoreKernel choose_kernel(int d, std::int64_t n, std::int64_t m, Precision preci
     }
     return forced;
   }
-  // Precision asked for by name (tf32, bf16) means the tensor cores wherever they serve d.
-  if ((precision == Precision::kTf32 || precision == Precision::kBf16) &&
+  // Precision asked for by name (tf32, bf16) means the tensor cores where they served it before the table
+  // (16 ≤ d ≤ 128); elsewhere the choice below.
+  if ((precision == Precision::kTf32 || precision == Precision::kBf16) && d >= 16 &&
       kernel_serves(ScoreKernel::kTensor, d, precision))
     return ScoreKernel::kTensor;
   // The nearest measured d: d itself, else the next larger (cost grows with the padded width), else the largest
