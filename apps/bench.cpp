@@ -169,7 +169,7 @@ int bench_main(const std::vector<std::string>& args) {
   if (data != "normal" && data != "clusters")
     throw UsageError("--data must be normal or clusters (got '" + data + "')");
   try {
-    backend.kernel = parse_score_kernel(vm["kernel"].as<std::string>());
+    backend.cuda.kernel = parse_score_kernel(vm["kernel"].as<std::string>());
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -227,9 +227,9 @@ int bench_main(const std::vector<std::string>& args) {
 
   const std::string method = "flashot_" + problem.backend_name();
   const std::string problem_text = (clusters ? "clusters " : "") + std::string("kernel=") +
-                                   to_string(backend.kernel) + " n=" + std::to_string(n) + " m=" + std::to_string(m) + " d=" + std::to_string(d) +
-                                   " eps=" + format_double(eps) + " iters=" + std::to_string(iters) + " (" +
-                                   to_string(solve.scheme) + ")";
+                                   to_string(backend.cuda.kernel) + " n=" + std::to_string(n) +
+                                   " m=" + std::to_string(m) + " d=" + std::to_string(d) + " eps=" + format_double(eps) +
+                                   " iters=" + std::to_string(iters) + " (" + to_string(solve.scheme) + ")";
   // 2·n·m exponentials per iteration is the two-LSE scheme's count (docs/design.md §2); a backend doing fewer still
   // gets the same denominator, so the figure compares implementations on equal terms.
   const double exps_per_second = 2.0 * double(n) * double(m) * double(iters) / (median_ms * 1e-3);

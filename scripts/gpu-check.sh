@@ -55,12 +55,7 @@ if [[ ${TESTS:-1} == 1 ]]; then
   FLASHOT_REQUIRE_CUDA=1 timeout "$limit" "$tests" --gtest_filter="${TEST_FILTER:-*cuda*:*Cuda*}" 2>&1 | tee "$OUT/tests.log" | \
     grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure|error" | head -60
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
-  # On a Hopper GPU the screened sites run the warpgroup (wgmma) kernels; the mma.sync screened kernels that other
-  # GPUs run are checked here too, on the same cases.
-  step "screened cases with the mma.sync kernels (FLASHOT_WGMMA=0)"
-  FLASHOT_WGMMA=0 FLASHOT_REQUIRE_CUDA=1 timeout "$limit" "$tests" --gtest_filter='*CudaScreening*:*Screened*' 2>&1 | \
-    tee "$OUT/tests-mma-sync.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure|error" | head -20
-  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  # The screened cases run both kernel families themselves (CudaTuning::warpgroup_kernels true and false).
 fi
 
 if [[ ${SANITIZE:-1} == 1 ]]; then

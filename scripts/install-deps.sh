@@ -12,7 +12,7 @@ packages=(
   qt6-base-dev libqt6opengl6-dev libgl1-mesa-dev libgl1-mesa-dri libvtk9-dev
   xvfb xauth
   clang libclang-rt-14-dev libomp-dev libopenmpi-dev
-  python3 python3-venv python3-pip
+  python3 python3-venv python3-pip python3-dev
   assimp-testmodels nlohmann-json3-dev openmpi-bin
   python3-anndata
 )

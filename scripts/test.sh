@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: Debian packages, a Python venv with anndata/h5py/plyfile (PyPI) for the
 # cross-checks, the full build (CUDA compiled for sm_90 when nvcc is present; it cannot run without a GPU), ctest,
-# then the engine suites again under AddressSanitizer + UndefinedBehaviorSanitizer, and the fuzz targets briefly.
+# the Python package (`pip install .` into that venv, CPU backend) and its pytest suite, then the engine suites
+# again under AddressSanitizer + UndefinedBehaviorSanitizer, and the fuzz targets briefly.
 # usage: scripts/test.sh            (from the repository root or anywhere)
-# env:   FLASHOT_JOBS (default 2), FLASHOT_BUILD (default build), FLASHOT_SKIP_SANITIZERS=1, FLASHOT_SKIP_FUZZ=1
+# env:   FLASHOT_JOBS (default 2), FLASHOT_BUILD (default build), FLASHOT_SKIP_SANITIZERS=1, FLASHOT_SKIP_FUZZ=1,
+#        FLASHOT_SKIP_PYTHON=1
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -28,6 +30,18 @@ cmake --build "$build" -j "$jobs"
 
 step "ctest"
 ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 900
+
+if [[ ${FLASHOT_SKIP_PYTHON:-0} != 1 ]]; then
+  step "python package: pip install . into $build-python, pytest tests/python"
+  # CPU backend only: the CUDA engine is compiled once above; a second nvcc build for the module would double the
+  # CI time, and CI has no GPU to run it on (docs/python.md says how to build the CUDA wheel). The build folder is
+  # kept ($build-pymod), so a second run rebuilds only what changed.
+  "$root/$build-python/bin/python" -m pip install --quiet pytest tqdm
+  CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$root/$build-python/bin/python" -m pip install --quiet \
+    -C build-dir="$root/$build-pymod" -C cmake.define.FLASHOT_CUDA=OFF "$root"
+  (cd "$root" && FLASHOT_CLI="$root/$build/apps/flashot" FLASHOT_REQUIRE_CLI=1 \
+     "$root/$build-python/bin/python" -m pytest -q -p no:cacheprovider tests/python)
+fi
 
 if [[ ${FLASHOT_SKIP_SANITIZERS:-0} != 1 ]]; then
   step "engine tests under ASan + UBSan"

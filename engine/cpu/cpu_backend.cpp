@@ -79,7 +79,7 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend(const BackendOptions& options, const ProblemData& data)
       : x_(data.x, data.a), y_(data.y, data.b), f_(data.x.n, 0.0), g_(data.y.n, 0.0),
-        kernels_(&cpu::select_kernels()),
+        kernels_(&cpu::select_kernels(options.cpu_isa)),
         threads_(options.threads > 0 ? options.threads : std::max(1, omp_get_num_procs())) {}
 
   std::string name() const override { return "cpu"; }

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 
+#include "flashot/flashot.hpp"
+
 namespace flashot::cpu {
 
 /// Keys are stored transposed and padded so that a tile of columns loads as whole vectors of any width we use.
@@ -66,8 +68,8 @@ const IsaKernels& generic_kernels();
 const IsaKernels& avx2_kernels();
 const IsaKernels& avx512_kernels();
 
-/// The widest kernels this CPU runs; FLASHOT_CPU_ISA=generic|avx2|avx512 narrows the choice (benchmarks, tests).
-/// Throws std::invalid_argument for an unknown name and std::runtime_error for one this CPU cannot run.
-const IsaKernels& select_kernels();
+/// The kernels BackendOptions::cpu_isa names (kAuto: the widest this CPU runs; tests and comparisons narrow it).
+/// Throws std::runtime_error for a set this CPU cannot run.
+const IsaKernels& select_kernels(CpuIsa isa);
 
 }  // namespace flashot::cpu

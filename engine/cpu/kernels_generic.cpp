@@ -1,5 +1,5 @@
 // Tile kernels for SSE2, part of every x86-64 CPU: 4 floats per vector.
-// The fallback when the CPU has neither AVX2 nor AVX-512 (or FLASHOT_CPU_ISA=generic asks for it).
+// The fallback when the CPU has neither AVX2 nor AVX-512 (or BackendOptions::cpu_isa = kGeneric asks for it).
 #include <immintrin.h>
 
 #include <cstddef>

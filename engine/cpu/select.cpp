@@ -1,4 +1,3 @@
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -13,24 +12,21 @@ bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_support
 
 }  // namespace
 
-const IsaKernels& select_kernels() {
-  const char* env = std::getenv("FLASHOT_CPU_ISA");
-  const std::string asked = env ? env : "";
-  if (asked.empty()) {
-    if (has_avx512()) return avx512_kernels();
-    if (has_avx2()) return avx2_kernels();
-    return generic_kernels();
+const IsaKernels& select_kernels(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAuto:
+      if (has_avx512()) return avx512_kernels();
+      if (has_avx2()) return avx2_kernels();
+      return generic_kernels();
+    case CpuIsa::kGeneric: return generic_kernels();
+    case CpuIsa::kAvx2:
+      if (!has_avx2()) throw std::runtime_error("BackendOptions::cpu_isa = avx2, but this CPU lacks AVX2 or FMA");
+      return avx2_kernels();
+    case CpuIsa::kAvx512:
+      if (!has_avx512()) throw std::runtime_error("BackendOptions::cpu_isa = avx512, but this CPU lacks AVX-512F");
+      return avx512_kernels();
   }
-  if (asked == "generic") return generic_kernels();
-  if (asked == "avx2") {
-    if (!has_avx2()) throw std::runtime_error("FLASHOT_CPU_ISA=avx2 but this CPU lacks AVX2 or FMA");
-    return avx2_kernels();
-  }
-  if (asked == "avx512") {
-    if (!has_avx512()) throw std::runtime_error("FLASHOT_CPU_ISA=avx512 but this CPU lacks AVX-512F");
-    return avx512_kernels();
-  }
-  throw std::invalid_argument("FLASHOT_CPU_ISA must be generic, avx2 or avx512 (got '" + asked + "')");
+  throw std::invalid_argument("BackendOptions::cpu_isa: unknown value " + std::to_string(static_cast<int>(isa)));
 }
 
 }  // namespace flashot::cpu

@@ -30,9 +30,11 @@ void* allocate(std::size_t bytes) {
     cudaGetLastError();
     std::size_t free_bytes = 0, total_bytes = 0;
     cudaMemGetInfo(&free_bytes, &total_bytes);
+    int device = -1;
+    cudaGetDevice(&device);
     throw std::runtime_error("CUDA out of memory: asked for " + std::to_string(bytes) + " bytes, " +
                              std::to_string(free_bytes) + " of " + std::to_string(total_bytes) +
-                             " bytes free on the device");
+                             " bytes free on CUDA device " + std::to_string(device));
   }
   check(status, "cudaMalloc", __FILE__, __LINE__);
   const std::size_t now = held_bytes.fetch_add(bytes) + bytes;

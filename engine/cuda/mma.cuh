@@ -73,7 +73,7 @@ struct ScreenState {
   float floor_gap = 0;    // cut difference between the high and the low floor (0: one floor)
   int last_low = 0;       // 1: the launch that just ended ran screened with the low floor (the finish check's floor)
   int next_low = 0;       // 1: the next launch will (the prediction's and the cold check's floor)
-  // Totals over the site's life, for FLASHOT_SCREEN_REPORT=1 (printed when the backend is destroyed).
+  // Totals over the site's life, for Problem::statistics() (EngineStatistics).
   unsigned long long kept_total = 0, seen_total = 0;
 };
 

@@ -71,6 +71,11 @@ Communicators& Communicators::operator=(Communicators&& other) noexcept {
   return *this;
 }
 
+void Communicators::abort() noexcept {
+  for (ncclComm_t& comm : comms_)
+    if (comm != nullptr) ncclCommAbort(comm), comm = nullptr;
+}
+
 void Communicators::destroy() noexcept {
   // Destruction must not throw: a failed ncclCommDestroy leaves nothing further to release.
   for (ncclComm_t comm : comms_)

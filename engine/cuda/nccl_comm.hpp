@@ -43,6 +43,8 @@ class Communicators {
   std::size_t local_count() const { return comms_.size(); }
   /// Ranks in the communicator, all processes together.
   int ranks() const { return ranks_; }
+  /// ncclCommAbort on every communicator (collectives waiting in them return), after which none is usable.
+  void abort() noexcept;
 
  private:
   void destroy() noexcept;

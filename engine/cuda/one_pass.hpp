@@ -10,7 +10,7 @@ namespace flashot::detail::cuda {
 
 /// The one-pass step's sums are trusted in [2^-70, 2^100]: below, the entries that ex2.ftz flushed (< 2^-126) may
 /// exceed rounding; above, the sum nears overflow. Outside, the step is redone with the two-pass reductions. A
-/// screened sums pass may raise the lower end to floor_log2 (the backend's FLASHOT_SUMS_FLOOR): the higher it is,
+/// screened sums pass may raise the lower end to floor_log2 (the step's kSumsFloor, 2^-20): the higher it is,
 /// the more entries its screen may drop (each is compared with the floor, not with its own row's sum), and the more
 /// steps fall back. `screened` (device, may be null) says whether that floor applies: the finish kernel reads the
 /// sums site's ScreenState::last_low (did the pass just run screened with it?), the prediction and the cold check

@@ -83,7 +83,13 @@ class Backend {
   /// w_je·v_j, O((n+m)·k·chunk) memory; a backend can instead fuse it into one pass (a second dot product per tile).
   virtual void apply_bilinear(const PlanParams& p, Side rows, std::span<const float> u, std::span<const float> w,
                               std::size_t e, std::span<const float> v, std::size_t k, std::span<float> out) const;
+
+  /// What the adaptive kernels did so far (Problem::statistics); zero where there is nothing adaptive.
+  virtual EngineStatistics statistics() const { return {}; }
 };
+
+/// Adds the screened tiles of `more` to `into` (shards); the steps are taken from `into` (every shard takes the same).
+void add_screening(EngineStatistics& into, const EngineStatistics& more);
 
 /// The backend registry: the only place that knows whether CUDA was compiled in (engine/src/registry.cpp).
 /// Throws std::runtime_error when `kind` is kCuda and no CUDA device can be used, naming why.

@@ -50,6 +50,16 @@ std::string to_string(ScoreKernel k) {
   return "unknown";
 }
 
+std::string to_string(CpuIsa i) {
+  switch (i) {
+    case CpuIsa::kAuto: return "auto";
+    case CpuIsa::kGeneric: return "generic";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+  }
+  return "unknown";
+}
+
 std::string to_string(StopReason r) {
   switch (r) {
     case StopReason::kTolerance: return "tolerance";
@@ -89,6 +99,12 @@ ScoreKernel parse_score_kernel(const std::string& text) {
   for (ScoreKernel k : {ScoreKernel::kAuto, ScoreKernel::kRegister, ScoreKernel::kTiled, ScoreKernel::kTensor})
     if (to_string(k) == text) return k;
   throw std::invalid_argument("kernel must be auto, register, tiled or tensor (got '" + text + "')");
+}
+
+CpuIsa parse_cpu_isa(const std::string& text) {
+  for (CpuIsa i : {CpuIsa::kAuto, CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx512})
+    if (to_string(i) == text) return i;
+  throw std::invalid_argument("CPU instruction set must be auto, generic, avx2 or avx512 (got '" + text + "')");
 }
 
 }  // namespace flashot

@@ -147,6 +147,7 @@ std::size_t Problem::m() const { return impl_->m; }
 std::size_t Problem::d() const { return impl_->d; }
 std::string Problem::backend_name() const { return impl_->backend->name(); }
 std::string Problem::device_name() const { return impl_->backend->device(); }
+EngineStatistics Problem::statistics() const { return impl_->backend->statistics(); }
 
 SolveResult Problem::solve(const SolveOptions& options) {
   const Impl& p = *impl_;

@@ -58,6 +58,13 @@ class ShardedBackend final : public Backend {
 
   std::string name() const override { return children_.front()->name(); }
 
+  EngineStatistics statistics() const override {
+    // The host combination never takes the children's one-pass steps: only their screened tiles add up.
+    EngineStatistics total;
+    for (const auto& c : children_) add_screening(total, c->statistics());
+    return total;
+  }
+
   std::string device() const override {
     std::string shards = std::to_string(plan_.size()) + " row shards";
     std::vector<std::string> names;
@@ -345,6 +352,18 @@ class ShardedBackend final : public Backend {
 };
 
 }  // namespace
+
+void add_screening(EngineStatistics& into, const EngineStatistics& more) {
+  into.screened = into.screened || more.screened;
+  const auto add = [](ScreenSiteStatistics& a, const ScreenSiteStatistics& b) {
+    a.kept_tiles += b.kept_tiles;
+    a.seen_tiles += b.seen_tiles;
+    a.next_screened = a.next_screened || b.next_screened;
+  };
+  add(into.rows_lse, more.rows_lse);
+  add(into.columns_lse, more.columns_lse);
+  add(into.sums, more.sums);
+}
 
 std::unique_ptr<Backend> make_sharded_backend(const BackendOptions& options, const ProblemData& data,
                                               const BackendFactory& make_child) {

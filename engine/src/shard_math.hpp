@@ -4,10 +4,11 @@
 // With x's rows cut into shards S_1..S_G, a column's log-sum-exp over all rows is the log-sum-exp of the shards'
 // log-sum-exps: LSE_i∈∪S (t_i) = LSE_s (LSE_i∈S_s t_i). Stabilized by the max M = max_s L_s:
 //   L = M + log2 Σ_s 2^(L_s − M)            (base 2, as the kernels keep it)
-// which the NCCL path evaluates as two all-reduces over m-vectors: MAX of L_s, then SUM of 2^(L_s − M).
-// A shard with no mass in a column has L_s = −∞; a column with no mass anywhere stays at −∞ (its soft c-transform
-// is +∞, as on one device), never NaN. The same functions compile for CUDA device code (engine/cuda/nccl_*.cu) and
-// are unit-tested on the host, so the tested arithmetic is the arithmetic the devices run.
+// which the host combination evaluates (engine/src/shard_backend.cpp, through shard_plan.cpp). The devices gather
+// each shard's (max, sum) pair instead and merge the pairs as the finalize kernel merges a column's splits (the same
+// stabilized sum; engine/cuda/device_step.hpp). A shard with no mass in a column has L_s = −∞; a column with no
+// mass anywhere stays at −∞ (its soft c-transform is +∞, as on one device), never NaN. The functions also compile
+// for CUDA device code and are unit-tested on the host.
 
 #include <math.h>
 

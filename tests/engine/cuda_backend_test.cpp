@@ -11,7 +11,10 @@
 #include <tuple>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "../../engine/cuda/one_pass.hpp"
+#include "../../engine/src/backend.hpp"
 #include "../../engine/cuda/tiling.hpp"
 #include "backend_fixture.hpp"
 #include "problems.hpp"
@@ -294,7 +297,7 @@ TEST(CudaOnePassShift, AColdSolveShiftsTheStepsItCanAndMatchesTheReference) {
   // The benchmark's problem, smaller: N(0,1) points in d = 64 at ε = 0.1 from zero potentials. An fp64 simulation
   // (one_pass.hpp) predicts the third step's log2 sums in [-157, 1]: below the trusted 2^-70 but narrower than the
   // range, so that step runs in one pass with its sums shifted up rather than falling back.
-  // FLASHOT_ONEPASS_REPORT=1 makes the backend count its steps' outcomes and print them when it is destroyed.
+  // Problem::statistics() counts the steps' outcomes.
   FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
   const std::size_t n = 2000, d = 64;
   const std::vector<float> x = random_points(n, d, 41), y = random_points(n, d, 42);
@@ -304,25 +307,16 @@ TEST(CudaOnePassShift, AColdSolveShiftsTheStepsItCanAndMatchesTheReference) {
   o.tolerance = 0;
   o.max_iterations = 10;
   const ReferenceResult ref = reference_solve(PointsView{x, n, d}, PointsView{y, n, d}, w, w, o);
-  ASSERT_EQ(setenv("FLASHOT_ONEPASS_REPORT", "1", 1), 0);
-  testing::internal::CaptureStderr();
-  SolveResult r;
-  {
-    Problem problem(PointsView{x, n, d}, PointsView{y, n, d}, w, w, backend_options("cuda"));
-    r = problem.solve(o);
-  }
-  const std::string report = testing::internal::GetCapturedStderr();
-  unsetenv("FLASHOT_ONEPASS_REPORT");
+  Problem problem(PointsView{x, n, d}, PointsView{y, n, d}, w, w, backend_options("cuda"));
+  const SolveResult r = problem.solve(o);
   ASSERT_NE(r.reason, StopReason::kNonFinite) << r.message;
-  long long one_pass = -1, shifted = -1, skipped = -1, redone = -1;
-  const std::size_t at = report.find("flashot one-pass steps: ");
-  ASSERT_NE(at, std::string::npos) << report;
-  ASSERT_EQ(std::sscanf(report.c_str() + at,
-                        "flashot one-pass steps: %lld in one pass (%lld of them shifted), %lld skipped their sums, "
-                        "%lld redone",
-                        &one_pass, &shifted, &skipped, &redone),
-            4)
-      << report;
+  const EngineStatistics st = problem.statistics();
+  const long long one_pass = st.one_pass_steps, shifted = st.shifted_steps, skipped = st.skipped_steps,
+                  redone = st.redone_steps;
+  const std::string report = std::to_string(one_pass) + " in one pass (" + std::to_string(shifted) +
+                             " shifted), " + std::to_string(skipped) + " skipped, " + std::to_string(redone) +
+                             " redone";
+  std::printf("[ one-pass ] %s\n", report.c_str());
   EXPECT_EQ(one_pass + skipped + redone, 10) << report;
   EXPECT_GE(shifted, 1) << report;
   EXPECT_LE(rel_max_diff(r.f, ref.f), kDefaultPrecisionRelTol) << report;
@@ -391,24 +385,38 @@ TEST_P(CudaScreeningTest, ScreenedUnscreenedAndAdaptiveMatchTheReference) {
   o.tolerance = 0;
   o.max_iterations = 30;
   const ReferenceResult ref = reference_solve(p.xv(), p.yv(), p.a, p.b, o);
-  std::vector<SolveResult> results;
-  for (Screening screening : {Screening::kOn, Screening::kOff, Screening::kAuto}) {
-    BackendOptions options = backend_options("cuda");
-    options.screening = screening;
-    Problem problem(p.xv(), p.yv(), p.a, p.b, options);
-    results.push_back(problem.solve(o));
-    const SolveResult& r = results.back();
-    ASSERT_NE(r.reason, StopReason::kNonFinite) << to_string(screening) << ": " << r.message;
-    EXPECT_EQ(r.iterations, ref.iterations) << to_string(screening);
-    EXPECT_LE(rel_max_diff(r.f, ref.f), kDefaultPrecisionRelTol) << to_string(screening);
-    EXPECT_LE(rel_max_diff(r.g, ref.g), kDefaultPrecisionRelTol) << to_string(screening);
-    std::printf("[ screening] d=%zu blur=%g %s: f %.3g g %.3g relative to the fp64 reference\n", d, blur,
-                to_string(screening).c_str(), rel_max_diff(r.f, ref.f), rel_max_diff(r.g, ref.g));
+  // Both kernel families: on a Hopper GPU the warpgroup (wgmma) kernels, and the mma.sync ones other GPUs run.
+  for (bool warpgroup : {true, false}) {
+    std::vector<SolveResult> results;
+    for (Screening screening : {Screening::kOn, Screening::kOff, Screening::kAuto}) {
+      BackendOptions options = backend_options("cuda");
+      options.screening = screening;
+      options.cuda.warpgroup_kernels = warpgroup;
+      Problem problem(p.xv(), p.yv(), p.a, p.b, options);
+      results.push_back(problem.solve(o));
+      const SolveResult& r = results.back();
+      const std::string what = to_string(screening) + (warpgroup ? "" : ", mma.sync");
+      ASSERT_NE(r.reason, StopReason::kNonFinite) << what << ": " << r.message;
+      EXPECT_EQ(r.iterations, ref.iterations) << what;
+      EXPECT_LE(rel_max_diff(r.f, ref.f), kDefaultPrecisionRelTol) << what;
+      EXPECT_LE(rel_max_diff(r.g, ref.g), kDefaultPrecisionRelTol) << what;
+      const EngineStatistics st = problem.statistics();
+      EXPECT_EQ(st.screened, screening != Screening::kOff) << what;
+      for (const ScreenSiteStatistics* site : {&st.rows_lse, &st.columns_lse, &st.sums})
+        EXPECT_LE(site->kept_tiles, site->seen_tiles) << what;
+      if (screening == Screening::kOn) {
+        EXPECT_GT(st.rows_lse.seen_tiles, 0u) << what;
+      }
+      std::printf("[ screening] d=%zu blur=%g %s: f %.3g g %.3g relative to the fp64 reference; rows' LSE kept "
+                  "%llu of %llu warp tiles\n",
+                  d, blur, what.c_str(), rel_max_diff(r.f, ref.f), rel_max_diff(r.g, ref.g),
+                  st.rows_lse.kept_tiles, st.rows_lse.seen_tiles);
+    }
+    const std::vector<double> f_off(results[1].f.begin(), results[1].f.end());
+    const std::vector<double> g_off(results[1].g.begin(), results[1].g.end());
+    EXPECT_LE(rel_max_diff(results[0].f, f_off), kRerunRelTol);
+    EXPECT_LE(rel_max_diff(results[0].g, g_off), kRerunRelTol);
   }
-  const std::vector<double> f_off(results[1].f.begin(), results[1].f.end());
-  const std::vector<double> g_off(results[1].g.begin(), results[1].g.end());
-  EXPECT_LE(rel_max_diff(results[0].f, f_off), kRerunRelTol);
-  EXPECT_LE(rel_max_diff(results[0].g, g_off), kRerunRelTol);
 }
 
 INSTANTIATE_TEST_SUITE_P(DimensionsAndBlurs, CudaScreeningTest,
@@ -441,12 +449,21 @@ TEST(CudaBackend, ScreenedSmallSparseProblemMatchesTheReference) {
   FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
   const TestProblem p = make_problem({.n = 300, .m = 260, .d = 64, .seed = 44, .random_weights = true});
   const SolveOptions o = sparse_scaling(12);
-  Problem problem(p.xv(), p.yv(), p.a, p.b, screened_cuda());
-  const SolveResult r = problem.solve(o);
   const ReferenceResult ref = reference_solve(p.xv(), p.yv(), p.a, p.b, o);
-  ASSERT_NE(r.reason, StopReason::kNonFinite) << r.message;
-  EXPECT_LE(rel_max_diff(r.f, ref.f), kDefaultPrecisionRelTol);
-  EXPECT_LE(rel_max_diff(r.g, ref.g), kDefaultPrecisionRelTol);
+  for (bool warpgroup : {true, false}) {
+    BackendOptions options = screened_cuda();
+    options.cuda.warpgroup_kernels = warpgroup;
+    Problem problem(p.xv(), p.yv(), p.a, p.b, options);
+    const SolveResult r = problem.solve(o);
+    ASSERT_NE(r.reason, StopReason::kNonFinite) << r.message;
+    EXPECT_LE(rel_max_diff(r.f, ref.f), kDefaultPrecisionRelTol) << "warpgroup " << warpgroup;
+    EXPECT_LE(rel_max_diff(r.g, ref.g), kDefaultPrecisionRelTol) << "warpgroup " << warpgroup;
+    const EngineStatistics st = problem.statistics();
+    EXPECT_TRUE(st.screened);
+    EXPECT_GT(st.rows_lse.seen_tiles, 0u);
+    EXPECT_LE(st.rows_lse.kept_tiles, st.rows_lse.seen_tiles);
+    EXPECT_TRUE(st.rows_lse.next_screened);  // pinned on
+  }
 }
 
 // Screening pinned on with tens of column tiles per block, rows and columns of several row blocks and splits, and
@@ -462,12 +479,16 @@ TEST(CudaBackend, ScreenedManyTilesMatchTheCpuBackend) {
   const SolveResult rg = gpu.solve(o);
   ASSERT_NO_FATAL_FAILURE(expect_potentials_match_cpu(rg, rc));
   EXPECT_NE(rg.device.find("screened"), std::string::npos) << rg.device;
-  // On a Hopper GPU the screened sites run the warpgroup (wgmma) kernels unless FLASHOT_WGMMA=0 asks otherwise
-  // (scripts/gpu-check.sh runs the screened cases both ways).
-  const char* wgmma = std::getenv("FLASHOT_WGMMA");
-  if (rg.device.find("(sm_90)") != std::string::npos && !(wgmma != nullptr && std::string(wgmma) == "0")) {
+  // On a Hopper GPU the screened sites run the warpgroup (wgmma) kernels unless CudaTuning asks otherwise.
+  if (rg.device.find("(sm_90)") != std::string::npos) {
     EXPECT_NE(rg.device.find("(warpgroup)"), std::string::npos) << rg.device;
   }
+  BackendOptions mma_sync = screened_cuda();
+  mma_sync.cuda.warpgroup_kernels = false;
+  Problem older(p.xv(), p.yv(), p.a, p.b, mma_sync);
+  const SolveResult rm = older.solve(o);
+  ASSERT_NO_FATAL_FAILURE(expect_potentials_match_cpu(rm, rc));
+  EXPECT_EQ(rm.device.find("(warpgroup)"), std::string::npos) << rm.device;
 }
 
 TEST(CudaBackend, ApplyWithThousandsOfColumnsMatchesTheDensePlan) {
@@ -519,6 +540,34 @@ TEST(CudaBackend, AMissingDeviceOrdinalIsAnErrorNamingIt) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("1000"), std::string::npos) << e.what();
   }
+}
+
+// Out of memory is refused before any upload, naming what the problem needs and what the device has. The points
+// live in an address range that is reserved, never touched (MAP_NORESERVE): the refusal reads only the sizes, so
+// the test needs no host memory for 2 × 60M points in d = 128 (~190 GB on the device by step_resident_bytes).
+TEST(CudaBackend, AProblemLargerThanTheDeviceIsRefusedNamingWhatItNeeds) {
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const std::size_t n = 60'000'000, d = 128;
+  const std::size_t bytes = (2 * n * d + 2 * n) * sizeof(float);
+  void* reserved = mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(reserved, MAP_FAILED) << "could not reserve " << bytes << " bytes of address space";
+  const float* base = static_cast<const float*>(reserved);
+  const detail::ProblemData data{{std::span<const float>(base, n * d), n, d},
+                                 {std::span<const float>(base + n * d, n * d), n, d},
+                                 std::span<const float>(base + 2 * n * d, n),
+                                 std::span<const float>(base + 2 * n * d + n, n)};
+  std::string message;
+  try {
+    (void)detail::make_backend(backend_options("cuda"), data);  // the registry: defined in every build
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  munmap(reserved, bytes);
+  ASSERT_FALSE(message.empty()) << "a 60M x 60M, d = 128 problem was accepted";
+  EXPECT_NE(message.find("out of memory"), std::string::npos) << message;
+  EXPECT_NE(message.find("need about"), std::string::npos) << message;
+  EXPECT_NE(message.find("MiB free of"), std::string::npos) << message;
+  EXPECT_NE(message.find("CUDA device 0"), std::string::npos) << message;
 }
 
 }  // namespace

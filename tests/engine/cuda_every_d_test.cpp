@@ -41,7 +41,7 @@ TEST_P(CudaEveryDTest, EveryFamilyThatServesDMeetsTheAccuracyBar) {
        {ScoreKernel::kAuto, ScoreKernel::kRegister, ScoreKernel::kTiled, ScoreKernel::kTensor}) {
     if ((kernel == ScoreKernel::kRegister && d > 16) || (kernel == ScoreKernel::kTensor && d > 128)) continue;
     BackendOptions options = backend_options("cuda");
-    options.kernel = kernel;
+    options.cuda.kernel = kernel;
     Problem problem(p.xv(), p.yv(), p.a, p.b, options);
     const SolveResult r = problem.solve(o);
     ASSERT_NE(r.reason, StopReason::kNonFinite) << to_string(kernel) << ": " << r.message;
@@ -58,7 +58,7 @@ TEST(CudaEveryD, AFamilyThatCannotServeDIsRefusedByName) {
   FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
   const TestProblem p = make_problem({.n = 50, .m = 60, .d = 20, .seed = 3});
   BackendOptions options = backend_options("cuda");
-  options.kernel = ScoreKernel::kRegister;
+  options.cuda.kernel = ScoreKernel::kRegister;
   try {
     Problem problem(p.xv(), p.yv(), p.a, p.b, options);
     FAIL() << "the register kernels accepted d = 20";

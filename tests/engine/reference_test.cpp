@@ -181,7 +181,7 @@ namespace flashot::test {
 namespace {
 
 // The CPU kernels exist once per instruction set (engine/cpu/kernels_<isa>.cpp) and the widest one the CPU has is
-// picked at run time, so a test run covers only that one unless FLASHOT_CPU_ISA narrows the choice: try them all.
+// picked at run time, so a test run covers only that one unless BackendOptions::cpu_isa narrows the choice: try them all.
 TEST(CpuInstructionSets, EveryOneThisCpuRunsMatchesTheReference) {
   const TestProblem p = make_problem({.n = 130, .m = 110, .d = 50, .seed = 51, .spread = 0.2, .offset = 0.05});
   const TestProblem q = make_problem({.n = 150, .m = 140, .d = 3, .seed = 52, .random_weights = true});
@@ -193,15 +193,17 @@ TEST(CpuInstructionSets, EveryOneThisCpuRunsMatchesTheReference) {
   cpu.backend = BackendKind::kCpu;
   struct Isa {
     const char* name;
+    CpuIsa isa;
     bool present;
   };
-  const Isa isas[] = {{"generic", true},
-                      {"avx2", __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")},
-                      {"avx512", __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
-                                     __builtin_cpu_supports("fma")}};
+  const Isa isas[] = {{"generic", CpuIsa::kGeneric, true},
+                      {"avx2", CpuIsa::kAvx2, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")},
+                      {"avx512", CpuIsa::kAvx512,
+                       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+                           __builtin_cpu_supports("fma")}};
   for (const Isa& isa : isas) {
     if (!isa.present) continue;
-    setenv("FLASHOT_CPU_ISA", isa.name, 1);
+    cpu.cpu_isa = isa.isa;
     for (const TestProblem* t : {&p, &q}) {
       Problem problem(t->xv(), t->yv(), t->a, t->b, cpu);
       EXPECT_NE(problem.device_name().find(isa.name), std::string::npos) << problem.device_name();
@@ -216,7 +218,18 @@ TEST(CpuInstructionSets, EveryOneThisCpuRunsMatchesTheReference) {
           << isa.name << " d = " << t->d;
     }
   }
-  unsetenv("FLASHOT_CPU_ISA");
+}
+
+TEST(CpuInstructionSets, AnUnknownOrMissingSetIsRefused) {
+  EXPECT_THROW((void)parse_cpu_isa("sse9"), std::invalid_argument);
+  EXPECT_EQ(parse_cpu_isa("avx2"), CpuIsa::kAvx2);
+  if (!__builtin_cpu_supports("avx512f")) {
+    const TestProblem p = make_problem({.n = 10, .m = 10, .d = 3, .seed = 53});
+    BackendOptions cpu;
+    cpu.backend = BackendKind::kCpu;
+    cpu.cpu_isa = CpuIsa::kAvx512;
+    EXPECT_THROW(Problem(p.xv(), p.yv(), p.a, p.b, cpu), std::runtime_error);
+  }
 }
 
 }  // namespace

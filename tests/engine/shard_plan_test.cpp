@@ -196,8 +196,10 @@ TEST(ShardCombine, MassSharesAreTheShardsFractionOfTheColumn) {
 }
 
 TEST(ShardCombine, DeviceTwoAllReduceFormMatchesTheTruthInFp32) {
-  // What each device does with its m-vector of base-2 LSEs L_s: all-reduce MAX → M; e_s = lse_share(L_s, M);
-  // all-reduce SUM → S; L = lse_total(M, S). Emulated here in fp32, with shards lacking mass in some columns.
+  // The combination in fp32, from each shard's m-vector of base-2 LSEs L_s: M = max_s L_s; e_s = lse_share(L_s, M);
+  // S = Σ_s e_s; L = lse_total(M, S), with shards lacking mass in some columns. (The devices gather each shard's
+  // (max, sum) pair instead and merge the pairs as the finalize kernel merges splits: the same arithmetic with
+  // the shard's sum carried along; DeviceStep, engine/cuda/device_step.hpp.)
   std::mt19937_64 rng(43);
   std::normal_distribution<float> normal(0.0f, 300.0f);
   const int shards = 4;

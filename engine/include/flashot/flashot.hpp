@@ -44,6 +44,9 @@ enum class Screening { kAuto, kOff, kOn };
 /// d ≤ 16), kTiled (fp32 tiles, any d), kTensor (tensor cores, d ≤ 128, not with Precision::kFp32). The CPU
 /// backend ignores it.
 enum class ScoreKernel { kAuto, kRegister, kTiled, kTensor };
+/// Instruction set of the CPU backend's kernels (engine/cpu/kernels_<isa>.cpp). kAuto: the widest this CPU runs.
+/// Naming one the CPU lacks makes the Problem throw std::runtime_error.
+enum class CpuIsa { kAuto, kGeneric, kAvx2, kAvx512 };
 /// Why a solve stopped.
 enum class StopReason {
   kTolerance,        ///< marginal error ≤ tolerance at a check of the final ε stage: converged
@@ -61,12 +64,14 @@ std::string to_string(Precision);
 std::string to_string(Screening);
 std::string to_string(ScoreKernel);
 std::string to_string(StopReason);
+std::string to_string(CpuIsa);
 /// Parse the names printed by to_string ("cpu", "symmetric", …). Throws std::invalid_argument naming the text.
 BackendKind parse_backend(const std::string&);
 Scheme parse_scheme(const std::string&);
 Precision parse_precision(const std::string&);
 Screening parse_screening(const std::string&);
 ScoreKernel parse_score_kernel(const std::string&);
+CpuIsa parse_cpu_isa(const std::string&);
 
 /// Reported to the progress callback at every marginal-error check.
 struct Progress {
@@ -80,6 +85,20 @@ struct Progress {
 /// Return false to stop the solve; it then ends with StopReason::kCancelled (not an exception).
 using ProgressCallback = std::function<bool(const Progress&)>;
 
+/// Kernel choices of the CUDA backend a caller may change (docs/engine.md, "Tuning and statistics"). The defaults
+/// are what the benchmarks settled on; results agree within fp32 rounding whatever is chosen. Plain types only.
+/// Nothing here is read from the environment: the engine has no environment switches (the MPI launchers' rank
+/// variables read by process_group_from_environment() describe the job, not the engine's arithmetic).
+struct CudaTuning {
+  /// On a Hopper GPU with an sm_90a build, the split-fp16 tensor-core sites run the warpgroup (wgmma) kernels;
+  /// false keeps the mma.sync kernels there too (comparisons; scripts/gpu-check.sh runs the screened tests both
+  /// ways). Ignored elsewhere.
+  bool warpgroup_kernels = true;
+  /// Forces a score kernel family (benchmarks and the dispatch table: `flashot bench --kernel`); kAuto, the
+  /// measured choice, everywhere else. A family that cannot serve d makes the Problem throw std::invalid_argument.
+  ScoreKernel kernel = ScoreKernel::kAuto;
+};
+
 /// Where the problem lives and how it computes. Fixed when the Problem is built.
 struct BackendOptions {
   BackendKind backend = BackendKind::kAuto;  ///< kAuto: CUDA when a device is present, else CPU
@@ -87,8 +106,8 @@ struct BackendOptions {
   int device = 0;                            ///< CUDA device ordinal
   Precision precision = Precision::kDefault;
   Screening screening = Screening::kAuto;
-  /// Forces a kernel family (benchmarks only; kAuto everywhere else). A family that cannot serve d throws.
-  ScoreKernel kernel = ScoreKernel::kAuto;
+  CpuIsa cpu_isa = CpuIsa::kAuto;  ///< the CPU backend's kernels (tests, comparisons)
+  CudaTuning cuda;                 ///< the CUDA backend's kernel choices
   // ---- Sharding one problem over several devices (docs/multi-gpu.md) ----------------------------------------
   /// CUDA device ordinals to spread one problem over. Empty or one entry: one device (`device`, or that entry).
   /// Several: the rows of x are cut into devices.size() contiguous balanced shards, one per device; each device
@@ -179,6 +198,24 @@ struct SolveResult {
   std::string device;   ///< e.g. "2 threads, AVX2" or "NVIDIA H200 (sm_90)"
 };
 
+/// What the CUDA backend's adaptive kernels did since the Problem was built (Problem::statistics). Counts, never
+/// timings; zero on the CPU backend. Over several shards: the steps once (every shard takes the same steps), the
+/// screened tiles summed over the shards this process drives.
+struct ScreenSiteStatistics {
+  unsigned long long kept_tiles = 0;  ///< warp tiles that the screened kernels summed
+  unsigned long long seen_tiles = 0;  ///< warp tiles that the screened kernels looked at
+  bool next_screened = false;         ///< whether the site's next launch runs screened (else dense)
+};
+struct EngineStatistics {
+  /// Symmetric one-exponential steps (docs/engine.md): stood in one pass (of which `shifted_steps` with a shift),
+  /// skipped their sums (the forecast or the cold probe sent them to the two-pass reductions), or computed their
+  /// sums and were redone.
+  long long one_pass_steps = 0, shifted_steps = 0, skipped_steps = 0, redone_steps = 0;
+  /// Tile screening (Screening) of the three sites; all zero when the problem is not screened.
+  bool screened = false;
+  ScreenSiteStatistics rows_lse, columns_lse, sums;
+};
+
 /// Class mass per point after transporting labels through the plan.
 struct LabelTransfer {
   std::size_t points = 0;
@@ -218,6 +255,8 @@ class Problem {
   std::size_t d() const;
   std::string backend_name() const;  ///< "cpu" / "cuda"
   std::string device_name() const;
+  /// What the backend's adaptive kernels did so far (EngineStatistics; zero on the CPU).
+  EngineStatistics statistics() const;
 
   /// Runs the ε-scaling (or fixed-ε) Sinkhorn loop. Throws std::invalid_argument for bad options (ε ≤ 0,
   /// scaling ∉ (0,1), negative reach, …). Non-convergence and non-finite values are reported, not thrown.

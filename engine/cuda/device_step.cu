@@ -1,0 +1,989 @@
+// The per-device step (device_step.hpp): points, weights and potentials resident on one device, every operation a
+// streaming kernel on the step's own stream, and the iterations replayed as one CUDA graph of `count` iterations on
+// one device (no host round-trip per iteration), or launched one by one between the shards' collectives on several
+// (docs/multi-gpu.md).
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "apply_mma.cuh"
+#include "backend.hpp"
+#include "device_buffer.hpp"
+#include "dispatch.hpp"
+#include "error.hpp"
+#include "kernels.cuh"
+#include "mma.cuh"
+#include "nccl_combine.cuh"
+#include "device_step.hpp"
+
+namespace flashot::detail {
+namespace cuda {
+namespace {
+
+/// The screened one-pass sums are trusted down to 2^-kSumsFloor (settled: floors from 20 to 70 were measured): their screen then
+/// drops each entry below 2^-(26 + kSumsFloor + log2 max(m, 1/min b)) instead of 2^-(96 + …). H200, n = 100k,
+/// d = 64, ε = 0.1, 10 iterations: 81.0 ms (floor 70, the dense sums' range), 72.9 (40), 73.0 (30), 71.4 (20): the
+/// sums keep 9% of their warp tiles instead of 19%, against two more fallen-back steps (docs/benchmarks.md).
+constexpr float kSumsFloor = 20.f;
+/// A screened site keeps screening while it keeps at most this share of the warp tiles (settled: 35 and 25 measured
+/// no different at 10k and 100k, sixth session, docs/benchmarks.md).
+constexpr int kScreenPaysPercent = 50;
+
+/// Host-side copy of one side with the per-point values the kernels need.
+struct HostSide {
+  std::vector<float> points, norm2, logw, weight;
+  float largest = 0;   // max |coordinate| (the tensor-core operands' scale)
+  float max_norm = 0;  // max ‖p‖ (the tile screen's error bound)
+};
+
+HostSide prepare_side(const PointsView& p, std::span<const float> w) {
+  HostSide side;
+  side.points.resize(p.n * p.d);
+  side.norm2.resize(p.n);
+  for (std::size_t i = 0; i < p.n; ++i) {
+    double norm = 0;
+    for (std::size_t k = 0; k < p.d; ++k) {
+      const float c = p.data[i * p.d + k];
+      side.points[i * p.d + k] = c;
+      norm += double(c) * c;
+      side.largest = std::max(side.largest, std::abs(c));
+    }
+    side.norm2[i] = static_cast<float>(norm);
+    side.max_norm = std::max(side.max_norm, static_cast<float>(std::sqrt(norm)));
+  }
+  if (!w.empty()) {
+    side.weight.assign(w.begin(), w.end());
+    side.logw.resize(w.size());
+    std::transform(w.begin(), w.end(), side.logw.begin(),
+                   [](float v) { return v > 0 ? std::log(v) : -INFINITY; });
+  }
+  return side;
+}
+
+/// The tensor-core operands' convention: a power of two that puts the largest |coordinate| in [128, 256) — far from
+/// fp16's overflow (65504) and keeping the low halves of a split out of the subnormal range. Only the exponent
+/// changes. 1 when there is nothing finite to scale.
+float operand_scale(float largest) {
+  return largest > 0 && std::isfinite(largest) ? std::ldexp(1.0f, 7 - std::ilogb(largest)) : 1.0f;
+}
+
+struct GraphKey {
+  double epsilon = 0, cost_scale = 0, damping_f = 0, damping_g = 0;
+  Scheme scheme = Scheme::kSymmetric;
+  int count = 0;
+  const int* flags = nullptr;  // the scratch the graph was captured with (reserve may move it)
+  const void* forecasts = nullptr;
+  bool operator==(const GraphKey&) const = default;
+};
+
+}  // namespace
+
+/// DeviceStep's state and operations (device_step.hpp has the contract).
+class DeviceStep::Impl {
+ public:
+  Impl(const BackendOptions& options, int device, const ProblemData& data, std::size_t rows_total,
+       const ShardLink* link, float largest);
+  ~Impl();
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  int device_id() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  std::string device() const;
+  EngineStatistics statistics() const;
+  void set_potentials(std::span<const float> f, std::span<const float> g);
+  void get_potentials(std::span<float> f, std::span<float> g) const;
+  bool iterate(const IterationParams& p, int count);
+  void softmin(const PlanParams& p, Side rows, std::span<float> out) const;
+  void apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k, bool normalized,
+             std::span<float> out) const;
+  void apply_queries(const PlanParams& p, Side from, PointsView q, std::span<const float> v, std::size_t k,
+                     std::span<float> out) const;
+  void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns, std::span<float> values) const;
+  bool apply_bilinear(const PlanParams& p, Side rows, std::span<const float> u, std::span<const float> w,
+                      std::size_t e, std::span<const float> v, std::size_t k, std::span<float> out) const;
+
+ private:
+  /// The column-side LSE partials of a pass over this shard's rows (splits × count), in the form the finalize kernel
+  /// merges: as they are on one device; on several, each shard's splits merged into one (max, sum) pair per column
+  /// and the pairs of every shard gathered (shards × count): the finalize kernel's merge of them is the exact
+  /// combination of docs/multi-gpu.md. guard (may be null): the merge is skipped unless *guard (its result is unused).
+  FinalizeSide columns(FinalizeSide side, const int* guard = nullptr) const {
+    if (link_ == nullptr) return side;
+    colmine_.reserve(side.count);
+    colall_.reserve(std::size_t(side.count) * link_->shards());
+    launch_merge_partials(side.partials, side.splits, side.count, colmine_.get(), guard, stream_);
+    link_->gather(colmine_.get(), colall_.get(), side.count, stream_);
+    side.partials = colall_.get();
+    side.splits = link_->shards();
+    return side;
+  }
+  /// Sums `count` floats of a column-side result over the shards (nothing on one device).
+  void sum_columns(float* data, std::size_t count) const {
+    if (link_ != nullptr) link_->sum(data, count, stream_);
+  }
+  /// Makes forecasts_[index] the same on every shard: the widest predicted range, skip or fall-back where any shard
+  /// says so, the highest floor (nothing on one device).
+  void combine_forecast(int index) const;
+  // The constructor's steps. Out of memory is refused before any upload, naming what the problem needs and what the
+  // device has (step_resident_bytes against cudaMemGetInfo).
+  void refuse_if_too_large(const BackendOptions& options, const ProblemData& data) const;
+  /// Points, per-point values, zero potentials and the cold probe's samples.
+  void upload(const ProblemData& data, const HostSide& hx, const HostSide& hy);
+  /// The tensor-core operands (converted on the device from the uploaded points) and the warpgroup kernels' tiles.
+  void prepare_operands(const BackendOptions& options, const HostSide& hx, const HostSide& hy, float largest);
+  /// The three screened sites (ScreenState) and their seeds.
+  void prepare_screening(const BackendOptions& options, std::span<const float> b);
+  /// The reduction plans and the iteration's scratch, sized once so that captured graphs stay valid.
+  void prepare_iteration(int sms);
+
+  using DevSide = cuda::PointSet;
+  DevSide x_side() const { return {x_.get(), xn_.get(), loga_.get(), a_.get(), n_, fp32_kernel_}; }
+  DevSide y_side() const { return {y_.get(), yn_.get(), logb_.get(), b_.get(), m_, fp32_kernel_}; }
+  void enqueue_iteration(const IterationParams& p, int index, int count);
+  /// LSE partials of the rows of x (x_rows) or y against the other side, on the path chosen for this problem.
+  /// biases_ready: the warpgroup kernels' column biases of h are already computed (else this launches that first).
+  void side_lse(bool x_rows, const float* h, const Scale& sc, const ReductionPlan& plan, float2* partials,
+                const int* guard, bool biases_ready = false) const;
+  /// rows.count values of LSE2 over `cols` with potential h into lse (device), using partial buffer `partials`.
+  /// combine: `cols` is this shard's rows of x (the result then covers all shards).
+  void row_lse2(const DevSide& rows, const DevSide& cols, const float* h, const Scale& sc,
+                DeviceBuffer<float2>& partials, float* lse, bool combine = false) const;
+  void sync() const { FLASHOT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  /// *skip = whether the first one-pass step from zero potentials would leave the sums' range, judged on a sample
+  /// of rows and columns (cold_x_ / cold_y_); enqueued on the stream.
+  void cold_probe(const IterationParams& p, int* skip) const;
+  /// Adds the outcome of the last launch's `count` one-pass steps to tally_ (statistics()).
+  void tally_steps(int count);
+  /// lse (device, rows' count) = the LSE2 that shifts the plan weights of side `source`'s rows: from the tensor
+  /// cores when they serve this problem (the scores the weights are then formed from), else in fp32.
+  void plan_shift(bool source, const Scale& sc, float* lse) const;
+  /// out (r.count × k) += Σ_j exp2(score_ij − lse2_i) [⟨u_i, w_j⟩] V_j on the tensor cores, V (device, c.count × k);
+  /// wsum += the weights' row sums.
+  void apply_mma_pass(bool source, const Scale& sc, const float* lse, const float* v, int k,
+                      const MmaBilinear* bilinear, float* out, float* wsum) const;
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  const ShardLink* link_ = nullptr;  // the other shards' collectives; null on one device
+  std::size_t rows_total_ = 0;       // x's rows over all shards (the column chunks of apply must agree)
+  mutable DeviceBuffer<float2> colmine_, colall_;  // columns(): this shard's merged pairs, every shard's
+  int resident_blocks_ = 0;
+  std::string device_name_;
+  Precision precision_ = Precision::kDefault;
+  int n_ = 0, m_ = 0, d_ = 0;
+  bool one_pass_ = true;  // every weight > 0: the one-exponential symmetric step is usable
+  bool cold_ = true;      // the potentials are all zero (a cold start): see cold_probe()
+  bool use_mma_ = false;  // tensor-core scores for the soft c-transforms
+  // The family that evaluates the scores (dispatch.hpp), the same on every shard (chosen from all of x's rows).
+  ScoreKernel kernel_ = ScoreKernel::kAuto;
+  int fp32_kernel_ = 0;  // PointSet::fp32_kernel of both sides
+  DeviceBuffer<std::uint16_t> xhi_, xlo_, yhi_, ylo_;
+  // Warpgroup kernels: each side's operands as column tiles, and its column biases of the current pass.
+  DeviceBuffer<std::uint8_t> xtiles_, ytiles_;
+  DeviceBuffer<float> xbias_, ybias_;
+  MmaOperands xop_, yop_;
+  // Screened sites of the split operands (ScreenState; empty otherwise): 0 rows' LSE, 1 columns' LSE, 2 sums.
+  mutable DeviceBuffer<cuda::ScreenState> screen_;
+  mutable DeviceBuffer<int> seeds_x_, seeds_y_;  // each row's best column so far (launch_lse_mma)
+  float sums_reach_ = 0;
+  // The screened one-pass sums' trusted lower end (log2); kSumsMinLog2 where the sums run dense.
+  float sums_floor_ = -kSumsFloor;
+  cuda::ScreenState* screen_site(int site) const { return screen_.size() > 0 ? screen_.get() + site : nullptr; }
+  /// Device flag of the sums site: whether its next launch will run screened (next) or its last one did; null
+  /// without screening (the sums' floor then stays kSumsMinLog2).
+  const int* sums_screened(bool next) const {
+    cuda::ScreenState* st = screen_site(2);
+    return st == nullptr ? nullptr : next ? &st->next_low : &st->last_low;
+  }
+
+  DeviceBuffer<float> x_, y_, xn_, yn_, loga_, logb_, a_, b_, f_, g_;
+  // Up to kColdSample evenly spaced points of each side ((points, ‖p‖², ln w, w) packed), for cold_probe().
+  DeviceBuffer<float> cold_x_, cold_y_;
+  int cold_nx_ = 0, cold_ny_ = 0;
+  mutable DeviceBuffer<float2> cold_part_;
+  mutable DeviceBuffer<float> cold_out_;
+  DevSide cold_side(bool x) const {
+    const float* base = x ? cold_x_.get() : cold_y_.get();
+    const int c = x ? cold_nx_ : cold_ny_;
+    return {base, base + std::size_t(c) * d_, base + std::size_t(c) * (d_ + 1), base + std::size_t(c) * (d_ + 2), c};
+  }
+  // Iteration scratch, sized once so that captured graphs stay valid.
+  ReductionPlan plan_rows_, plan_cols_, plan_sums_;
+  DeviceBuffer<float2> part_rows_, part_cols_;
+  DeviceBuffer<float> tmp_f_, tmp_g_, rsum_, csum_;
+  // [0]: non-finite seen; [1 + k]: iteration k's one-pass step must be redone.
+  DeviceBuffer<int> flags_;
+  // [k]: the forecast iteration k's one-pass step goes by (skip, shift: sums_step), written by iteration k − 1's
+  // commit; [0] by the host before each launch, outside the graph (and the cold check: a cold start far from ε
+  // skips); [count]: the next launch's first step's.
+  DeviceBuffer<SumsForecast> forecasts_;
+  bool carry_forecast_ = false;  // forecasts_[count] is for the potentials as the last launch left them
+  // The symmetric one-pass steps so far, by outcome (tally_steps; statistics()).
+  struct {
+    long long one_pass = 0, shifted = 0, skipped = 0, redone = 0;
+  } tally_;
+  bool capture_ = true;  // iterations captured as a graph (one device); launched one by one between collectives
+  cudaGraphExec_t graph_ = nullptr;
+  GraphKey graph_key_;
+  // Operation scratch (grown on demand).
+  mutable DeviceBuffer<float2> part_ops_;
+  mutable DeviceBuffer<float> lse_, wsum_, vin_, out_, queries_, query_norm2_, softmin_out_;
+  mutable DeviceBuffer<std::int32_t> topk_columns_;
+  mutable DeviceBuffer<int> op_flag_;  // non-finite flag of the operations (not reported: they return values)
+  // Tensor-core plan application: split fp16 values and bilinear operands.
+  mutable DeviceBuffer<std::uint16_t> vhi_, vlo_, uhi_, ulo_, whi_, wlo_;
+  mutable DeviceBuffer<float> vinv_, uin_, win_;
+  mutable DeviceBuffer<unsigned> vmax_;
+};
+
+
+/// Points per side that cold_probe() reduces.
+constexpr int kColdSample = 128;
+
+DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemData& data, std::size_t rows_total,
+                       const ShardLink* link, float largest)
+    : device_(device),
+      link_(link),
+      rows_total_(rows_total),
+      precision_(options.precision),
+      n_(static_cast<int>(data.x.n)),
+      m_(static_cast<int>(data.y.n)),
+      d_(static_cast<int>(data.x.d)),
+      kernel_(choose_kernel(d_, static_cast<std::int64_t>(rows_total), m_, options.precision, options.cuda.kernel)) {
+  capture_ = link_ == nullptr;
+  const int devices = cuda_device_count();
+  if (device_ < 0 || device_ >= devices) {
+    throw std::runtime_error("CUDA device " + std::to_string(device_) + " asked for, but " +
+                             std::to_string(devices) + " CUDA device(s) are usable on this machine");
+  }
+  if (data.x.n > std::size_t(INT32_MAX) || data.y.n > std::size_t(INT32_MAX)) {
+    throw std::invalid_argument("the CUDA backend takes at most 2^31-1 points per side (got " +
+                                std::to_string(std::max(data.x.n, data.y.n)) + ")");
+  }
+  DeviceScope scope(device_);
+  cudaDeviceProp prop{};
+  FLASHOT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  device_name_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+  refuse_if_too_large(options, data);
+  resident_blocks_ = prop.multiProcessorCount * 4;
+  FLASHOT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  try {
+    // Problem hands over clouds already centred (the expanded score 2⟨x,y⟩ − ‖y‖² then has no large common offset).
+    const HostSide hx = prepare_side(data.x, data.a);
+    const HostSide hy = prepare_side(data.y, data.b);
+    upload(data, hx, hy);
+    use_mma_ = kernel_ == ScoreKernel::kTensor;
+    fp32_kernel_ = kernel_ == ScoreKernel::kRegister ? register_width(d_) : 0;
+    if (use_mma_) {
+      prepare_operands(options, hx, hy, largest);
+      if (xop_.mode == MmaMode::kSplitFp16 && options.screening != Screening::kOff) prepare_screening(options, data.b);
+    }
+    prepare_iteration(prop.multiProcessorCount);
+    sync();
+  } catch (...) {
+    // The destructor does not run for a constructor that throws: the stream goes here (the buffers free themselves).
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+    throw;
+  }
+}
+
+void DeviceStep::Impl::refuse_if_too_large(const BackendOptions& options, const ProblemData& data) const {
+  // Out of memory is refused up front, naming what the problem needs and what the device has, before any upload.
+  const bool tensor = kernel_ == ScoreKernel::kTensor;
+  const bool split = tensor && precision_ != Precision::kBf16 && precision_ != Precision::kTf32;
+  const std::size_t need =
+      step_resident_bytes(data.x.n, data.y.n, data.x.d, tensor, split,
+                          split && options.cuda.warpgroup_kernels && warpgroup_kernels_available());
+  std::size_t free_bytes = 0, total_bytes = 0;
+  FLASHOT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (need > free_bytes) {
+    const auto mib = [](std::size_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; };
+    throw std::runtime_error(
+        "CUDA out of memory: this problem's " + std::to_string(data.x.n) + " x " + std::to_string(data.y.n) +
+        " points in d = " + std::to_string(data.x.d) + (link_ != nullptr ? " (one row shard)" : "") +
+        " need about " + mib(need) + " on CUDA device " + std::to_string(device_) + " (" + device_name_ +
+        "), which has " + mib(free_bytes) + " free of " + mib(total_bytes) +
+        "; spread the rows over more GPUs (BackendOptions::devices, --gpus) or use a smaller problem");
+  }
+}
+
+void DeviceStep::Impl::upload(const ProblemData& data, const HostSide& hx, const HostSide& hy) {
+  one_pass_ = std::all_of(data.a.begin(), data.a.end(), [](float v) { return v > 0; }) &&
+              std::all_of(data.b.begin(), data.b.end(), [](float v) { return v > 0; });
+  x_.upload(std::span<const float>(hx.points), stream_);
+  y_.upload(std::span<const float>(hy.points), stream_);
+  xn_.upload(std::span<const float>(hx.norm2), stream_);
+  yn_.upload(std::span<const float>(hy.norm2), stream_);
+  loga_.upload(std::span<const float>(hx.logw), stream_);
+  logb_.upload(std::span<const float>(hy.logw), stream_);
+  a_.upload(std::span<const float>(hx.weight), stream_);
+  b_.upload(std::span<const float>(hy.weight), stream_);
+  if (one_pass_) {
+    const auto sample = [&](const HostSide& h, int count, DeviceBuffer<float>& out) {
+      const int c = std::min(count, kColdSample);
+      std::vector<float> packed(std::size_t(c) * (d_ + 3));
+      for (int k = 0; k < c; ++k) {
+        const std::size_t i = std::size_t(k) * count / c;
+        std::copy_n(h.points.begin() + i * d_, d_, packed.begin() + std::size_t(k) * d_);
+        packed[std::size_t(c) * d_ + k] = h.norm2[i];
+        packed[std::size_t(c) * (d_ + 1) + k] = h.logw[i];
+        packed[std::size_t(c) * (d_ + 2) + k] = h.weight[i];
+      }
+      out.upload(std::span<const float>(packed), stream_);
+      return c;
+    };
+    cold_nx_ = sample(hx, n_, cold_x_);
+    cold_ny_ = sample(hy, m_, cold_y_);
+  }
+  f_.reserve(n_);
+  g_.reserve(m_);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(f_.get(), 0, sizeof(float) * n_, stream_));
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(g_.get(), 0, sizeof(float) * m_, stream_));
+}
+
+void DeviceStep::Impl::prepare_operands(const BackendOptions& options, const HostSide& hx, const HostSide& hy,
+                                        float largest) {
+  const MmaMode mode = precision_ == Precision::kBf16   ? MmaMode::kBf16
+                       : precision_ == Precision::kTf32 ? MmaMode::kFp16
+                                                        : MmaMode::kSplitFp16;
+  const float scale = operand_scale(largest > 0 ? largest : std::max(hx.largest, hy.largest));
+  const int padded = (d_ + 15) / 16 * 16;
+  // Converted on the device from the fp32 points just uploaded (no second host copy).
+  const bool split = mode == MmaMode::kSplitFp16;
+  xhi_.reserve(std::size_t(n_) * padded);
+  yhi_.reserve(std::size_t(m_) * padded);
+  if (split) {
+    xlo_.reserve(std::size_t(n_) * padded);
+    ylo_.reserve(std::size_t(m_) * padded);
+  }
+  launch_split_rows(x_.get(), n_, d_, padded, scale, mode, xhi_.get(), xlo_.get(), stream_);
+  launch_split_rows(y_.get(), m_, d_, padded, scale, mode, yhi_.get(), ylo_.get(), stream_);
+  // CudaTuning::warpgroup_kernels = false keeps the mma.sync kernels on a Hopper GPU (comparisons).
+  const bool warpgroup = split && options.cuda.warpgroup_kernels && warpgroup_kernels_available();
+  if (warpgroup) {
+    xtiles_.reserve(std::size_t(column_tiles(n_)) * tile_bytes(padded));
+    ytiles_.reserve(std::size_t(column_tiles(m_)) * tile_bytes(padded));
+    xbias_.reserve(std::size_t(column_tiles(n_)) * 64);
+    ybias_.reserve(std::size_t(column_tiles(m_)) * 64);
+    launch_tile_operands(xhi_.get(), xlo_.get(), n_, padded, xtiles_.get(), stream_);
+    launch_tile_operands(yhi_.get(), ylo_.get(), m_, padded, ytiles_.get(), stream_);
+  }
+  xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode, hx.max_norm, warpgroup, xtiles_.get(), xbias_.get()};
+  yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode, hy.max_norm, warpgroup, ytiles_.get(), ybias_.get()};
+}
+
+void DeviceStep::Impl::prepare_screening(const BackendOptions& options, std::span<const float> b) {
+  // Three sites (rows' and columns' LSE, the one-pass sums), each starting with the screened kernel.
+  std::vector<cuda::ScreenState> fresh(3);
+  sums_floor_ = -kSumsFloor;
+  for (auto& site : fresh) {
+    site.pinned = options.screening == Screening::kOn ? 1 : 0;
+    site.pays_percent = kScreenPaysPercent;
+  }
+  fresh[0].siblings = 2;  // the rows' LSE is the first site a cold solve screens (ScreenState)
+  fresh[2].seeded = 0;    // the sums have no seeds
+  // The sums' low floor serves only a screen that pays (or is pinned on); a probe uses the kSumsMinLog2 cut.
+  fresh[2].floor_gap = sums_floor_ - cuda::kSumsMinLog2;
+  fresh[2].paid = fresh[2].pinned;
+  fresh[2].next_low = fresh[2].pinned;
+  screen_.upload(std::span<const cuda::ScreenState>(fresh), stream_);
+  seeds_x_.reserve(n_);
+  seeds_y_.reserve(m_);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(seeds_x_.get(), 0, sizeof(int) * n_, stream_));
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(seeds_y_.get(), 0, sizeof(int) * m_, stream_));
+  float smallest_b = 1;
+  for (float w : b) smallest_b = std::min(smallest_b, w);
+  sums_reach_ = std::ceil(std::log2(std::max(double(m_), smallest_b > 0 ? 1.0 / smallest_b : 1.0)));
+}
+
+void DeviceStep::Impl::prepare_iteration(int sms) {
+  if (use_mma_) {
+    plan_rows_ = plan_lse_mma(x_side(), y_side(), xop_, resident_blocks_, sms);
+    plan_cols_ = plan_lse_mma(y_side(), x_side(), yop_, resident_blocks_, sms);
+    plan_sums_ = plan_symmetric_mma(x_side(), y_side(), xop_, resident_blocks_, sms);
+  } else {
+    plan_rows_ = plan_lse(x_side(), y_side(), d_, resident_blocks_);
+    plan_cols_ = plan_lse(y_side(), x_side(), d_, resident_blocks_);
+    plan_sums_ = plan_symmetric(x_side(), y_side(), d_, resident_blocks_, sms);
+  }
+  part_rows_.reserve(std::size_t(plan_rows_.splits) * n_);
+  part_cols_.reserve(std::size_t(plan_cols_.splits) * m_);
+  tmp_f_.reserve(n_);
+  tmp_g_.reserve(m_);
+  rsum_.reserve(n_);
+  csum_.reserve(m_);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(rsum_.get(), 0, sizeof(float) * n_, stream_));
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(csum_.get(), 0, sizeof(float) * m_, stream_));
+  if (link_ != nullptr) {
+    colmine_.reserve(m_);
+    colall_.reserve(std::size_t(m_) * link_->shards());
+  }
+}
+
+std::string DeviceStep::Impl::device() const {
+  std::string scores = !use_mma_                         ? "fp32 FMA scores"
+                       : xop_.mode == MmaMode::kSplitFp16 ? "split-fp16 tensor-core scores"
+                       : xop_.mode == MmaMode::kFp16      ? "fp16 tensor-core scores"
+                                                          : "bf16 tensor-core scores";
+  if (screen_.size() > 0) scores += xop_.warpgroup ? ", screened (warpgroup)" : ", screened";
+  return device_name_ + ", " + scores;
+}
+
+DeviceStep::Impl::~Impl() {
+  // No exception may leave a destructor: the CUDA calls here are unchecked on purpose.
+  int previous = device_;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device_);
+  cudaStreamSynchronize(stream_);
+  if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
+  cudaStreamDestroy(stream_);
+  cudaSetDevice(previous);
+}
+
+void DeviceStep::Impl::set_potentials(std::span<const float> f, std::span<const float> g) {
+  DeviceScope scope(device_);
+  f_.upload(f, stream_);
+  g_.upload(g, stream_);
+  carry_forecast_ = false;  // the last launch's forecast was for other potentials
+  cold_ = std::all_of(f.begin(), f.end(), [](float v) { return v == 0; }) &&
+          std::all_of(g.begin(), g.end(), [](float v) { return v == 0; });
+  sync();
+}
+
+void DeviceStep::Impl::get_potentials(std::span<float> f, std::span<float> g) const {
+  DeviceScope scope(device_);
+  f_.download(f, stream_);
+  g_.download(g, stream_);
+  sync();
+}
+
+void DeviceStep::Impl::enqueue_iteration(const IterationParams& p, int index, int count) {
+  const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
+  const DevSide x = x_side(), y = y_side();
+  const auto lf = static_cast<float>(p.damping_f), lg = static_cast<float>(p.damping_g);
+  int* nonfinite = flags_.get();
+  const FinalizeSide rows{part_rows_.get(), plan_rows_.splits, xn_.get(), f_.get(), tmp_f_.get(), lf, n_};
+  const FinalizeSide cols{part_cols_.get(), plan_cols_.splits, yn_.get(), g_.get(), tmp_g_.get(), lg, m_};
+  if (p.scheme == Scheme::kAlternating) {
+    side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), nullptr);
+    launch_finalize(Finalize::kAlternating, rows, {}, p.epsilon, sc.s, nullptr, nonfinite, stream_);
+    side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), nullptr);
+    launch_finalize(Finalize::kAlternating, columns(cols), {}, p.epsilon, sc.s, nullptr, nonfinite, stream_);
+  } else if (!one_pass_) {
+    side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), nullptr);
+    side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), nullptr);
+    launch_finalize(Finalize::kSymmetric, rows, columns(cols), p.epsilon, sc.s, nullptr, nonfinite, stream_);
+  } else {
+    // Far from the fixed point (a cold start) the one-pass sums leave their range and the step is redone with the
+    // two-pass reductions. Each step's commit predicts the next step's sums: in range, or shifted into it, or too
+    // wide (the next step skips its sums; launch_finalize).
+    int* redo = flags_.get() + 1 + index;
+    const SumsForecast* forecast = forecasts_.get() + index;
+    // The sums and both fallback reductions read the potentials of the iteration's start: one set of column biases
+    // serves them, computed by a launch of their own for a launch's first iteration and by the previous iteration's
+    // commit after that (it writes the potentials they come from).
+    if (xop_.warpgroup && index == 0) {
+      launch_column_biases(y, g_.get(), ybias_.get(), x, f_.get(), xbias_.get(), sc, stream_);
+    }
+    if (use_mma_) {
+      launch_symmetric_sums_mma(x, y, xop_, yop_, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(),
+                                forecast, screen_site(2), sums_reach_, sums_floor_, stream_);
+    } else {
+      launch_symmetric_sums(x, y, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), forecast, stream_);
+    }
+    // Shards: the column sums over all of x's rows (every shard then finishes the same columns), and one verdict.
+    sum_columns(csum_.get(), m_);
+    launch_symmetric_finish(f_.get(), g_.get(), rsum_.get(), csum_.get(), b_.get(), n_, m_, p.epsilon, lf, lg,
+                            tmp_f_.get(), tmp_g_.get(), redo, forecast, stream_, sums_screened(false), sums_floor_,
+                            forecasts_.get() + index + 1, sums_screened(true));
+    if (link_ != nullptr) link_->max_unsigned(redo, 1, stream_);
+    side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), redo, true);
+    side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), redo, true);
+    FinalizeSide rows_next = rows, cols_next = columns(cols, redo);  // + the next iteration's column biases
+    if (xop_.warpgroup && index + 1 < count) {
+      rows_next.bias = xbias_.get(), rows_next.logw = x.logw, rows_next.c1 = sc.c1;
+      cols_next.bias = ybias_.get(), cols_next.logw = y.logw, cols_next.c1 = sc.c1;
+    }
+    launch_finalize(Finalize::kCommit, rows_next, cols_next, p.epsilon, sc.s, redo, nonfinite, stream_,
+                    forecasts_.get() + index + 1, sums_screened(true), sums_floor_);
+    combine_forecast(index + 1);
+  }
+}
+
+void DeviceStep::Impl::side_lse(bool x_rows, const float* h, const Scale& sc, const ReductionPlan& plan,
+                           float2* partials, const int* guard, bool biases_ready) const {
+  const DevSide r = x_rows ? x_side() : y_side(), c = x_rows ? y_side() : x_side();
+  if (use_mma_) {
+    if (xop_.warpgroup && !biases_ready)
+      launch_column_biases(c, h, x_rows ? ybias_.get() : xbias_.get(), {}, nullptr, nullptr, sc, stream_);
+    launch_lse_mma(r, c, x_rows ? xop_ : yop_, x_rows ? yop_ : xop_, h, sc, plan, partials, guard,
+                   screen_site(x_rows ? 0 : 1), x_rows ? seeds_x_.get() : seeds_y_.get(), stream_);
+  } else {
+    launch_lse(r, c, h, sc, plan, partials, guard, stream_);
+  }
+}
+
+bool DeviceStep::Impl::iterate(const IterationParams& p, int count) {
+  if (count <= 0) return true;
+  DeviceScope scope(device_);
+  flags_.reserve(std::size_t(count) + 1);
+  forecasts_.reserve(std::size_t(count) + 1);
+  const GraphKey key{p.epsilon,    p.cost_scale, p.damping_f,  p.damping_g,
+                     p.scheme,     count,        flags_.get(), forecasts_.get()};
+  const bool same = key == graph_key_;
+  if (!same) carry_forecast_ = false;
+  graph_key_ = key;
+  if (capture_ && (graph_ == nullptr || !same)) {
+    if (graph_ != nullptr) {
+      FLASHOT_CUDA_CHECK(cudaGraphExecDestroy(graph_));
+      graph_ = nullptr;
+    }
+    FLASHOT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      FLASHOT_CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int) * (std::size_t(count) + 1), stream_));
+      FLASHOT_CUDA_CHECK(cudaMemsetAsync(forecasts_.get() + 1, 0, sizeof(SumsForecast) * count, stream_));
+      for (int k = 0; k < count; ++k) enqueue_iteration(p, k, count);
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream_, &broken);
+      if (broken != nullptr) cudaGraphDestroy(broken);
+      graph_key_ = {};
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    FLASHOT_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    const cudaError_t status = cudaGraphInstantiate(&graph_, graph, 0);
+    cudaGraphDestroy(graph);
+    if (status != cudaSuccess) graph_key_ = {};
+    FLASHOT_CUDA_CHECK(status);
+  }
+  // The first step: what the last launch's last step predicted for it, where that launch ran these very iterations
+  // on the potentials it left (else no skip, no shift; the cold probe may still say skip).
+  if (carry_forecast_) {  // false after set_potentials (so after a cold start too)
+    FLASHOT_CUDA_CHECK(cudaMemcpyAsync(forecasts_.get(), forecasts_.get() + count, sizeof(SumsForecast),
+                                       cudaMemcpyDeviceToDevice, stream_));
+  } else {
+    FLASHOT_CUDA_CHECK(cudaMemsetAsync(forecasts_.get(), 0, sizeof(SumsForecast), stream_));
+  }
+  if (cold_ && one_pass_ && p.scheme == Scheme::kSymmetric) cold_probe(p, &forecasts_.get()->skip);
+  cold_ = false;
+  carry_forecast_ = true;
+  if (capture_) {
+    FLASHOT_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+  } else {
+    // Shards: the same iterations, launched one by one, the collectives between them (no graph: NCCL calls of
+    // several devices driven from one process stay outside stream capture).
+    combine_forecast(0);
+    FLASHOT_CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int) * (std::size_t(count) + 1), stream_));
+    FLASHOT_CUDA_CHECK(cudaMemsetAsync(forecasts_.get() + 1, 0, sizeof(SumsForecast) * count, stream_));
+    for (int k = 0; k < count; ++k) enqueue_iteration(p, k, count);
+    link_->max_unsigned(flags_.get(), 1, stream_);  // every shard stops together
+  }
+  int nonfinite = 0;
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(&nonfinite, flags_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  sync();
+  if (one_pass_ && p.scheme == Scheme::kSymmetric) tally_steps(count);
+  return nonfinite == 0;
+}
+
+void DeviceStep::Impl::combine_forecast(int index) const {
+  if (link_ == nullptr) return;
+  // SumsForecast: six words whose MAX is the combination (order-preserving keys of the range's ends, the flags),
+  // then the floor, a float whose MAX is the highest floor (the strictest of the shards' next launches).
+  static_assert(offsetof(SumsForecast, floor) == 6 * sizeof(unsigned) && sizeof(SumsForecast) == 7 * sizeof(unsigned));
+  SumsForecast* f = forecasts_.get() + index;
+  link_->max_unsigned(f, 6, stream_);
+  link_->max_float(&f->floor, 1, stream_);
+}
+
+void DeviceStep::Impl::tally_steps(int count) {
+  std::vector<int> flags(std::size_t(count) + 1);
+  std::vector<SumsForecast> forecasts(count);
+  flags_.download(flags, stream_);
+  forecasts_.download(forecasts, stream_);
+  sync();
+  for (int k = 0; k < count; ++k) {
+    const SumsStep step = sums_step(forecasts[k]);
+    if (step.skip != 0) {
+      ++tally_.skipped;
+    } else if (flags[1 + k] != 0) {
+      ++tally_.redone;
+    } else {
+      ++tally_.one_pass;
+      if (step.shift != 0) ++tally_.shifted;
+    }
+  }
+}
+
+void DeviceStep::Impl::cold_probe(const IterationParams& p, int* skip) const {
+  // From zero potentials the first one-pass row sums are ρ_i = Σ_j b_j e^(−C_ij/ε) = e^(−c(0)_i/ε): for ε well below
+  // the distances to the nearest points (d = 64 at ε = 0.1) they underflow and the step is redone — a wasted pass;
+  // for ε near the costs' spread (the first stage of ε-scaling, d = 3 at ε = 0.1) they are in range. The samples'
+  // soft c-transforms of zero (fp32 reductions, kColdSample rows against every column, each way) decide:
+  // On a shard the columns' sample is reduced against this shard's rows only (a lower sum than over all rows, so a
+  // skip at worst too many); the shards' verdicts are combined (combine_forecast).
+  if (cold_nx_ == 0 || cold_ny_ == 0) return;
+  const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
+  const DevSide sx = cold_side(true), sy = cold_side(false);
+  const ReductionPlan px = plan_lse(sx, y_side(), d_, resident_blocks_);
+  const ReductionPlan py = plan_lse(sy, x_side(), d_, resident_blocks_);
+  cold_part_.reserve(std::size_t(px.splits) * sx.count + std::size_t(py.splits) * sy.count);
+  op_flag_.reserve(1);
+  cold_out_.reserve(std::size_t(sx.count) + sy.count);
+  float2* part_y = cold_part_.get() + std::size_t(px.splits) * sx.count;
+  launch_lse(sx, y_side(), g_.get(), sc, px, cold_part_.get(), nullptr, stream_);
+  launch_lse(sy, x_side(), f_.get(), sc, py, part_y, nullptr, stream_);
+  const FinalizeSide a{cold_part_.get(), px.splits, sx.norm2, cold_out_.get(), nullptr, 1.f, sx.count};
+  const FinalizeSide b{part_y, py.splits, sy.norm2, cold_out_.get() + sx.count, nullptr, 1.f, sy.count};
+  launch_finalize(Finalize::kSoftmin, a, b, p.epsilon, sc.s, nullptr, op_flag_.get(), stream_);
+  launch_cold_check(cold_out_.get(), sx.count + sy.count, p.epsilon, skip, stream_, sums_screened(true), sums_floor_);
+}
+
+void DeviceStep::Impl::row_lse2(const DevSide& rows, const DevSide& cols, const float* h, const Scale& sc,
+                           DeviceBuffer<float2>& partials, float* lse, bool combine) const {
+  const ReductionPlan plan = plan_lse(rows, cols, d_, resident_blocks_);
+  partials.reserve(std::size_t(plan.splits) * rows.count);
+  launch_lse(rows, cols, h, sc, plan, partials.get(), nullptr, stream_);
+  const FinalizeSide side{partials.get(), plan.splits, rows.norm2, lse, nullptr, 1.f, rows.count};
+  launch_finalize(Finalize::kLse2, combine ? columns(side) : side, {}, sc.epsilon, sc.s, nullptr, op_flag_.get(),
+                  stream_);
+}
+
+void DeviceStep::Impl::softmin(const PlanParams& p, Side rows, std::span<float> out) const {
+  DeviceScope scope(device_);
+  const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
+  const bool source = rows == Side::kSource;
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const float* h = source ? g_.get() : f_.get();
+  // The same reduction as the iterations, so that a converged solve reports a small marginal error.
+  const ReductionPlan& plan = source ? plan_rows_ : plan_cols_;
+  part_ops_.reserve(std::size_t(plan.splits) * r.count);
+  softmin_out_.reserve(r.count);
+  op_flag_.reserve(1);
+  side_lse(source, h, sc, plan, part_ops_.get(), nullptr);
+  const FinalizeSide side{part_ops_.get(), plan.splits, r.norm2, softmin_out_.get(), nullptr, 1.f, r.count};
+  launch_finalize(Finalize::kSoftmin, source ? side : columns(side), {}, p.epsilon, sc.s, nullptr, op_flag_.get(),
+                  stream_);
+  softmin_out_.download(out.first(r.count), stream_);
+  sync();
+}
+
+namespace {
+/// Columns of V per device pass: all of k unless V and the output would take more than this many bytes.
+constexpr std::size_t kApplyBytes = std::size_t(1) << 30;
+
+std::size_t apply_columns_per_pass(std::size_t rows, std::size_t cols, std::size_t k) {
+  const std::size_t per_column = (rows + cols) * sizeof(float);
+  std::size_t columns = std::max<std::size_t>(kApplyBytes / per_column, 1);
+  if (columns >= k) return k;
+  return std::max<std::size_t>(columns / kApplyChunk, 1) * kApplyChunk;
+}
+}  // namespace
+
+void DeviceStep::Impl::apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k, bool normalized,
+                        std::span<float> out) const {
+  if (k == 0) return;
+  DeviceScope scope(device_);
+  const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
+  const bool source = rows == Side::kSource;
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const float* h = source ? g_.get() : f_.get();
+  const float* pot = source ? f_.get() : g_.get();
+  lse_.reserve(r.count);
+  wsum_.reserve(r.count);
+  op_flag_.reserve(1);
+  plan_shift(source, sc, lse_.get());
+  // Pᵀ·V is summed over the shards chunk by chunk: every shard cuts k alike (x's rows over all shards, not its own).
+  const std::size_t kc = apply_columns_per_pass(rows_total_, std::size_t(m_), k);
+  std::vector<float> staging(kc < k ? std::max(std::size_t(r.count), std::size_t(c.count)) * kc : 0);
+  for (std::size_t c0 = 0; c0 < k; c0 += kc) {
+    const std::size_t width = std::min(kc, k - c0);
+    if (width == k) {
+      vin_.upload(v.first(std::size_t(c.count) * k), stream_);
+    } else {
+      sync();  // staging is reused: the previous pass's copies must be done
+      for (int j = 0; j < c.count; ++j)
+        std::memcpy(&staging[std::size_t(j) * width], &v[std::size_t(j) * k + c0], width * sizeof(float));
+      vin_.upload(std::span<const float>(staging.data(), std::size_t(c.count) * width), stream_);
+    }
+    out_.reserve(std::size_t(r.count) * width);
+    FLASHOT_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, sizeof(float) * r.count * width, stream_));
+    FLASHOT_CUDA_CHECK(cudaMemsetAsync(wsum_.get(), 0, sizeof(float) * r.count, stream_));
+    if (use_mma_) {
+      apply_mma_pass(source, sc, lse_.get(), vin_.get(), static_cast<int>(width), nullptr, out_.get(), wsum_.get());
+    } else {
+      const ReductionPlan plan = plan_apply(r, c, d_, static_cast<int>(width), resident_blocks_);
+      launch_apply(r, c, h, sc, lse_.get(), vin_.get(), static_cast<int>(width), plan, out_.get(), wsum_.get(),
+                   stream_);
+    }
+    if (!source) {  // shards: every shard's sums, all shifted by the columns' combined LSE (plan_shift)
+      sum_columns(out_.get(), std::size_t(r.count) * width);
+      sum_columns(wsum_.get(), r.count);
+    }
+    launch_apply_scale(r, pot, lse_.get(), wsum_.get(), static_cast<int>(width), normalized, sc, out_.get(),
+                       stream_);
+    if (width == k) {
+      out_.download(out.first(std::size_t(r.count) * k), stream_);
+      sync();
+    } else {
+      out_.download(std::span<float>(staging.data(), std::size_t(r.count) * width), stream_);
+      sync();
+      for (int i = 0; i < r.count; ++i)
+        std::memcpy(&out[std::size_t(i) * k + c0], &staging[std::size_t(i) * width], width * sizeof(float));
+    }
+  }
+}
+
+void DeviceStep::Impl::plan_shift(bool source, const Scale& sc, float* lse) const {
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const float* h = source ? g_.get() : f_.get();
+  if (!use_mma_) {
+    row_lse2(r, c, h, sc, part_ops_, lse, !source);
+    return;
+  }
+  const ReductionPlan& plan = source ? plan_rows_ : plan_cols_;
+  part_ops_.reserve(std::size_t(plan.splits) * r.count);
+  side_lse(source, h, sc, plan, part_ops_.get(), nullptr);
+  const FinalizeSide side{part_ops_.get(), plan.splits, r.norm2, lse, nullptr, 1.f, r.count};
+  launch_finalize(Finalize::kLse2, source ? side : columns(side), {}, sc.epsilon, sc.s, nullptr, op_flag_.get(),
+                  stream_);
+}
+
+void DeviceStep::Impl::apply_mma_pass(bool source, const Scale& sc, const float* lse, const float* v, int k,
+                                 const MmaBilinear* bilinear, float* out, float* wsum) const {
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const std::size_t split = std::size_t(mma_values_rows(k)) * mma_values_stride(c.count);
+  vhi_.reserve(split);
+  vlo_.reserve(split);
+  vinv_.reserve(mma_values_rows(k));
+  vmax_.reserve(k);
+  const MmaValues values =
+      launch_split_values(v, c.count, k, vhi_.get(), vlo_.get(), vinv_.get(), vmax_.get(), stream_);
+  const ReductionPlan plan = plan_apply_mma(r, c, resident_blocks_);
+  launch_apply_mma(r, c, source ? xop_ : yop_, source ? yop_ : xop_, source ? g_.get() : f_.get(), sc, lse, values,
+                   bilinear, plan, out, wsum, stream_);
+}
+
+namespace {
+/// Largest Euclidean norm of the rows of a (count × e) matrix, and its operand_scale.
+struct RowBounds {
+  double norm = 0;
+  float scale = 1;
+};
+RowBounds row_bounds(std::span<const float> a, std::size_t e) {
+  RowBounds out;
+  float largest = 0;
+  for (std::size_t i = 0; i < a.size() / e; ++i) {
+    double n2 = 0;
+    for (std::size_t c = 0; c < e; ++c) {
+      const float x = a[i * e + c];
+      n2 += double(x) * x;
+      largest = std::max(largest, std::abs(x));
+    }
+    out.norm = std::max(out.norm, std::sqrt(n2));
+  }
+  out.scale = operand_scale(largest);
+  return out;
+}
+}  // namespace
+
+bool DeviceStep::Impl::apply_bilinear(const PlanParams& p, Side rows, std::span<const float> u,
+                                      std::span<const float> w, std::size_t e, std::span<const float> v,
+                                      std::size_t k, std::span<float> out) const {
+  const int ei = static_cast<int>(std::min<std::size_t>(e, INT32_MAX));
+  const bool tensor = use_mma_ && mma_supports(ei);
+  const bool fma = !use_mma_ && bilinear_fma_supports(d_, ei);
+  if (e == 0 || k == 0 || (!tensor && !fma)) {
+    // Other shapes (and the argument errors) go to the default: plain applications of derived columns.
+    return false;
+  }
+  const bool source = rows == Side::kSource;
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  if (u.size() != std::size_t(r.count) * e || w.size() != std::size_t(c.count) * e ||
+      v.size() != std::size_t(c.count) * k || out.size() != std::size_t(r.count) * k)
+    throw std::invalid_argument("apply_bilinear: u, w, v, out sizes do not agree with e = " + std::to_string(e) +
+                                " and k = " + std::to_string(k));
+  DeviceScope scope(device_);
+  const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
+  const float* h = source ? g_.get() : f_.get();
+  const float* pot = source ? f_.get() : g_.get();
+  const int ki = static_cast<int>(k);
+  lse_.reserve(r.count);
+  wsum_.reserve(r.count);
+  op_flag_.reserve(1);
+  uin_.upload(u, stream_);
+  win_.upload(w, stream_);
+  vin_.upload(v, stream_);
+  plan_shift(source, sc, lse_.get());
+  out_.reserve(std::size_t(r.count) * k);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, sizeof(float) * r.count * k, stream_));
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(wsum_.get(), 0, sizeof(float) * r.count, stream_));
+  if (tensor) {
+    // ⟨u_i, w_j⟩ ≤ max‖u‖·max‖w‖ (Cauchy–Schwarz): a power of two maps the stored products into [−1, 1], so that
+    // the bilinear weights stay in fp16's range.
+    const RowBounds bu = row_bounds(u, e), bw = row_bounds(w, e);
+    const double bound = bu.norm * bu.scale * bw.norm * bw.scale;
+    int exponent = 0;
+    if (bound > 0 && std::isfinite(bound)) std::frexp(bound, &exponent);
+    const int padded = (ei + 15) / 16 * 16;
+    uhi_.reserve(std::size_t(r.count) * padded);
+    ulo_.reserve(std::size_t(r.count) * padded);
+    whi_.reserve(std::size_t(c.count) * padded);
+    wlo_.reserve(std::size_t(c.count) * padded);
+    const MmaMode split = MmaMode::kSplitFp16;
+    launch_split_rows(uin_.get(), r.count, ei, padded, bu.scale, split, uhi_.get(), ulo_.get(), stream_);
+    launch_split_rows(win_.get(), c.count, ei, padded, bw.scale, split, whi_.get(), wlo_.get(), stream_);
+    const MmaBilinear bilinear{{uhi_.get(), ulo_.get(), padded, bu.scale, MmaMode::kSplitFp16},
+                               {whi_.get(), wlo_.get(), padded, bw.scale, MmaMode::kSplitFp16},
+                               static_cast<float>(std::ldexp(1.0, -exponent))};
+    apply_mma_pass(source, sc, lse_.get(), vin_.get(), ki, &bilinear, out_.get(), wsum_.get());
+  } else {
+    const ReductionPlan plan = plan_apply_bilinear_fma(r, c, resident_blocks_);
+    launch_apply_bilinear_fma(r, c, h, sc, lse_.get(), uin_.get(), win_.get(), ei, vin_.get(), ki, plan, out_.get(),
+                              wsum_.get(), stream_);
+  }
+  if (!source) {  // shards: every shard's sums, shifted alike (plan_shift)
+    sum_columns(out_.get(), std::size_t(r.count) * k);
+    sum_columns(wsum_.get(), r.count);
+  }
+  launch_apply_scale(r, pot, lse_.get(), wsum_.get(), ki, false, sc, out_.get(), stream_);
+  out_.download(out, stream_);
+  sync();
+  return true;
+}
+
+void DeviceStep::Impl::apply_queries(const PlanParams& p, Side from, PointsView q, std::span<const float> v,
+                                std::size_t k, std::span<float> out) const {
+  if (q.d != std::size_t(d_)) {
+    throw std::invalid_argument("queries have " + std::to_string(q.d) + " dimensions, the problem has " +
+                                std::to_string(d_));
+  }
+  if (q.n == 0 || k == 0) return;
+  DeviceScope scope(device_);
+  const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
+  // Queries live in the space of side `from` and are mapped through the other side's potential.
+  const bool source = from == Side::kSource;
+  const DevSide c = source ? y_side() : x_side();
+  const float* h = source ? g_.get() : f_.get();
+  const HostSide hq = prepare_side(q, {});
+  queries_.upload(std::span<const float>(hq.points), stream_);
+  query_norm2_.upload(std::span<const float>(hq.norm2), stream_);
+  const DevSide r{queries_.get(), query_norm2_.get(), nullptr, nullptr, static_cast<int>(q.n)};
+  lse_.reserve(q.n);
+  wsum_.reserve(q.n);
+  op_flag_.reserve(1);
+  // Target queries are mapped through x: on shards, through every shard's rows (combined LSE, summed results);
+  // source queries through y, which every shard holds whole.
+  row_lse2(r, c, h, sc, part_ops_, lse_.get(), !source);
+  const ReductionPlan plan = plan_apply(r, c, d_, static_cast<int>(k), resident_blocks_);
+  vin_.upload(v.first(std::size_t(c.count) * k), stream_);
+  out_.reserve(q.n * k);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, sizeof(float) * q.n * k, stream_));
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(wsum_.get(), 0, sizeof(float) * q.n, stream_));
+  launch_apply(r, c, h, sc, lse_.get(), vin_.get(), static_cast<int>(k), plan, out_.get(), wsum_.get(), stream_);
+  if (!source) {
+    sum_columns(out_.get(), q.n * k);
+    sum_columns(wsum_.get(), q.n);
+  }
+  launch_apply_scale(r, nullptr, lse_.get(), wsum_.get(), static_cast<int>(k), true, sc, out_.get(), stream_);
+  out_.download(out.first(q.n * k), stream_);
+  sync();
+}
+
+void DeviceStep::Impl::top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,
+                        std::span<float> values) const {
+  if (k == 0 || k > std::size_t(m_)) {
+    throw std::invalid_argument("top_k needs 1 <= k <= m = " + std::to_string(m_) + " (got " + std::to_string(k) +
+                                ")");
+  }
+  DeviceScope scope(device_);
+  const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
+  topk_columns_.reserve(std::size_t(n_) * k);
+  out_.reserve(std::size_t(n_) * k);
+  launch_top_k(x_side(), y_side(), f_.get(), g_.get(), sc, static_cast<int>(k), topk_columns_.get(), out_.get(),
+               stream_);
+  topk_columns_.download(columns.first(std::size_t(n_) * k), stream_);
+  out_.download(values.first(std::size_t(n_) * k), stream_);
+  sync();
+}
+
+EngineStatistics DeviceStep::Impl::statistics() const {
+  EngineStatistics out;
+  out.one_pass_steps = tally_.one_pass;
+  out.shifted_steps = tally_.shifted;
+  out.skipped_steps = tally_.skipped;
+  out.redone_steps = tally_.redone;
+  if (screen_.size() == 0) return out;
+  DeviceScope scope(device_);
+  ScreenState sites[3];
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(sites, screen_.get(), sizeof sites, cudaMemcpyDeviceToHost, stream_));
+  sync();
+  out.screened = true;
+  ScreenSiteStatistics* into[3] = {&out.rows_lse, &out.columns_lse, &out.sums};
+  for (int i = 0; i < 3; ++i) {
+    into[i]->kept_tiles = sites[i].kept_total;
+    into[i]->seen_tiles = sites[i].seen_total;
+    into[i]->next_screened = sites[i].use != 0;
+  }
+  return out;
+}
+
+std::size_t step_resident_bytes(std::size_t n, std::size_t m, std::size_t d, bool tensor_cores, bool split,
+                                bool warpgroup) {
+  const std::size_t points = n + m;
+  // Coordinates; ‖p‖², ln w, w; f, g, their one-pass results and sums; LSE partials of a pass (a few splits of
+  // (max, sum) pairs at most where the rows are few, about one where they are many): 8 bytes twice per point.
+  std::size_t bytes = points * d * sizeof(float) + points * 3 * sizeof(float) + points * 6 * sizeof(float) +
+                      points * 2 * 8;
+  if (tensor_cores) {
+    const std::size_t padded = (d + 15) / 16 * 16;
+    bytes += points * padded * 2 * (split ? 2 : 1);  // 16-bit operands (hi, lo)
+    if (warpgroup) bytes += (points + 128) * padded * 4 + (points + 128) * sizeof(float);  // column tiles, biases
+  }
+  return bytes + (std::size_t(16) << 20);  // flags, forecasts, screen states, the samples, the graph's scratch
+}
+
+DeviceStep::DeviceStep(const BackendOptions& options, int device, const ProblemData& data, std::size_t rows_total,
+                       const ShardLink* link, float largest)
+    : impl_(std::make_unique<Impl>(options, device, data, rows_total, link, largest)) {}
+
+float largest_coordinate(const PointsView& p) {
+  float largest = 0;
+  for (const float c : p.data.first(p.n * p.d)) largest = std::max(largest, std::abs(c));
+  return largest;
+}
+DeviceStep::~DeviceStep() = default;
+int DeviceStep::device() const { return impl_->device_id(); }
+cudaStream_t DeviceStep::stream() const { return impl_->stream(); }
+std::string DeviceStep::description() const { return impl_->device(); }
+EngineStatistics DeviceStep::statistics() const { return impl_->statistics(); }
+void DeviceStep::set_potentials(std::span<const float> f, std::span<const float> g) { impl_->set_potentials(f, g); }
+void DeviceStep::get_potentials(std::span<float> f, std::span<float> g) const { impl_->get_potentials(f, g); }
+bool DeviceStep::iterate(const IterationParams& p, int count) { return impl_->iterate(p, count); }
+void DeviceStep::softmin(const PlanParams& p, Side rows, std::span<float> out) const { impl_->softmin(p, rows, out); }
+void DeviceStep::apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k, bool normalized,
+                       std::span<float> out) const {
+  impl_->apply(p, rows, v, k, normalized, out);
+}
+bool DeviceStep::apply_bilinear(const PlanParams& p, Side rows, std::span<const float> u, std::span<const float> w,
+                                std::size_t e, std::span<const float> v, std::size_t k, std::span<float> out) const {
+  return impl_->apply_bilinear(p, rows, u, w, e, v, k, out);
+}
+void DeviceStep::apply_queries(const PlanParams& p, Side from, PointsView q, std::span<const float> v, std::size_t k,
+                               std::span<float> out) const {
+  impl_->apply_queries(p, from, q, v, k, out);
+}
+void DeviceStep::top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,
+                       std::span<float> values) const {
+  impl_->top_k(p, k, columns, values);
+}
+
+}  // namespace cuda
+}  // namespace flashot::detail

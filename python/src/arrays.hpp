@@ -1,0 +1,68 @@
+#pragma once
+// Arrays across the Python boundary: inputs taken without a copy where their layout allows (float32, C order, on
+// the host), DLPack arrays on a CUDA device copied to the host explicitly; outputs handed to numpy without a copy.
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+// Every translation unit that casts std::string must see the same caster (an ODR trap otherwise).
+#include <nanobind/stl/string.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "flashot/flashot.hpp"
+
+namespace flashot::python {
+
+namespace nb = nanobind;
+
+/// Read-only float32 values for the engine: a view of the caller's array when it is float32, C-contiguous and on
+/// the host; otherwise a converted (numpy.ascontiguousarray) or, for a CUDA DLPack array, a device-to-host copy.
+/// Holds whatever keeps the values alive. Built with the GIL held; its span may be read without it.
+class FloatInput {
+ public:
+  FloatInput() = default;
+  /// `ndim` 1 or 2 (or −1: either); `name` is used in messages ("x", "a", ...). `width` > 0 requires that many columns (2-D).
+  static FloatInput from(nb::handle object, const char* name, int ndim, std::size_t width = 0);
+  std::span<const float> values() const { return values_; }
+  std::size_t rows() const { return rows_; }
+  std::size_t cols() const { return cols_; }
+  int ndim() const { return ndim_; }
+  PointsView points() const { return {values_, rows_, cols_}; }
+  /// Whether the values are the caller's own memory (no copy was made).
+  bool borrowed() const { return borrowed_; }
+  /// "host" or "cuda:N": where the caller's array lived.
+  const std::string& origin() const { return origin_; }
+
+ private:
+  nb::object keep_;               // the array viewed (or the converted one)
+  std::vector<float> owned_;      // a CUDA array's host copy
+  std::span<const float> values_;
+  std::size_t rows_ = 0, cols_ = 0;
+  int ndim_ = 0;
+  bool borrowed_ = false;
+  std::string origin_ = "host";
+};
+
+/// int32 labels (1-D), converted from any integer array.
+std::vector<std::int32_t> int_labels(nb::handle object, const char* name);
+
+/// A numpy array that takes ownership of `values` (no copy). shape: {n} or {n, k}.
+nb::object to_numpy(std::vector<float>&& values, std::initializer_list<std::size_t> shape);
+nb::object to_numpy(std::vector<std::int32_t>&& values, std::initializer_list<std::size_t> shape);
+/// A read-only numpy view of `values`, kept alive by `owner` (the Python object that holds them).
+nb::object view_numpy(const std::vector<float>& values, std::initializer_list<std::size_t> shape, nb::handle owner);
+nb::object view_numpy(const std::vector<std::int32_t>& values, std::initializer_list<std::size_t> shape,
+                      nb::handle owner);
+
+/// str(object), as Python prints it.
+std::string text_of(nb::handle object);
+
+/// Whether this module was compiled with the CUDA runtime (CUDA DLPack arrays can be copied).
+bool cuda_copies();
+
+}  // namespace flashot::python
