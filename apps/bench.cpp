@@ -1,7 +1,8 @@
 // flashot bench: times exactly K fixed-ε Sinkhorn iterations on seeded N(0,1) points with random positive weights,
 // the problem tests/bench/peers/peers.sh times for the peer implementations (weights U(0,1) + 0.1, as there).
 // One warm-up solve, then the median wall time of R solves. With --csv the last stdout line is
-// `method,n,m,d,eps,iters,median_ms` values.
+// `method,n,m,d,eps,iters,median_ms` values. --data clusters: a Gaussian mixture instead; --kernel forces the CUDA
+// score kernel family (measuring engine/cuda/dispatch_table.inc, docs/engine.md).
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +24,22 @@ std::vector<float> normal_points(std::mt19937_64& rng, std::size_t count) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> values(count);
   for (float& v : values) v = normal(rng);
+  return values;
+}
+
+/// The clustered data of tests/bench/peers/sweep.py: 8 centres ~ N(0, 3²·I), each point a uniformly chosen centre
+/// plus N(0, 0.25²·I) noise (a sparse, multi-scale plan where N(0,1) clouds give a dense one).
+std::vector<float> clustered_points(std::mt19937_64& rng, std::size_t count, std::size_t d) {
+  constexpr int kCentres = 8;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> centres(kCentres * d);
+  for (float& c : centres) c = 3.0f * normal(rng);
+  std::uniform_int_distribution<int> pick(0, kCentres - 1);
+  std::vector<float> values(count * d);
+  for (std::size_t i = 0; i < count; ++i) {
+    const float* c = &centres[std::size_t(pick(rng)) * d];
+    for (std::size_t k = 0; k < d; ++k) values[i * d + k] = c[k] + 0.25f * normal(rng);
+  }
   return values;
 }
 
@@ -119,6 +136,11 @@ int bench_main(const std::vector<std::string>& args) {
       ("scheme", po::value<std::string>()->default_value("symmetric"), "symmetric | alternating")
       ("repeats", po::value<long long>()->default_value(10), "timed solves after one warm-up; the median is reported")
       ("seed", po::value<long long>()->default_value(0), "random seed of points and weights")
+      ("data", po::value<std::string>()->default_value("normal"),
+       "points: normal (N(0,1)) | clusters (8 centres ~ N(0,9), noise N(0,1/16); tests/bench/peers/sweep.py)")
+      ("kernel", po::value<std::string>()->default_value("auto"),
+       "CUDA score kernel family, for benchmarks and for measuring the dispatch table (docs/engine.md, \"Choosing "
+       "the kernel\"): auto | register (d <= 16) | tiled | tensor (d <= 128)")
       ("csv", "print only `method,n,m,d,eps,iters,median_ms` values on stdout (for scripts)")
       ("end-to-end", "instead: one whole job, timed once: upload, epsilon-scaling solve down to --eps until the "
                      "marginal error is at most --tolerance, barycentric projection of the source; prints one JSON "
@@ -142,7 +164,15 @@ int bench_main(const std::vector<std::string>& args) {
   const auto iters = require_positive(vm, "iters");
   const auto repeats = require_positive(vm, "repeats");
   if (iters > 1'000'000'000) throw UsageError("--iters is too large (got " + std::to_string(iters) + ")");
-  const BackendOptions backend = backend_options(vm);
+  BackendOptions backend = backend_options(vm);
+  const std::string data = vm["data"].as<std::string>();
+  if (data != "normal" && data != "clusters")
+    throw UsageError("--data must be normal or clusters (got '" + data + "')");
+  try {
+    backend.cuda.kernel = parse_score_kernel(vm["kernel"].as<std::string>());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   if (vm.count("end-to-end")) {
     const double tolerance = require_positive_double(vm, "tolerance");
     const double scaling = require_positive_double(vm, "scaling");
@@ -168,8 +198,9 @@ int bench_main(const std::vector<std::string>& args) {
   solve.diagnostics = false;  // time the iterations alone, as the peers in tests/bench/peers/peers.sh are timed
 
   std::mt19937_64 rng(static_cast<std::uint64_t>(vm["seed"].as<long long>()));
-  const std::vector<float> x = normal_points(rng, n * d);
-  const std::vector<float> y = normal_points(rng, m * d);
+  const bool clusters = data == "clusters";
+  const std::vector<float> x = clusters ? clustered_points(rng, n, d) : normal_points(rng, n * d);
+  const std::vector<float> y = clusters ? clustered_points(rng, m, d) : normal_points(rng, m * d);
   const std::vector<float> a = positive_weights(rng, n);
   const std::vector<float> b = positive_weights(rng, m);
   Problem problem(PointsView{x, n, d}, PointsView{y, m, d}, a, b, backend);
@@ -195,9 +226,10 @@ int bench_main(const std::vector<std::string>& args) {
   const auto [min_it, max_it] = std::minmax_element(times.begin(), times.end());
 
   const std::string method = "flashot_" + problem.backend_name();
-  const std::string problem_text = "n=" + std::to_string(n) + " m=" + std::to_string(m) + " d=" + std::to_string(d) +
-                                   " eps=" + format_double(eps) + " iters=" + std::to_string(iters) + " (" +
-                                   to_string(solve.scheme) + ")";
+  const std::string problem_text = (clusters ? "clusters " : "") + std::string("kernel=") +
+                                   to_string(backend.cuda.kernel) + " n=" + std::to_string(n) +
+                                   " m=" + std::to_string(m) + " d=" + std::to_string(d) + " eps=" + format_double(eps) +
+                                   " iters=" + std::to_string(iters) + " (" + to_string(solve.scheme) + ")";
   // 2·n·m exponentials per iteration is the two-LSE scheme's count (docs/design.md §2); a backend doing fewer still
   // gets the same denominator, so the figure compares implementations on equal terms.
   const double exps_per_second = 2.0 * double(n) * double(m) * double(iters) / (median_ms * 1e-3);
@@ -211,7 +243,7 @@ int bench_main(const std::vector<std::string>& args) {
   if (vm.count("csv")) {
     std::cerr << summary << std::endl;
     std::cout << method << ',' << n << ',' << m << ',' << d << ',' << format_double(eps) << ',' << iters << ','
-              << format_ms(median_ms) << std::endl;
+              << format_ms(median_ms) << std::endl;  // --kernel and --data are the caller's to record
   } else {
     std::cout << summary << std::endl;
   }

@@ -14,6 +14,7 @@
 #include "apply_mma.cuh"
 #include "backend.hpp"
 #include "device_buffer.hpp"
+#include "dispatch.hpp"
 #include "error.hpp"
 #include "kernels.cuh"
 #include "mma.cuh"
@@ -142,8 +143,8 @@ class DeviceStep::Impl {
   void prepare_iteration(int sms);
 
   using DevSide = cuda::PointSet;
-  DevSide x_side() const { return {x_.get(), xn_.get(), loga_.get(), a_.get(), n_}; }
-  DevSide y_side() const { return {y_.get(), yn_.get(), logb_.get(), b_.get(), m_}; }
+  DevSide x_side() const { return {x_.get(), xn_.get(), loga_.get(), a_.get(), n_, fp32_kernel_}; }
+  DevSide y_side() const { return {y_.get(), yn_.get(), logb_.get(), b_.get(), m_, fp32_kernel_}; }
   void enqueue_iteration(const IterationParams& p, int index, int count);
   /// LSE partials of the rows of x (x_rows) or y against the other side, on the path chosen for this problem.
   /// biases_ready: the warpgroup kernels' column biases of h are already computed (else this launches that first).
@@ -179,6 +180,9 @@ class DeviceStep::Impl {
   bool one_pass_ = true;  // every weight > 0: the one-exponential symmetric step is usable
   bool cold_ = true;      // the potentials are all zero (a cold start): see cold_probe()
   bool use_mma_ = false;  // tensor-core scores for the soft c-transforms
+  // The family that evaluates the scores (dispatch.hpp), the same on every shard (chosen from all of x's rows).
+  ScoreKernel kernel_ = ScoreKernel::kAuto;
+  int fp32_kernel_ = 0;  // PointSet::fp32_kernel of both sides
   DeviceBuffer<std::uint16_t> xhi_, xlo_, yhi_, ylo_;
   // Warpgroup kernels: each side's operands as column tiles, and its column biases of the current pass.
   DeviceBuffer<std::uint8_t> xtiles_, ytiles_;
@@ -250,7 +254,8 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
       precision_(options.precision),
       n_(static_cast<int>(data.x.n)),
       m_(static_cast<int>(data.y.n)),
-      d_(static_cast<int>(data.x.d)) {
+      d_(static_cast<int>(data.x.d)),
+      kernel_(choose_kernel(d_, static_cast<std::int64_t>(rows_total), m_, options.precision, options.cuda.kernel)) {
   capture_ = link_ == nullptr;
   const int devices = cuda_device_count();
   if (device_ < 0 || device_ >= devices) {
@@ -273,7 +278,8 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
     const HostSide hx = prepare_side(data.x, data.a);
     const HostSide hy = prepare_side(data.y, data.b);
     upload(data, hx, hy);
-    use_mma_ = mma_supports(d_) && precision_ != Precision::kFp32;
+    use_mma_ = kernel_ == ScoreKernel::kTensor;
+    fp32_kernel_ = kernel_ == ScoreKernel::kRegister ? register_width(d_) : 0;
     if (use_mma_) {
       prepare_operands(options, hx, hy, largest);
       if (xop_.mode == MmaMode::kSplitFp16 && options.screening != Screening::kOff) prepare_screening(options, data.b);
@@ -290,7 +296,7 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
 
 void DeviceStep::Impl::refuse_if_too_large(const BackendOptions& options, const ProblemData& data) const {
   // Out of memory is refused up front, naming what the problem needs and what the device has, before any upload.
-  const bool tensor = mma_supports(d_) && precision_ != Precision::kFp32;
+  const bool tensor = kernel_ == ScoreKernel::kTensor;
   const bool split = tensor && precision_ != Precision::kBf16 && precision_ != Precision::kTf32;
   const std::size_t need =
       step_resident_bytes(data.x.n, data.y.n, data.x.d, tensor, split,

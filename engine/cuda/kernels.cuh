@@ -24,6 +24,9 @@ struct PointSet {
   const float* logw = nullptr;    // (count) ln weight (−inf for a zero weight)
   const float* weight = nullptr;  // (count)
   int count = 0;
+  /// The fp32 score kernel for this side as the rows: −1 by d alone (dispatch.hpp default_fp32_width), 0 tiled,
+  /// D > 0 the register kernels of width D ≥ d (dispatch.hpp). The CUDA backend sets it from its kernel choice.
+  int fp32_kernel = -1;
 };
 
 /// Scalars of one kernel-matrix evaluation.
@@ -36,12 +39,9 @@ struct Scale {
   static Scale make(double epsilon, double cost_scale, int d);
 };
 
-/// Which kernel family evaluates the scores.
-enum class Path {
-  kSmallD,   // d ≤ 4: coordinates in registers, one thread per row strip, fp32
-  kTiled,    // any d: register-blocked 64×64 tiles chunked over d, fp32 FMA
-};
-Path choose_path(int d);
+/// The fp32 kernel that serves `rows` at dimension d: the register kernels' width D (small_d.cuh), or 0 for the
+/// tiled kernels (PointSet::fp32_kernel).
+int fp32_width(const PointSet& rows, int d);
 
 // ---- log-sum-exp reductions (softmin) ------------------------------------------------------------------------
 /// Rows per block and columns per tile of the LSE kernel used for `d`.

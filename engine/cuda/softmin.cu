@@ -3,9 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "device_common.cuh"
+#include "dispatch.hpp"
 #include "error.hpp"
+#include "small_d.cuh"
 
 namespace flashot::detail::cuda {
 
@@ -19,95 +23,12 @@ Scale Scale::make(double epsilon, double cost_scale, int d) {
   return sc;
 }
 
-Path choose_path(int d) { return d <= 4 ? Path::kSmallD : Path::kTiled; }
+int fp32_width(const PointSet& rows, int d) {
+  if (rows.fp32_kernel >= 0) return rows.fp32_kernel;
+  return default_fp32_width(d);
+}
 
 namespace {
-
-// ---- kSmallD: each thread keeps kSmallRows rows (coordinates pre-multiplied by α) in registers and walks a
-// shared-memory tile of columns; all lanes read the same column (a broadcast), so rows never leave the thread.
-constexpr int kSmallThreads = 128;
-constexpr int kSmallRows = 8;
-constexpr int kSmallTile = 256;
-constexpr int kSmallBlockRows = kSmallThreads * kSmallRows;
-
-template <int D>
-__global__ void __launch_bounds__(kSmallThreads) lse_small_kernel(PointSet rows, PointSet cols, const float* __restrict__ h,
-                                                                  Scale sc, int cols_per_split,
-                                                                  float2* __restrict__ partials, const int* guard) {
-  if (guard != nullptr && *guard == 0) return;
-  __shared__ float4 tile[kSmallTile];  // (BN): (q0, q1, q2, v) for D ≤ 3, (q0..q3) for D = 4
-  __shared__ float vtile[kSmallTile];  // (BN): v for D = 4
-  const int i_base = blockIdx.x * kSmallBlockRows + threadIdx.x;
-  float xr[kSmallRows][D];
-  float run_max[kSmallRows], run_sum[kSmallRows];
-#pragma unroll
-  for (int r = 0; r < kSmallRows; ++r) {
-    const int i = i_base + r * kSmallThreads;
-#pragma unroll
-    for (int k = 0; k < D; ++k) xr[r][k] = i < rows.count ? sc.alpha * rows.points[std::size_t(i) * D + k] : 0.f;
-    run_max[r] = kNoMax;
-    run_sum[r] = 0.f;
-  }
-  const int j_begin = blockIdx.y * cols_per_split;
-  const int j_end = min(cols.count, j_begin + cols_per_split);
-  for (int t0 = j_begin; t0 < j_end; t0 += kSmallTile) {
-    __syncthreads();
-    for (int c = threadIdx.x; c < kSmallTile; c += kSmallThreads) {
-      const int j = t0 + c;
-      float q[4] = {0.f, 0.f, 0.f, 0.f};
-      float v = -INFINITY;
-      if (j < j_end) {
-#pragma unroll
-        for (int k = 0; k < D; ++k) q[k] = cols.points[std::size_t(j) * D + k];
-        v = column_bias(cols, h, sc, j);
-      }
-      if constexpr (D <= 3) {
-        tile[c] = make_float4(q[0], q[1], q[2], v);
-      } else {
-        tile[c] = make_float4(q[0], q[1], q[2], q[3]);
-        vtile[c] = v;
-      }
-    }
-    __syncthreads();
-    const int ncols = min(kSmallTile, j_end - t0);
-    for (int c0 = 0; c0 < ncols; c0 += 8) {
-      float s[kSmallRows][8];  // (TM, 8) scores
-#pragma unroll
-      for (int cc = 0; cc < 8; ++cc) {
-        const float4 q = tile[c0 + cc];
-        const float v = D <= 3 ? q.w : vtile[c0 + cc];
-#pragma unroll
-        for (int r = 0; r < kSmallRows; ++r) {
-          float t = v;
-          t = fmaf(xr[r][0], q.x, t);
-          if constexpr (D > 1) t = fmaf(xr[r][1], q.y, t);
-          if constexpr (D > 2) t = fmaf(xr[r][2], q.z, t);
-          if constexpr (D > 3) t = fmaf(xr[r][3], q.w, t);
-          s[r][cc] = t;
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < kSmallRows; ++r) {
-        float top = s[r][0];
-#pragma unroll
-        for (int cc = 1; cc < 8; ++cc) top = fmaxf(top, s[r][cc]);
-        if (top > run_max[r]) {
-          run_sum[r] *= fast_exp2(run_max[r] - top);
-          run_max[r] = top;
-        }
-        float sum = 0.f;
-#pragma unroll
-        for (int cc = 0; cc < 8; ++cc) sum += fast_exp2(s[r][cc] - run_max[r]);
-        run_sum[r] += sum;
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kSmallRows; ++r) {
-    const int i = i_base + r * kSmallThreads;
-    if (i < rows.count) partials[std::size_t(blockIdx.y) * rows.count + i] = make_float2(run_max[r], run_sum[r]);
-  }
-}
 
 // ---- kTiled: any d. --------------------------------------------------------------------------------------------
 __global__ void __launch_bounds__(kTileThreads) lse_tiled_kernel(PointSet rows, PointSet cols, const float* __restrict__ h,
@@ -218,8 +139,8 @@ __global__ void finalize_kernel(Finalize mode, FinalizeSide a, FinalizeSide b, f
 }  // namespace
 
 ReductionPlan plan_lse(const PointSet& rows, const PointSet& cols, int d, int resident_blocks) {
-  if (choose_path(d) == Path::kSmallD) {
-    return plan_reduction(rows.count, cols.count, kSmallBlockRows, kSmallTile, resident_blocks);
+  if (const int width = fp32_width(rows, d); width > 0) {
+    return plan_reduction(rows.count, cols.count, small_block_rows(width), kSmallTile, resident_blocks);
   }
   return plan_reduction(rows.count, cols.count, kTileRows, kTileCols, resident_blocks);
 }
@@ -227,13 +148,21 @@ ReductionPlan plan_lse(const PointSet& rows, const PointSet& cols, int d, int re
 void launch_lse(const PointSet& rows, const PointSet& cols, const float* h, const Scale& scale, const ReductionPlan& plan,
                 float2* partials, const int* guard, cudaStream_t stream) {
   const dim3 grid(plan.row_blocks, plan.splits);
-  if (choose_path(scale.d) == Path::kSmallD) {
-    switch (scale.d) {
-      case 1: lse_small_kernel<1><<<grid, kSmallThreads, 0, stream>>>(rows, cols, h, scale, plan.cols_per_split, partials, guard); break;
-      case 2: lse_small_kernel<2><<<grid, kSmallThreads, 0, stream>>>(rows, cols, h, scale, plan.cols_per_split, partials, guard); break;
-      case 3: lse_small_kernel<3><<<grid, kSmallThreads, 0, stream>>>(rows, cols, h, scale, plan.cols_per_split, partials, guard); break;
-      default: lse_small_kernel<4><<<grid, kSmallThreads, 0, stream>>>(rows, cols, h, scale, plan.cols_per_split, partials, guard); break;
+  if (const int width = fp32_width(rows, scale.d); width > 0) {
+    switch (width) {
+      case 1: launch_lse_small<1>(rows, cols, h, scale, plan, partials, guard, stream); break;
+      case 2: launch_lse_small<2>(rows, cols, h, scale, plan, partials, guard, stream); break;
+      case 3: launch_lse_small<3>(rows, cols, h, scale, plan, partials, guard, stream); break;
+      case 4: launch_lse_small<4>(rows, cols, h, scale, plan, partials, guard, stream); break;
+      case 5: launch_lse_small<5>(rows, cols, h, scale, plan, partials, guard, stream); break;
+      case 6: launch_lse_small<6>(rows, cols, h, scale, plan, partials, guard, stream); break;
+      case 7: launch_lse_small<7>(rows, cols, h, scale, plan, partials, guard, stream); break;
+      case 8: launch_lse_small<8>(rows, cols, h, scale, plan, partials, guard, stream); break;
+      case 12: launch_lse_small<12>(rows, cols, h, scale, plan, partials, guard, stream); break;
+      case 16: launch_lse_small<16>(rows, cols, h, scale, plan, partials, guard, stream); break;
+      default: throw std::logic_error("no register kernel of width " + std::to_string(width));
     }
+    return;
   } else {
     lse_tiled_kernel<<<grid, kTileThreads, 0, stream>>>(rows, cols, h, scale, plan.cols_per_split, partials, guard);
   }

@@ -6,131 +6,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "device_common.cuh"
+#include "dispatch.hpp"
 #include "error.hpp"
+#include "small_d.cuh"
 
 namespace flashot::detail::cuda {
 namespace {
-
-constexpr int kSumThreads = 128;
-constexpr int kSumRows = 8;
-constexpr int kSumTile = 256;
-constexpr int kSumBlockRows = kSumThreads * kSumRows;
-constexpr int kWarps = kSumThreads / 32;
-
-/// One halving step of warp_transpose_sum: lanes with bit W set keep the upper half of v[0, 2W), the others the
-/// lower half, and each adds its partner's copy. W is a template parameter so that every index is a constant
-/// (a run-time trip count left the loop rolled and turned v into predicated moves).
-template <int W>
-__device__ __forceinline__ void transpose_step(float (&v)[32], bool upper) {
-#pragma unroll
-  for (int k = 0; k < W; ++k) {
-    const float lo = v[k], hi = v[k + W];
-    const float send = upper ? lo : hi;
-    const float keep = upper ? hi : lo;
-    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, W);
-  }
-}
-
-/// Sums 32 per-lane values per column across the warp: lane l ends with the total of column l. A halving
-/// exchange (16 + 8 + 4 + 2 + 1 shuffles) instead of 32 full butterfly reductions.
-__device__ __forceinline__ float warp_transpose_sum(float (&v)[32]) {
-  const int lane = threadIdx.x % 32;
-  transpose_step<16>(v, lane & 16);
-  transpose_step<8>(v, lane & 8);
-  transpose_step<4>(v, lane & 4);
-  transpose_step<2>(v, lane & 2);
-  transpose_step<1>(v, lane & 1);
-  return v[0];
-}
-
-template <int D>
-__global__ void __launch_bounds__(kSumThreads) sums_small_kernel(PointSet x, PointSet y, const float* __restrict__ f,
-                                                                 const float* __restrict__ g, Scale sc,
-                                                                 int cols_per_split, float* __restrict__ rsum,
-                                                                 float* __restrict__ csum,
-                                                                 const SumsForecast* forecast) {
-  const SumsStep step = forecast != nullptr ? sums_step(*forecast) : SumsStep{};
-  if (step.skip != 0) return;
-  const float shift = step.shift;
-  __shared__ float4 tile[kSumTile];           // (BN): (y0, y1, y2, v) for D ≤ 3, (y0..y3) for D = 4
-  __shared__ float vtile[kSumTile];           // (BN): v for D = 4
-  __shared__ float colbuf[kWarps][kSumTile];  // (warps, BN): per-warp column sums
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int i_base = blockIdx.x * kSumBlockRows + threadIdx.x;
-  float xr[kSumRows][D], u[kSumRows], ar[kSumRows], rs[kSumRows];
-#pragma unroll
-  for (int r = 0; r < kSumRows; ++r) {
-    const int i = i_base + r * kSumThreads;
-    const bool valid = i < x.count;
-#pragma unroll
-    for (int k = 0; k < D; ++k) xr[r][k] = valid ? sc.alpha * x.points[std::size_t(i) * D + k] : 0.f;
-    u[r] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) + shift : -INFINITY;
-    ar[r] = valid ? x.weight[i] : 0.f;
-    rs[r] = 0.f;
-  }
-  const int j_begin = blockIdx.y * cols_per_split;
-  const int j_end = min(y.count, j_begin + cols_per_split);
-  const int tiles = (j_end - j_begin + kSumTile - 1) / kSumTile;
-  for (int t = 0; t < tiles; ++t) {
-    // Blocks of one split start at different tiles so that their column atomics do not all hit one address range.
-    const int t0 = j_begin + ((t + blockIdx.x) % tiles) * kSumTile;
-    __syncthreads();
-    for (int c = threadIdx.x; c < kSumTile; c += kSumThreads) {
-      const int j = t0 + c;
-      float q[4] = {0.f, 0.f, 0.f, 0.f};
-      float v = -INFINITY;
-      if (j < j_end) {
-#pragma unroll
-        for (int k = 0; k < D; ++k) q[k] = y.points[std::size_t(j) * D + k];
-        v = column_bias(y, g, sc, j);
-      }
-      if constexpr (D <= 3) {
-        tile[c] = make_float4(q[0], q[1], q[2], v);
-      } else {
-        tile[c] = make_float4(q[0], q[1], q[2], q[3]);
-        vtile[c] = v;
-      }
-    }
-    __syncthreads();
-    const int ncols = min(kSumTile, j_end - t0);
-    for (int c0 = 0; c0 < ncols; c0 += 32) {
-      float cp[32];  // (32 columns) this thread's Σ_r a_r E_rc
-#pragma unroll
-      for (int cc = 0; cc < 32; ++cc) {
-        const float4 q = tile[c0 + cc];
-        const float v = D <= 3 ? q.w : vtile[c0 + cc];
-        float col = 0.f;
-#pragma unroll
-        for (int r = 0; r < kSumRows; ++r) {
-          float t = v + u[r];
-          t = fmaf(xr[r][0], q.x, t);
-          if constexpr (D > 1) t = fmaf(xr[r][1], q.y, t);
-          if constexpr (D > 2) t = fmaf(xr[r][2], q.z, t);
-          if constexpr (D > 3) t = fmaf(xr[r][3], q.w, t);
-          const float e = fast_exp2(t);
-          rs[r] += e;
-          col = fmaf(ar[r], e, col);
-        }
-        cp[cc] = col;
-      }
-      colbuf[warp][c0 + lane] = warp_transpose_sum(cp);
-    }
-    __syncthreads();
-    for (int c = threadIdx.x; c < ncols; c += kSumThreads) {
-      float total = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) total += colbuf[w][c];
-      if (total != 0.f) atomicAdd(&csum[t0 + c], total);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kSumRows; ++r) {
-    const int i = i_base + r * kSumThreads;
-    if (i < x.count) atomicAdd(&rsum[i], rs[r]);
-  }
-}
 
 __global__ void __launch_bounds__(kTileThreads) sums_tiled_kernel(PointSet x, PointSet y, const float* __restrict__ f,
                                                                   const float* __restrict__ g, Scale sc,
@@ -245,20 +130,25 @@ __global__ void cold_check_kernel(const float* __restrict__ softmin, int count, 
 }  // namespace
 
 ReductionPlan plan_symmetric(const PointSet& x, const PointSet& y, int d, int resident_blocks, int sms) {
-  if (choose_path(d) == Path::kSmallD) {
+  if (const int width = fp32_width(x, d); width > 0) {
     // Bound by the SMs' exponential units, all blocks resident at once up to n ≈ 100k: balance the SMs' work
     // (plan_balanced) in 32-column chunks, the kernel's inner step, with the kernel's own occupancy.
     int per_sm = 0;
-    const cudaError_t status =
-        d == 1   ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sums_small_kernel<1>, kSumThreads, 0)
-        : d == 2 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sums_small_kernel<2>, kSumThreads, 0)
-        : d == 3 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sums_small_kernel<3>, kSumThreads, 0)
-                 : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sums_small_kernel<4>, kSumThreads, 0);
-    if (status != cudaSuccess || per_sm <= 0) {
-      (void)cudaGetLastError();
-      per_sm = std::max(resident_blocks / std::max(sms, 1), 1);
+    switch (width) {
+      case 1: per_sm = sums_small_blocks_per_sm<1>(); break;
+      case 2: per_sm = sums_small_blocks_per_sm<2>(); break;
+      case 3: per_sm = sums_small_blocks_per_sm<3>(); break;
+      case 4: per_sm = sums_small_blocks_per_sm<4>(); break;
+      case 5: per_sm = sums_small_blocks_per_sm<5>(); break;
+      case 6: per_sm = sums_small_blocks_per_sm<6>(); break;
+      case 7: per_sm = sums_small_blocks_per_sm<7>(); break;
+      case 8: per_sm = sums_small_blocks_per_sm<8>(); break;
+      case 12: per_sm = sums_small_blocks_per_sm<12>(); break;
+      case 16: per_sm = sums_small_blocks_per_sm<16>(); break;
+      default: throw std::logic_error("no register kernel of width " + std::to_string(width));
     }
-    return plan_balanced(x.count, y.count, kSumBlockRows, 32, sms, per_sm, 3, 2);
+    if (per_sm <= 0) per_sm = std::max(resident_blocks / std::max(sms, 1), 1);
+    return plan_balanced(x.count, y.count, small_block_rows(width), 32, sms, per_sm, 3, 2);
   }
   return plan_reduction(x.count, y.count, kTileRows, kTileCols, resident_blocks);
 }
@@ -269,13 +159,21 @@ void launch_symmetric_sums(const PointSet& x, const PointSet& y, const float* f,
   const dim3 grid(plan.row_blocks, plan.splits);
   const int cps = plan.cols_per_split;
   const SumsForecast* fc = forecast;
-  if (choose_path(scale.d) == Path::kSmallD) {
-    switch (scale.d) {
-      case 1: sums_small_kernel<1><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, fc); break;
-      case 2: sums_small_kernel<2><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, fc); break;
-      case 3: sums_small_kernel<3><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, fc); break;
-      default: sums_small_kernel<4><<<grid, kSumThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, fc); break;
+  if (const int width = fp32_width(x, scale.d); width > 0) {
+    switch (width) {
+      case 1: launch_sums_small<1>(x, y, f, g, scale, plan, rsum, csum, fc, stream); break;
+      case 2: launch_sums_small<2>(x, y, f, g, scale, plan, rsum, csum, fc, stream); break;
+      case 3: launch_sums_small<3>(x, y, f, g, scale, plan, rsum, csum, fc, stream); break;
+      case 4: launch_sums_small<4>(x, y, f, g, scale, plan, rsum, csum, fc, stream); break;
+      case 5: launch_sums_small<5>(x, y, f, g, scale, plan, rsum, csum, fc, stream); break;
+      case 6: launch_sums_small<6>(x, y, f, g, scale, plan, rsum, csum, fc, stream); break;
+      case 7: launch_sums_small<7>(x, y, f, g, scale, plan, rsum, csum, fc, stream); break;
+      case 8: launch_sums_small<8>(x, y, f, g, scale, plan, rsum, csum, fc, stream); break;
+      case 12: launch_sums_small<12>(x, y, f, g, scale, plan, rsum, csum, fc, stream); break;
+      case 16: launch_sums_small<16>(x, y, f, g, scale, plan, rsum, csum, fc, stream); break;
+      default: throw std::logic_error("no register kernel of width " + std::to_string(width));
     }
+    return;
   } else {
     sums_tiled_kernel<<<grid, kTileThreads, 0, stream>>>(x, y, f, g, scale, cps, rsum, csum, fc);
   }

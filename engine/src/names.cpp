@@ -40,6 +40,16 @@ std::string to_string(Screening s) {
   return "unknown";
 }
 
+std::string to_string(ScoreKernel k) {
+  switch (k) {
+    case ScoreKernel::kAuto: return "auto";
+    case ScoreKernel::kRegister: return "register";
+    case ScoreKernel::kTiled: return "tiled";
+    case ScoreKernel::kTensor: return "tensor";
+  }
+  return "unknown";
+}
+
 std::string to_string(CpuIsa i) {
   switch (i) {
     case CpuIsa::kAuto: return "auto";
@@ -83,6 +93,12 @@ Screening parse_screening(const std::string& text) {
   for (Screening s : {Screening::kAuto, Screening::kOff, Screening::kOn})
     if (to_string(s) == text) return s;
   throw std::invalid_argument("screening must be auto, off or on (got '" + text + "')");
+}
+
+ScoreKernel parse_score_kernel(const std::string& text) {
+  for (ScoreKernel k : {ScoreKernel::kAuto, ScoreKernel::kRegister, ScoreKernel::kTiled, ScoreKernel::kTensor})
+    if (to_string(k) == text) return k;
+  throw std::invalid_argument("kernel must be auto, register, tiled or tensor (got '" + text + "')");
 }
 
 CpuIsa parse_cpu_isa(const std::string& text) {

@@ -44,12 +44,22 @@ TEST(Bench, HumanOutputNamesBackendAndMedian) {
   EXPECT_NE(r.out.find("iters=3"), std::string::npos) << r.out;
 }
 
+TEST(Bench, ClusteredDataAndAForcedKernelRun) {
+  // --kernel only steers the CUDA backend; the CPU backend accepts and ignores it (as --screening).
+  const CommandResult r = run_flashot({"bench", "--n", "300", "--m", "250", "--d", "7", "--iters", "3", "--repeats",
+                                       "2", "--backend", "cpu", "--data", "clusters", "--kernel", "register"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("clusters kernel=register"), std::string::npos) << r.out;
+}
+
 TEST(Usage, BadOptionValuesExitTwoWithOneLine) {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"bench", "--n", "0"},
            {"bench", "--n", "10", "--eps", "-0.1"},
            {"bench", "--n", "10", "--backend", "gpu"},
            {"bench", "--n", "10", "--no-such-option"},
+           {"bench", "--n", "10", "--kernel", "fastest"},
+           {"bench", "--n", "10", "--data", "uniform"},
            {"bench"},
            {"no-such-command"},
            {}}) {

@@ -38,6 +38,12 @@ enum class Precision { kDefault, kFp32, kTf32, kBf16 };
 /// are kept (small ε relative to the spread of the costs) and runs the unscreened kernels otherwise; kOff never
 /// screens; kOn always does. Other paths and the CPU backend ignore it.
 enum class Screening { kAuto, kOff, kOn };
+/// Which kernel family evaluates the CUDA backend's scores (docs/engine.md, "Choosing the kernel"). kAuto picks the
+/// measured fastest for d, n, m and the precision from the table in the repository; the others force a family,
+/// for benchmarks and for measuring that table (`flashot bench --kernel`): kRegister (fp32, rows in registers,
+/// d ≤ 16), kTiled (fp32 tiles, any d), kTensor (tensor cores, d ≤ 128, not with Precision::kFp32). The CPU
+/// backend ignores it.
+enum class ScoreKernel { kAuto, kRegister, kTiled, kTensor };
 /// Instruction set of the CPU backend's kernels (engine/cpu/kernels_<isa>.cpp). kAuto: the widest this CPU runs.
 /// Naming one the CPU lacks makes the Problem throw std::runtime_error.
 enum class CpuIsa { kAuto, kGeneric, kAvx2, kAvx512 };
@@ -56,6 +62,7 @@ std::string to_string(Scheme);
 std::string to_string(BackendKind);
 std::string to_string(Precision);
 std::string to_string(Screening);
+std::string to_string(ScoreKernel);
 std::string to_string(StopReason);
 std::string to_string(CpuIsa);
 /// Parse the names printed by to_string ("cpu", "symmetric", …). Throws std::invalid_argument naming the text.
@@ -63,6 +70,7 @@ BackendKind parse_backend(const std::string&);
 Scheme parse_scheme(const std::string&);
 Precision parse_precision(const std::string&);
 Screening parse_screening(const std::string&);
+ScoreKernel parse_score_kernel(const std::string&);
 CpuIsa parse_cpu_isa(const std::string&);
 
 /// Reported to the progress callback at every marginal-error check.
@@ -86,6 +94,9 @@ struct CudaTuning {
   /// false keeps the mma.sync kernels there too (comparisons; scripts/gpu-check.sh runs the screened tests both
   /// ways). Ignored elsewhere.
   bool warpgroup_kernels = true;
+  /// Forces a score kernel family (benchmarks and the dispatch table: `flashot bench --kernel`); kAuto, the
+  /// measured choice, everywhere else. A family that cannot serve d makes the Problem throw std::invalid_argument.
+  ScoreKernel kernel = ScoreKernel::kAuto;
 };
 
 /// Where the problem lives and how it computes. Fixed when the Problem is built.
