@@ -15,6 +15,7 @@
 #include "flashot/io/anndata.hpp"
 #include "flashot/io/errors.hpp"
 #include "h5/h5.hpp"
+#include "partial_file.hpp"
 
 namespace flashot::io {
 namespace {
@@ -25,54 +26,20 @@ using h5::Writer;
 
 constexpr std::int64_t kInt32Max = 2147483647;
 
-std::filesystem::path temp_path_for(const std::filesystem::path& target) {
-  static std::atomic<unsigned> counter{0};
-  const auto folder = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
-  std::string name(1, '.');
-  name += target.filename().string();
-  name += ".tmp-";
-  name += std::to_string(::getpid());
-  name += '-';
-  name += std::to_string(counter++);
-  return folder / name;
-}
-
-// Removes the temporary file unless the write succeeded and it was renamed.
-class TempFile {
- public:
-  explicit TempFile(const std::filesystem::path& target) : target_(target), path_(temp_path_for(target)) {}
-  ~TempFile() {
-    if (!committed_) {
-      std::error_code ec;
-      std::filesystem::remove(path_, ec);
-    }
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  void commit() {
-    std::error_code ec;
-    std::filesystem::rename(path_, target_, ec);
-    if (ec) throw IoError(target_.string() + ": cannot rename " + path_.string() + " over it: " + ec.message());
-    committed_ = true;
-  }
-
- private:
-  std::filesystem::path target_;
-  std::filesystem::path path_;
-  bool committed_ = false;
-};
+using TempFile = detail::PartialFile;
 
 // An HDF5 file open for writing; close() reports failures that a destructor could not.
 class OpenFile {
  public:
   OpenFile(const std::filesystem::path& path, const std::string& shown, bool create) {
     file_.path = shown;
+    file_.disk_path = path.string();
+    file_.writable = true;
     const hid_t id = create ? H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)
                             : H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     if (id < 0) {
       throw IoError(shown + ": cannot " + std::string(create ? "create " : "open for writing ") + path.string() +
-                    " (" + h5::take_error_stack() + ")");
+                    ": " + h5::hdf5_problem("HDF5 refused"));
     }
     file_.id = id;
     root_ = Id(H5Gopen2(id, "/", H5P_DEFAULT));
@@ -89,7 +56,7 @@ class OpenFile {
     root_.reset();
     const herr_t status = H5Fclose(file_.id);
     file_.id = H5I_INVALID_HID;
-    if (status < 0) throw IoError(file_.path + ": cannot finish writing (" + h5::take_error_stack() + ")");
+    if (status < 0) throw IoError(file_.path + ": cannot finish writing: " + h5::hdf5_problem("HDF5 could not close it"));
   }
 
  private:
@@ -463,8 +430,7 @@ void write_h5ad_copy(const std::filesystem::path& input, const std::filesystem::
   check_additions(additions, n_obs, n_vars);
 
   TempFile temp(output);
-  std::filesystem::copy_file(input, temp.path(), std::filesystem::copy_options::overwrite_existing, ec);
-  if (ec) throw IoError(output.string() + ": cannot copy " + input.string() + ": " + ec.message());
+  detail::copy_contents(input, temp.path(), output.string());
   {
     OpenFile file(temp.path(), output.string(), false);
     const Writer root = file.root();

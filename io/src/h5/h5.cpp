@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -10,6 +11,8 @@
 
 #include "flashot/io/errors.hpp"
 #include "h5/lzf.hpp"
+#include "h5/vlen.hpp"
+#include "partial_file.hpp"
 
 namespace flashot::io::h5 {
 namespace {
@@ -55,6 +58,7 @@ std::string read_failure(hid_t dataset) {
     }
     H5Eclear2(H5E_DEFAULT);
   }
+  if (stack.rfind("corrupt file: ", 0) == 0) return "cannot read: " + stack;
   if (problem.empty()) return "cannot read" + (stack.empty() ? std::string() : " (HDF5: " + stack + ")");
   return "cannot read: " + problem + " (HDF5: " + stack + ")";
 }
@@ -69,10 +73,6 @@ std::string read_failure(hid_t dataset) {
                 (object_path.empty() ? std::string("/") : object_path) + ": " + problem);
 }
 
-std::string hdf5_problem(const std::string& what) {
-  const std::string stack = take_error_stack();
-  return stack.empty() ? what : what + " (HDF5: " + stack + ")";
-}
 
 hsize_t product(std::span<const hsize_t> dims) {
   hsize_t n = 1;
@@ -111,7 +111,12 @@ std::vector<std::string> read_string_values(hid_t file_type, hsize_t n,
   Id mem = string_mem_type(file_type);
   if (H5Tis_variable_str(file_type) > 0) {
     std::vector<char*> ptrs(n, nullptr);
-    if (n > 0 && read(mem.get(), ptrs.data()) < 0) fail("cannot read strings");
+    if (n > 0 && read(mem.get(), ptrs.data()) < 0) {
+      for (char* p : ptrs) {  // strings of batches converted before the failure
+        if (p != nullptr) H5free_memory(p);
+      }
+      fail("cannot read strings");
+    }
     for (char* p : ptrs) out.emplace_back(p != nullptr ? p : "");
     if (n > 0) H5Dvlen_reclaim(mem.get(), space, H5P_DEFAULT, ptrs.data());
   } else {
@@ -169,6 +174,7 @@ void silence_errors() {
   static const bool silenced = [] {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     register_builtin_lzf();
+    register_vlen_string_reader();
     return true;
   }();
   (void)silenced;
@@ -178,9 +184,24 @@ std::string take_error_stack() {
   std::vector<std::string> entries;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect_error, &entries);
   H5Eclear2(H5E_DEFAULT);
+  // A corrupt string found by flashot's own reader says more than HDF5's "conversion failed" that follows it.
+  if (std::string vlen = take_vlen_problem(); !vlen.empty()) return "corrupt file: " + vlen;
   std::string out;
   for (const auto& e : entries) out += (out.empty() ? "" : "; ") + e;
   return out;
+}
+
+std::string hdf5_problem(const std::string& what) {
+  const std::string stack = take_error_stack();
+  // A failed write's stack carries the system's errno ("errno = 27, error message = 'File too large'"): say it in
+  // plain words first, so that a full disk or a file size limit is not buried in HDF5's wording.
+  std::string cause;
+  if (const auto at = stack.find("errno = "); at != std::string::npos) {
+    const int error = std::atoi(stack.c_str() + at + 8);
+    if (error > 0) cause = ": " + detail::errno_cause(error);
+  }
+  if (stack.rfind("corrupt file: ", 0) == 0) return what + ": " + stack;
+  return what + cause + (stack.empty() ? "" : " (HDF5: " + stack + ")");
 }
 
 void Id::reset() {
@@ -272,7 +293,15 @@ std::vector<std::string> Node::attr_strings(const std::string& name) const {
     throw_format(file_, where, "expected a string attribute");
   }
   if (H5Sget_simple_extent_type(space.get()) == H5S_NULL) return {};
+  // An attribute holds its elements in the object header: a count its stored bytes cannot back is corrupt.
+  const hsize_t stored = H5Aget_storage_size(attr.get());
+  const std::size_t element = std::max<std::size_t>(H5Tget_size(type.get()), 1);
+  if (static_cast<hsize_t>(n) > stored / element) {
+    throw_format(file_, where, "claims " + std::to_string(n) + " strings but stores only " + std::to_string(stored) +
+                                   " bytes");
+  }
   auto fail_fn = [&](const std::string& p) { throw_format(file_, where, hdf5_problem(p)); };
+  const VlenReadScope scope(file_);
   return read_string_values(
       type.get(), static_cast<hsize_t>(n),
       [&](hid_t mem, void* buf) { return H5Aread(attr.get(), mem, buf); }, space.get(), fail_fn);
@@ -537,6 +566,7 @@ std::vector<std::string> Node::read_strings() const {
     fail("claims " + std::to_string(n) + " strings but stores only " + std::to_string(stored) + " bytes");
   }
   auto fail_fn = [&](const std::string&) { fail(read_failure(id())); };
+  const VlenReadScope scope(file_);
   return read_string_values(
       type.get(), static_cast<hsize_t>(n),
       [&](hid_t mem, void* buf) { return H5Dread(id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf); }, space.get(),
@@ -597,6 +627,7 @@ Node::Field Node::read_compound_field(const std::string& field) const {
                                    std::to_string(stored) + " bytes");
   }
   Field out;
+  const VlenReadScope scope(file_);
   auto read_into = [&](hid_t mem_member, std::size_t size, void* buf) {
     Id mem(H5Tcreate(H5T_COMPOUND, size));
     H5Tinsert(mem.get(), field.c_str(), 0, mem_member);
@@ -611,7 +642,15 @@ Node::Field Node::read_compound_field(const std::string& field) const {
     Id mem_str = string_mem_type(member.get());
     if (H5Tis_variable_str(member.get()) > 0) {
       std::vector<char*> ptrs(static_cast<std::size_t>(n), nullptr);
-      Id mem = read_into(mem_str.get(), sizeof(char*), ptrs.data());
+      Id mem;
+      try {
+        mem = read_into(mem_str.get(), sizeof(char*), ptrs.data());
+      } catch (...) {
+        for (char* p : ptrs) {
+          if (p != nullptr) H5free_memory(p);
+        }
+        throw;
+      }
       for (char* p : ptrs) out.strings.emplace_back(p != nullptr ? p : "");
       if (n > 0) H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, ptrs.data());
     } else {
@@ -854,6 +893,9 @@ Id write_numeric(const Writer& at, const std::string& name, hid_t file_type, hid
   Id ds = create_dataset(at, name, file_type, dims, H5Tget_size(file_type));
   if (product(dims) > 0) {
     check_write(H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), at, name, "cannot write");
+    // Chunks still in HDF5's cache are written here, where a failure (a full disk) can still be reported: the
+    // dataset's close would drop it.
+    check_write(H5Dflush(ds.get()), at, name, "cannot write");
   }
   return ds;
 }
@@ -868,6 +910,7 @@ Id write_strings(const Writer& at, const std::string& name, const std::vector<st
   if (n > 0) {
     check_write(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()), at, name,
                 "cannot write");
+    check_write(H5Dflush(ds.get()), at, name, "cannot write");
   }
   return ds;
 }
@@ -881,6 +924,7 @@ Id write_flags(const Writer& at, const std::string& name, const std::vector<std:
   if (n > 0) {
     check_write(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), at, name,
                 "cannot write");
+    check_write(H5Dflush(ds.get()), at, name, "cannot write");
   }
   return ds;
 }

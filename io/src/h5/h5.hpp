@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -17,6 +18,9 @@ namespace flashot::io::h5 {
 void silence_errors();
 /// The HDF5 error stack as one line ("<minor>: <description>" of the innermost entries), then cleared.
 std::string take_error_stack();
+/// `what`, the system's cause in plain words when the error stack carries an errno ("file size limit exceeded"),
+/// and the HDF5 error stack (then cleared).
+std::string hdf5_problem(const std::string& what);
 
 /// Owns one HDF5 identifier of any kind (file, group, dataset, attribute, datatype, dataspace, property list).
 class Id {
@@ -52,10 +56,17 @@ class Id {
 /// What an element's datatype is, as far as AnnData cares.
 enum class TypeClass { kInteger, kUnsigned, kFloat, kString, kEnum, kCompound, kReference, kOther };
 
-/// The file an object lives in; used for error messages and to reopen by path.
+class RawFile;
+
+/// The file an object lives in; used for error messages, and by the checked string reader (vlen.hpp) to read the
+/// file's bytes itself.
 struct FileRef {
-  std::string path;  ///< as shown in messages
+  std::string path;  ///< as shown in messages (and opened by the string reader unless `image` is set)
   hid_t id = H5I_INVALID_HID;
+  std::span<const std::byte> image;  ///< the file's bytes when it was opened from memory (must outlive the file)
+  std::string disk_path;             ///< the file on disk when it differs from `path` (a partial file being written)
+  bool writable = false;             ///< opened for writing: flushed before strings are read back
+  mutable std::shared_ptr<RawFile> raw;  ///< opened by the first string read
 };
 
 /// An open group or dataset together with its object path, so every error can name both.
