@@ -807,6 +807,56 @@ Id create_dataset(const Writer& at, const std::string& name, hid_t file_type, st
 
 }  // namespace
 
+Id copy_compound_field(const Node& source, const std::string& field, const Writer& at, const std::string& name,
+                       bool at_least_2d) {
+  const std::string where = source.object_path() + " (field " + field + ")";
+  Id type(H5Dget_type(source.id()));
+  const int index = H5Tget_member_index(type.get(), field.c_str());
+  if (index < 0) throw_format(source.file(), where, "missing field");
+  Id member(H5Tget_member_type(type.get(), static_cast<unsigned>(index)));
+  std::vector<hsize_t> dims;
+  Id element = member;
+  if (H5Tget_class(member.get()) == H5T_ARRAY) {
+    const int rank = H5Tget_array_ndims(member.get());
+    if (rank <= 0 || rank > 4) throw_format(source.file(), where, "unsupported array field rank");
+    dims.resize(static_cast<std::size_t>(rank));
+    H5Tget_array_dims2(member.get(), dims.data());
+    element = Id(H5Tget_super(member.get()));
+  }
+  const H5T_class_t cls = H5Tget_class(element.get());
+  if (cls != H5T_INTEGER && cls != H5T_FLOAT && cls != H5T_ENUM) {
+    throw_format(source.file(), where, "is not numeric: cannot copy it as an array");
+  }
+  Id space(H5Dget_space(source.id()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n < 0) throw_format(source.file(), where, hdf5_problem("unreadable dataspace"));
+  Id native(H5Tget_native_type(element.get(), H5T_DIR_ASCEND));
+  const std::size_t element_size = H5Tget_size(native.get());
+  hsize_t per_record = 1;
+  for (hsize_t d : dims) per_record *= d;
+  const hsize_t bytes = static_cast<hsize_t>(n) * per_record * element_size;
+  const hsize_t stored = H5Dget_storage_size(source.id());
+  if (bytes > kAlwaysAllowedBytes && bytes / kMaxExpansion > stored) {
+    throw_format(source.file(), where, "claims " + std::to_string(bytes) + " bytes but stores only " +
+                                           std::to_string(stored));
+  }
+  Id mem_member(dims.empty() ? H5Tcopy(native.get())
+                             : H5Tarray_create2(native.get(), static_cast<unsigned>(dims.size()), dims.data()));
+  Id mem(H5Tcreate(H5T_COMPOUND, static_cast<std::size_t>(per_record) * element_size));
+  if (!mem_member.valid() || !mem.valid() || H5Tinsert(mem.get(), field.c_str(), 0, mem_member.get()) < 0) {
+    throw_format(source.file(), where, hdf5_problem("cannot make the memory type"));
+  }
+  std::vector<unsigned char> buffer(static_cast<std::size_t>(bytes));
+  if (n > 0 && H5Dread(source.id(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()) < 0) {
+    throw_format(source.file(), where, read_failure(source.id()));
+  }
+  std::vector<hsize_t> out_dims{static_cast<hsize_t>(n)};
+  out_dims.insert(out_dims.end(), dims.begin(), dims.end());
+  if (at_least_2d && out_dims.size() == 1) out_dims.push_back(1);
+  Id file_type(H5Tcopy(element.get()));
+  return write_numeric(at, name, file_type.get(), native.get(), buffer.data(), out_dims);
+}
+
 Id bool_enum_type() {
   Id type(H5Tenum_create(H5T_NATIVE_INT8));
   const std::int8_t no = 0, yes = 1;

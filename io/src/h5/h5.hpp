@@ -178,6 +178,13 @@ Id write_scalar_double(const Writer& at, const std::string& name, double value);
 Id write_scalar_int64(const Writer& at, const std::string& name, std::int64_t value);
 Id write_scalar_string(const Writer& at, const std::string& name, const std::string& value);
 
+/// Copies compound field `field` of the compound dataset `source` into a new dataset `name` at `at`, keeping the
+/// field's stored element type (an enum stays an enum, int64 stays int64). An array field of dims (d…) becomes
+/// records × d…; a plain number field becomes records values, or records × 1 when `at_least_2d`. Chunked and
+/// deflated like every other dataset. Throws FormatError for a string field (read those as text), IoError on write.
+Id copy_compound_field(const Node& source, const std::string& field, const Writer& at, const std::string& name,
+                       bool at_least_2d);
+
 /// The HDF5 boolean type h5py and anndata use: an enum over int8 with FALSE = 0, TRUE = 1.
 Id bool_enum_type();
 
