@@ -16,8 +16,13 @@ namespace flashot::io::detail {
 std::filesystem::path partial_path_for(const std::filesystem::path& target) {
   static std::atomic<unsigned> counter{0};
   const auto folder = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
-  return folder / ("." + target.filename().string() + ".flashot-partial-" + std::to_string(::getpid()) + "-" +
-                   std::to_string(counter++));
+  std::string name(1, '.');  // built by appending: GCC 12 warns (-Wrestrict) on "." + std::string
+  name += target.filename().string();
+  name += ".flashot-partial-";
+  name += std::to_string(::getpid());
+  name += '-';
+  name += std::to_string(counter++);
+  return folder / name;
 }
 
 std::string errno_cause(int error) {
