@@ -143,6 +143,26 @@ TEST(H5adPlainWords, TruncatedFileSaysHowMuchIsThere) {
   }
 }
 
+TEST(H5adPlainWords, ASuperblockAfterAUserBlockIsFoundAndItsStringsRead) {
+  // 512 bytes in front (a user block's place): HDF5 finds the superblock there and moves the base address along,
+  // and so must the truncation check and the checked string reader.
+  TempDir dir;
+  std::mt19937 rng(kSeed);
+  const H5adContent content = sample_content(rng);
+  const fs::path plain = dir.path() / "plain.h5ad";
+  write_h5ad(plain, content);
+  std::vector<char> bytes(512, '\0');
+  const auto file = bytes_of(plain);
+  bytes.insert(bytes.end(), file.begin(), file.end());
+  const fs::path shifted = dir.path() / "shifted.h5ad";
+  std::ofstream(shifted, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  EXPECT_EQ(H5adReader(shifted).obs_names(), content.obs_names);
+  const fs::path cut = dir.path() / "shifted_cut.h5ad";
+  std::ofstream(cut, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() - 10));
+  EXPECT_EQ(open_error(cut), cut.string() + ": truncated: " + std::to_string(bytes.size() - 10) + " of " +
+                                 std::to_string(bytes.size()) + " bytes");
+}
+
 TEST(H5adPlainWords, OtherFormatsSayWhatTheyLookLike) {
   TempDir dir;
   struct Case {

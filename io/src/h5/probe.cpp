@@ -82,12 +82,14 @@ std::optional<std::string> hdf5_file_problem(
   const std::size_t sb_n = static_cast<std::size_t>(std::min<std::uint64_t>(size - *at, sizeof(sb)));
   if (!read(*at, sb_n, sb)) return std::nullopt;
   const int version = sb_n > 8 ? std::to_integer<int>(sb[8]) : -1;
-  std::size_t addr_size = 0, eof_at = 0;
+  std::size_t addr_size = 0, base_at = 0, eof_at = 0;
   if (version == 0 || version == 1) {
     addr_size = sb_n > 13 ? std::to_integer<std::size_t>(sb[13]) : 0;
-    eof_at = (version == 0 ? 24 : 28) + 2 * addr_size;
+    base_at = version == 0 ? 24 : 28;
+    eof_at = base_at + 2 * addr_size;
   } else if (version == 2 || version == 3) {
     addr_size = sb_n > 9 ? std::to_integer<std::size_t>(sb[9]) : 0;
+    base_at = 12;
     eof_at = 12 + 2 * addr_size;
   } else if (version >= 0) {
     return std::nullopt;  // a superblock version HDF5 may know better
@@ -104,7 +106,11 @@ std::optional<std::string> hdf5_file_problem(
   const std::uint64_t eof = decode_le(sb + eof_at, addr_size);
   const std::uint64_t undefined = addr_size == 8 ? ~std::uint64_t{0} : (std::uint64_t{1} << (8 * addr_size)) - 1;
   if (eof == undefined) return std::nullopt;
-  const std::uint64_t expected = *at + eof;
+  // The end-of-file address is stored as the file's size when written, user block included (base address = the
+  // superblock's place). A file whose superblock moved (bytes prepended) is read by HDF5 with the base moved along.
+  const std::uint64_t base = decode_le(sb + base_at, addr_size);
+  if (base == undefined || base > *at || eof > undefined - (*at - base)) return std::nullopt;
+  const std::uint64_t expected = eof + (*at - base);
   if (expected > size) return "truncated: " + std::to_string(size) + " of " + std::to_string(expected) + " bytes";
   return std::nullopt;
 }
