@@ -45,7 +45,7 @@ extern "C" const char* __lsan_default_suppressions() { return "leak:libhdf5_seri
 // "memory allocation failed" (tests/io/data/hostile/fuzz_huge_cache_entry.h5ad); under ASan it would abort
 // instead, so the fuzz target gets the release behaviour. libFuzzer's own malloc limit is raised for the same
 // reason (run_fuzz.cmake); the RSS limit still catches memory that is really used.
-extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
+extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1:abort_on_error=1"; }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace flashot::io;
