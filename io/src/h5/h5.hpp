@@ -143,10 +143,15 @@ class Node {
 
   [[noreturn]] void fail(const std::string& problem) const;  ///< FormatError naming file and object path
 
+  /// Whether the dataset's stored bytes were checked against what a read will copy (h5.cpp, once per Node).
+  bool storage_checked() const { return storage_checked_; }
+  void set_storage_checked() const { storage_checked_ = true; }
+
  private:
   const FileRef* file_ = nullptr;
   Id id_;
   std::string object_path_;
+  mutable bool storage_checked_ = false;
 };
 
 std::string join_path(const std::string& parent, const std::string& name);
