@@ -53,9 +53,11 @@ fi
 
 if [[ ${FLASHOT_SKIP_FUZZ:-0} != 1 ]]; then
   step "fuzz targets (brief, clang + libFuzzer + ASan)"
+  # seeds from real writers (anndata of every era, h5py, pbmc68k, plyfile, assimp's PLY models), made here
+  bash tests/fuzz/make_real_seeds.sh "$root/$build-fuzz-seeds" "$root/$build-python/bin/python" /usr/bin/python3
   CC=clang CXX=clang++ cmake -S . -B "$build-fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLASHOT_FUZZ=ON \
     -DFLASHOT_CUDA=OFF -DFLASHOT_GUI=OFF -DFLASHOT_BENCHMARKS=OFF -DFLASHOT_TESTS=ON \
-    -DFLASHOT_FUZZ_RUNS="${FLASHOT_FUZZ_RUNS:-5000}"
+    -DFLASHOT_FUZZ_RUNS="${FLASHOT_FUZZ_RUNS:-2000}" -DFLASHOT_FUZZ_EXTRA_SEEDS="$root/$build-fuzz-seeds"
   cmake --build "$build-fuzz" -j "$jobs" --target fuzz_ply fuzz_h5ad
   ctest --test-dir "$build-fuzz" --output-on-failure -R '^fuzz_' --timeout 600
 fi

@@ -18,12 +18,18 @@
 #include "flashot/io/anndata.hpp"
 #include "flashot/io/errors.hpp"
 #include "h5/h5.hpp"
+#include "h5/isolated_walk.hpp"
+#include "h5/probe.hpp"
 
 namespace flashot::io {
 namespace {
 
 using h5::Node;
 using h5::TypeClass;
+
+// How long the isolated metadata walk may take before the file is called corrupt (h5/isolated_walk.hpp): a real
+// file's metadata walks in milliseconds (pbmc68k_reduced: a few ms).
+constexpr std::chrono::seconds kMetadataWalkLimit{60};
 
 // Rows of X read at a time by read_x_columns, so a large dense X never has to fit in memory at once.
 constexpr std::size_t kRowBlockBytes = std::size_t{64} << 20;
@@ -429,6 +435,7 @@ std::size_t Column::size() const {
 
 struct H5adReader::Impl {
   std::filesystem::path path;
+  std::vector<std::byte> image;  // from_image: the file's bytes (file.image points here)
   h5::FileRef file;
   h5::Id file_id;
   Node root;
@@ -573,10 +580,18 @@ H5adReader::H5adReader(const std::filesystem::path& path) : impl_(std::make_uniq
   impl_->file.path = path.string();
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw IoError(path.string() + ": no such file");
-  if (std::filesystem::is_directory(path, ec)) throw IoError(path.string() + ": is a directory");
+  if (std::filesystem::is_directory(path, ec)) {
+    const std::string what = h5::describe_folder(path);
+    throw IoError(path.string() + ": is a directory" + (what.empty() ? std::string() : ": " + what));
+  }
+  // Empty, cut short, or something else: said in plain words before HDF5 describes it by its internals.
+  if (auto problem = h5::hdf5_file_problem(path)) throw FormatError(path.string(), "", *problem);
   const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
   if (is_hdf5 < 0) throw IoError(path.string() + ": cannot be opened (" + h5::take_error_stack() + ")");
-  if (is_hdf5 == 0) throw FormatError(path.string(), "/", "not an HDF5 file (no HDF5 signature)");
+  if (is_hdf5 == 0) throw FormatError(path.string(), "", "not an HDF5 file (no HDF5 signature)");
+  if (auto crash = h5::crash_in_isolated_walk(impl_->file, kMetadataWalkLimit)) {
+    throw FormatError(path.string(), "", *crash);
+  }
   impl_->file_id = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!impl_->file_id.valid()) {
     throw FormatError(path.string(), "/", "HDF5 cannot open it (" + h5::take_error_stack() + ")");
@@ -590,10 +605,16 @@ H5adReader H5adReader::from_image(std::span<const std::byte> image, const std::s
   Impl& impl = *reader.impl_;
   impl.path = name;
   impl.file.path = name;
+  if (auto problem = h5::hdf5_file_problem(image)) throw FormatError(name, "", *problem);
+  // A copy the reader keeps: its checked string reader (h5/vlen.hpp) reads the bytes itself, after the caller's
+  // span may be gone.
+  impl.image.assign(image.begin(), image.end());
+  impl.file.image = impl.image;
+  if (auto crash = h5::crash_in_isolated_walk(impl.file, kMetadataWalkLimit)) throw FormatError(name, "", *crash);
   h5::Id fapl(H5Pcreate(H5P_FILE_ACCESS));
   H5Pset_fapl_core(fapl.get(), std::size_t{1} << 20, 0);
   // HDF5 copies the image into the property list and again into the file; it never writes through the pointer.
-  void* bytes = const_cast<std::byte*>(image.data());
+  void* bytes = impl.image.data();
   if (image.empty() || H5Pset_file_image(fapl.get(), bytes, image.size()) < 0) {
     throw FormatError(name, "/", "empty or unusable HDF5 image (" + h5::take_error_stack() + ")");
   }

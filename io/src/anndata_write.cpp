@@ -7,6 +7,7 @@
 #include <atomic>
 #include <iterator>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <system_error>
@@ -15,6 +16,7 @@
 #include "flashot/io/anndata.hpp"
 #include "flashot/io/errors.hpp"
 #include "h5/h5.hpp"
+#include "partial_file.hpp"
 
 namespace flashot::io {
 namespace {
@@ -22,57 +24,24 @@ namespace {
 using h5::Id;
 using h5::Node;
 using h5::Writer;
+using h5::TypeClass;
 
 constexpr std::int64_t kInt32Max = 2147483647;
 
-std::filesystem::path temp_path_for(const std::filesystem::path& target) {
-  static std::atomic<unsigned> counter{0};
-  const auto folder = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
-  std::string name(1, '.');
-  name += target.filename().string();
-  name += ".tmp-";
-  name += std::to_string(::getpid());
-  name += '-';
-  name += std::to_string(counter++);
-  return folder / name;
-}
-
-// Removes the temporary file unless the write succeeded and it was renamed.
-class TempFile {
- public:
-  explicit TempFile(const std::filesystem::path& target) : target_(target), path_(temp_path_for(target)) {}
-  ~TempFile() {
-    if (!committed_) {
-      std::error_code ec;
-      std::filesystem::remove(path_, ec);
-    }
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  void commit() {
-    std::error_code ec;
-    std::filesystem::rename(path_, target_, ec);
-    if (ec) throw IoError(target_.string() + ": cannot rename " + path_.string() + " over it: " + ec.message());
-    committed_ = true;
-  }
-
- private:
-  std::filesystem::path target_;
-  std::filesystem::path path_;
-  bool committed_ = false;
-};
+using TempFile = detail::PartialFile;
 
 // An HDF5 file open for writing; close() reports failures that a destructor could not.
 class OpenFile {
  public:
   OpenFile(const std::filesystem::path& path, const std::string& shown, bool create) {
     file_.path = shown;
+    file_.disk_path = path.string();
+    file_.writable = true;
     const hid_t id = create ? H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)
                             : H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     if (id < 0) {
       throw IoError(shown + ": cannot " + std::string(create ? "create " : "open for writing ") + path.string() +
-                    " (" + h5::take_error_stack() + ")");
+                    ": " + h5::hdf5_problem("HDF5 refused"));
     }
     file_.id = id;
     root_ = Id(H5Gopen2(id, "/", H5P_DEFAULT));
@@ -89,7 +58,7 @@ class OpenFile {
     root_.reset();
     const herr_t status = H5Fclose(file_.id);
     file_.id = H5I_INVALID_HID;
-    if (status < 0) throw IoError(file_.path + ": cannot finish writing (" + h5::take_error_stack() + ")");
+    if (status < 0) throw IoError(file_.path + ": cannot finish writing: " + h5::hdf5_problem("HDF5 could not close it"));
   }
 
  private:
@@ -384,6 +353,341 @@ void write_empty_dicts(const Writer& root, std::initializer_list<const char*> na
   }
 }
 
+// ---- legacy inputs → the current layout ---------------------------------------------------------------------
+// A copy of an anndata ≤0.7 file is rewritten in the 0.1.0 encodings before flashot adds to it, so that the output
+// is one layout throughout (anndata ≤0.6 keeps obs/var/obsm as compound datasets, which take no new entries).
+// Everything the reader understands is carried; anything else fails the write naming the element.
+
+bool link_exists(hid_t group, const std::string& name) {
+  const htri_t r = H5Lexists(group, name.c_str(), H5P_DEFAULT);
+  H5Eclear2(H5E_DEFAULT);
+  return r > 0;
+}
+
+std::optional<Node> open_node(const h5::FileRef& ref, hid_t loc, const std::string& name, const std::string& path) {
+  if (!link_exists(loc, name)) return std::nullopt;
+  Id id(H5Oopen(loc, name.c_str(), H5P_DEFAULT));
+  if (!id.valid()) throw FormatError(ref.path, path, h5::hdf5_problem("cannot open"));
+  return Node(&ref, std::move(id), path);
+}
+
+[[noreturn]] void cannot_carry(const h5::FileRef& ref, const std::string& path, const std::string& what) {
+  throw FormatError(ref.path, path,
+                    "cannot carry " + what + " into the current AnnData layout; nothing was written (the input is "
+                    "a legacy file, which flashot rewrites in the current layout before adding to it)");
+}
+
+void replace_link(const Writer& at, const std::string& from, const std::string& to) {
+  h5::delete_link(at, to);
+  if (H5Lmove(at.group, from.c_str(), at.group, to.c_str(), H5P_DEFAULT, H5P_DEFAULT) < 0) {
+    throw IoError(at.file->path + ": " + h5::join_path(at.object_path, to) + ": " + h5::hdf5_problem("cannot rename"));
+  }
+}
+
+// encoding-type / -version on a dataset that has none: what anndata ≥0.8 writes for its kind.
+void encode_dataset(const h5::FileRef& ref, const Node& ds, bool in_uns) {
+  if (ds.has_attr("encoding-type")) return;
+  const auto dims = ds.shape();
+  switch (ds.type_class()) {
+    case TypeClass::kString:
+      if (in_uns && dims.empty()) {
+        h5::set_encoding(ds.id(), "string", "0.2.0");
+      } else {
+        h5::set_encoding(ds.id(), "string-array", "0.2.0");
+      }
+      return;
+    case TypeClass::kInteger:
+    case TypeClass::kUnsigned:
+    case TypeClass::kFloat:
+    case TypeClass::kEnum:
+      h5::set_encoding(ds.id(), in_uns && dims.empty() ? "numeric-scalar" : "array", "0.2.0");
+      return;
+    default: cannot_carry(ref, ds.object_path(), "a " + ds.dtype_name() + " dataset");
+  }
+}
+
+// X, a layer, raw/X: a dense dataset, a current sparse group, or a ≤0.6 h5sparse group.
+void upgrade_matrix(const h5::FileRef& ref, const Node& m) {
+  if (m.is_dataset()) {
+    if (m.type_class() == TypeClass::kCompound) cannot_carry(ref, m.object_path(), "a compound (record) array");
+    encode_dataset(ref, m, false);
+    return;
+  }
+  const std::string enc = m.attr_string_opt("encoding-type").value_or("");
+  if (enc == "csr_matrix" || enc == "csc_matrix" || enc == "dataframe") return;
+  if (!enc.empty() || !m.has_attr("h5sparse_format")) cannot_carry(ref, m.object_path(), "this group");
+  const std::string format = m.attr_string("h5sparse_format");
+  if (format != "csr" && format != "csc") cannot_carry(ref, m.object_path(), "h5sparse_format '" + format + "'");
+  const auto shape = m.attr_ints("h5sparse_shape");
+  if (shape.size() != 2) cannot_carry(ref, m.object_path(), "an h5sparse_shape that is not two sizes");
+  h5::set_encoding(m.id(), format + "_matrix", "0.1.0");
+  h5::set_attr_ints(m.id(), "shape", shape);
+  for (const char* old : {"h5sparse_format", "h5sparse_shape"}) {
+    H5Adelete(m.id(), old);
+    H5Eclear2(H5E_DEFAULT);
+  }
+}
+
+// A text dataset (categories, an index) rewritten as a UTF-8 string array, or a numeric one given its encoding.
+void write_categories(const Writer& at, const Node& source) {
+  if (source.type_class() == TypeClass::kString) {
+    write_string_array(at, "categories", source.read_strings());
+  } else {
+    const std::string path = source.object_path();
+    if (H5Ocopy(source.file()->id, path.c_str(), at.group, "categories", H5P_DEFAULT, H5P_DEFAULT) < 0) {
+      throw IoError(at.file->path + ": " + h5::join_path(at.object_path, "categories") +
+                    ": " + h5::hdf5_problem("cannot copy " + path));
+    }
+    Id copied(H5Dopen2(at.group, "categories", H5P_DEFAULT));
+    h5::set_encoding(copied.get(), "array", "0.2.0");
+  }
+}
+
+// obs/var (or raw.var) of anndata ≤0.6: a compound dataset whose field `index` holds the names; categorical codes
+// whose categories are uns/<field>_categories (those uns entries are consumed, as anndata's own reader does).
+void upgrade_compound_frame(const h5::FileRef& ref, const Writer& at, const std::string& name,
+                            const std::string& target, std::optional<Node> uns, std::vector<std::string>& consumed) {
+  const Node frame = *open_node(ref, at.group, name, h5::join_path(at.object_path, name));
+  const auto fields = frame.compound_fields();
+  if (std::find(fields.begin(), fields.end(), "index") == fields.end()) {
+    cannot_carry(ref, frame.object_path(), "a compound dataframe without an 'index' field");
+  }
+  const std::string staging = target + ".flashot-upgrade";
+  Id group = h5::create_group(at, staging);
+  h5::set_encoding(group.get(), "dataframe", "0.2.0");
+  const Writer inside = sub(at, group, target);
+  auto index = frame.read_compound_field("index");
+  std::vector<std::string> names = index.strings;
+  if (!index.is_string) {
+    for (double v : index.numbers) names.push_back(std::to_string(v));
+  }
+  const std::string index_name =
+      std::find(fields.begin(), fields.end(), "_index") != fields.end() ? "__flashot_index" : "_index";
+  h5::set_attr_string(group.get(), "_index", index_name);
+  write_string_array(inside, index_name, names);
+  std::vector<std::string> order;
+  for (const auto& field : fields) {
+    if (field == "index") continue;
+    order.push_back(field);
+    const auto field_data = frame.read_compound_field(field);
+    if (field_data.is_string) {
+      write_string_array(inside, field, field_data.strings);
+      continue;
+    }
+    const std::string categories_key = field + "_categories";
+    if (uns && uns->has(categories_key)) {
+      Id column = h5::create_group(inside, field);
+      h5::set_encoding(column.get(), "categorical", "0.2.0");
+      h5::set_attr_bool(column.get(), "ordered", false);
+      const Writer in_column = sub(inside, column, field);
+      const Node categories = uns->child(categories_key);
+      const auto n_categories = static_cast<double>(categories.shape().empty() ? 1 : categories.shape()[0]);
+      for (std::size_t i = 0; i < field_data.numbers.size(); ++i) {
+        const double c = field_data.numbers[i];
+        if (!(c >= -1 && c < n_categories) || c != std::floor(c)) {
+          frame.fail("categorical code " + std::to_string(c) + " of column " + field + " at row " +
+                     std::to_string(i) + " outside [-1, " + std::to_string(static_cast<long>(n_categories)) + ")");
+        }
+      }
+      Id codes = h5::copy_compound_field(frame, field, in_column, "codes", false);
+      h5::set_encoding(codes.get(), "array", "0.2.0");
+      write_categories(in_column, categories);
+      consumed.push_back(categories_key);
+      continue;
+    }
+    Id values = h5::copy_compound_field(frame, field, inside, field, false);
+    if (h5::Node(&ref, Id(values), h5::join_path(inside.object_path, field)).shape().size() != 1) {
+      cannot_carry(ref, frame.object_path(), "field '" + field + "' (an array field of a dataframe)");
+    }
+    h5::set_encoding(values.get(), "array", "0.2.0");
+  }
+  write_column_order(group.get(), order);
+  group = Id();
+  h5::delete_link(at, name);
+  replace_link(at, staging, target);
+}
+
+// obs/var of anndata 0.7: a group; categoricals are integer datasets whose `categories` attribute references a
+// dataset in <frame>/__categories. Each becomes a categorical group; other columns get their encodings.
+void upgrade_group_frame(const h5::FileRef& ref, const Node& frame, const Writer& at) {
+  const std::string index_name = frame.has_attr("_index") ? frame.attr_string("_index") : "_index";
+  std::vector<std::string> children = frame.children();
+  const Writer inside{&ref, frame.id(), frame.object_path()};
+  for (const auto& name : children) {
+    if (name == "__categories") continue;
+    const Node column = frame.child(name);
+    if (column.is_group()) {
+      const std::string enc = column.attr_string_opt("encoding-type").value_or("");
+      if (enc.empty()) cannot_carry(ref, column.object_path(), "a group without an encoding");
+      continue;
+    }
+    if (name != index_name && column.has_attr("categories") && column.attr_is_reference("categories")) {
+      const Node categories = column.attr_dereference("categories");
+      const bool ordered = column.has_attr("ordered") && column.attr_bool("ordered");
+      const std::string staging = name + ".flashot-upgrade";
+      Id group = h5::create_group(inside, staging);
+      h5::set_encoding(group.get(), "categorical", "0.2.0");
+      h5::set_attr_bool(group.get(), "ordered", ordered);
+      const Writer in_column = sub(inside, group, name);
+      const std::string path = column.object_path();
+      if (H5Ocopy(ref.id, path.c_str(), group.get(), "codes", H5P_DEFAULT, H5P_DEFAULT) < 0) {
+        throw IoError(ref.path + ": " + path + ": " + h5::hdf5_problem("cannot copy"));
+      }
+      Id codes(H5Dopen2(group.get(), "codes", H5P_DEFAULT));
+      for (const char* old : {"categories", "ordered"}) {
+        if (H5Aexists(codes.get(), old) > 0) H5Adelete(codes.get(), old);
+        H5Eclear2(H5E_DEFAULT);
+      }
+      h5::set_encoding(codes.get(), "array", "0.2.0");
+      write_categories(in_column, categories);
+      group = Id();
+      replace_link(inside, staging, name);
+      continue;
+    }
+    encode_dataset(ref, column, false);
+  }
+  h5::delete_link(inside, "__categories");
+  h5::set_encoding(frame.id(), "dataframe", "0.2.0");
+  if (!frame.has_attr("column-order")) {
+    std::vector<std::string> order;
+    for (const auto& name : children) {
+      if (name != index_name && name != "__categories") order.push_back(name);
+    }
+    write_column_order(frame.id(), order);
+  }
+  (void)at;
+}
+
+// obsm/varm of anndata ≤0.6: one compound dataset whose array fields are the entries.
+void upgrade_compound_mapping(const h5::FileRef& ref, const Writer& at, const std::string& name,
+                              const std::string& target) {
+  const Node mapping = *open_node(ref, at.group, name, h5::join_path(at.object_path, name));
+  const std::string staging = target + ".flashot-upgrade";
+  Id group = h5::create_group(at, staging);
+  h5::set_encoding(group.get(), "dict", "0.1.0");
+  const Writer inside = sub(at, group, target);
+  for (const auto& field : mapping.compound_fields()) {
+    Id entry = h5::copy_compound_field(mapping, field, inside, field, true);
+    h5::set_encoding(entry.get(), "array", "0.2.0");
+  }
+  group = Id();
+  h5::delete_link(at, name);
+  replace_link(at, staging, target);
+}
+
+void upgrade_uns(const h5::FileRef& ref, const Node& node) {
+  if (node.is_dataset()) {
+    if (node.type_class() == TypeClass::kCompound) cannot_carry(ref, node.object_path(), "a record array in uns");
+    encode_dataset(ref, node, true);
+    return;
+  }
+  if (!node.has_attr("encoding-type")) h5::set_encoding(node.id(), "dict", "0.1.0");
+  if (node.attr_string_opt("encoding-type").value_or("") != "dict") return;  // a typed element: already current
+  for (const auto& name : node.children()) upgrade_uns(ref, node.child(name));
+}
+
+// A frame (obs, var, raw/var) of either legacy kind, or already current.
+void upgrade_frame(const h5::FileRef& ref, const Writer& at, const std::string& name, const std::string& target,
+                   const std::optional<Node>& uns, std::vector<std::string>& consumed) {
+  const auto node = open_node(ref, at.group, name, h5::join_path(at.object_path, name));
+  if (!node) return;
+  if (node->is_dataset()) {
+    if (node->type_class() != TypeClass::kCompound) cannot_carry(ref, node->object_path(), "a non-compound dataset");
+    upgrade_compound_frame(ref, at, name, target, uns, consumed);
+    return;
+  }
+  upgrade_group_frame(ref, *node, at);
+}
+
+void upgrade_mapping(const h5::FileRef& ref, const Writer& at, const std::string& name, const std::string& target,
+                     bool matrices) {
+  auto node = open_node(ref, at.group, name, h5::join_path(at.object_path, name));
+  if (!node) {
+    Id group = h5::create_group(at, target);
+    h5::set_encoding(group.get(), "dict", "0.1.0");
+    return;
+  }
+  if (node->is_dataset()) {
+    if (node->type_class() != TypeClass::kCompound) cannot_carry(ref, node->object_path(), "a non-compound dataset");
+    node.reset();
+    upgrade_compound_mapping(ref, at, name, target);
+    return;
+  }
+  if (!node->has_attr("encoding-type")) h5::set_encoding(node->id(), "dict", "0.1.0");
+  for (const auto& key : node->children()) {
+    const Node entry = node->child(key);
+    if (matrices) {
+      upgrade_matrix(ref, entry);
+    } else if (entry.is_dataset()) {
+      encode_dataset(ref, entry, false);
+    }
+  }
+}
+
+/// Rewrites the legacy (anndata ≤0.7) file open at `root` in the current layout. No-op for a current file.
+void upgrade_legacy_layout(const h5::FileRef& ref, const Writer& root) {
+  const Node top(&ref, Id(H5Oopen(root.group, ".", H5P_DEFAULT)), "/");
+  if (top.attr_string_opt("encoding-type").value_or("") == "anndata") return;
+  static const std::set<std::string> known = {"X",    "obs",   "var",  "obsm",   "varm",    "obsp",
+                                              "varp", "layers", "uns", "raw",    "raw.X",   "raw.var",
+                                              "raw.varm", "raw.cat"};
+  for (const auto& name : top.children()) {
+    if (known.count(name) == 0) cannot_carry(ref, "/" + name, "an element anndata does not know");
+  }
+  const auto uns = top.find("uns");
+  std::vector<std::string> consumed;  // uns/<col>_categories folded into their columns
+  upgrade_frame(ref, root, "obs", "obs", uns, consumed);
+  upgrade_frame(ref, root, "var", "var", uns, consumed);
+  if (auto x = top.find("X")) upgrade_matrix(ref, *x);
+  upgrade_mapping(ref, root, "obsm", "obsm", true);
+  upgrade_mapping(ref, root, "varm", "varm", true);
+  upgrade_mapping(ref, root, "obsp", "obsp", true);
+  upgrade_mapping(ref, root, "varp", "varp", true);
+  upgrade_mapping(ref, root, "layers", "layers", true);
+  // raw: a group (0.7) or raw.X / raw.var / raw.varm beside the root's elements (≤0.6)
+  if (top.has("raw.cat")) cannot_carry(ref, "/raw.cat", "raw's categories (anndata ≤0.6 raw.cat)");
+  if (top.has("raw.X") || top.has("raw.var") || top.has("raw.varm")) {
+    if (top.has("raw")) cannot_carry(ref, "/raw", "both raw and raw.X");
+    Id raw = h5::create_group(root, "raw");
+    const Writer in_raw = sub(root, raw, "raw");
+    if (top.has("raw.X")) {
+      if (H5Lmove(root.group, "raw.X", raw.get(), "X", H5P_DEFAULT, H5P_DEFAULT) < 0) {
+        throw IoError(ref.path + ": /raw/X: " + h5::hdf5_problem("cannot move raw.X"));
+      }
+    }
+    if (top.has("raw.var")) upgrade_frame(ref, root, "raw.var", "raw.var.flashot", uns, consumed);
+    if (top.has("raw.var.flashot")) {
+      if (H5Lmove(root.group, "raw.var.flashot", raw.get(), "var", H5P_DEFAULT, H5P_DEFAULT) < 0) {
+        throw IoError(ref.path + ": /raw/var: " + h5::hdf5_problem("cannot move raw.var"));
+      }
+    }
+    if (top.has("raw.varm")) {
+      upgrade_mapping(ref, root, "raw.varm", "raw.varm.flashot", true);
+      if (H5Lmove(root.group, "raw.varm.flashot", raw.get(), "varm", H5P_DEFAULT, H5P_DEFAULT) < 0) {
+        throw IoError(ref.path + ": /raw/varm: " + h5::hdf5_problem("cannot move raw.varm"));
+      }
+    }
+    (void)in_raw;
+  }
+  if (auto raw = top.find("raw")) {
+    if (!raw->is_group()) cannot_carry(ref, "/raw", "a raw that is not a group");
+    if (!raw->has_attr("encoding-type")) h5::set_encoding(raw->id(), "raw", "0.1.0");
+    const Writer in_raw{&ref, raw->id(), "/raw"};
+    if (auto x = raw->find("X")) upgrade_matrix(ref, *x);
+    upgrade_frame(ref, in_raw, "var", "var", uns, consumed);
+    if (raw->has("varm")) upgrade_mapping(ref, in_raw, "varm", "varm", true);
+  }
+  if (uns) {
+    const Writer in_uns{&ref, uns->id(), "/uns"};
+    for (const auto& key : consumed) h5::delete_link(in_uns, key);
+    upgrade_uns(ref, *uns);
+  } else {
+    Id group = h5::create_group(root, "uns");
+    h5::set_encoding(group.get(), "dict", "0.1.0");
+  }
+  h5::set_encoding(root.group, "anndata", "0.1.0");
+}
+
 struct NewFile {
   const std::vector<std::string>& obs_names;
   const std::vector<std::string>& var_names;
@@ -463,11 +767,11 @@ void write_h5ad_copy(const std::filesystem::path& input, const std::filesystem::
   check_additions(additions, n_obs, n_vars);
 
   TempFile temp(output);
-  std::filesystem::copy_file(input, temp.path(), std::filesystem::copy_options::overwrite_existing, ec);
-  if (ec) throw IoError(output.string() + ": cannot copy " + input.string() + ": " + ec.message());
+  detail::copy_contents(input, temp.path(), output.string());
   {
     OpenFile file(temp.path(), output.string(), false);
     const Writer root = file.root();
+    upgrade_legacy_layout(file.file(), root);  // a legacy input is written out in the current layout
     if (!additions.obsm.empty()) {
       Id obsm = open_or_create_dict(root, "obsm");
       const Writer at = sub(root, obsm, "obsm");

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "flashot/io/errors.hpp"
+#include "partial_file.hpp"
 #include "flashot/io/ply.hpp"
 
 namespace flashot::io {
@@ -143,27 +144,19 @@ PlyFile read_ply_header(const std::filesystem::path& path) {
 
 void write_ply(const std::filesystem::path& path, const PlyFile& ply) {
   const std::vector<std::byte> bytes = serialize_ply(ply);
-  // Unique per process and call, in the target's folder so the final rename stays on one file system.
-  static std::atomic<unsigned> counter{0};
-  std::filesystem::path temp = path;
-  temp += ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-  std::FILE* out = std::fopen(temp.c_str(), "wb");
-  if (out == nullptr) throw IoError("cannot create '" + temp.string() + "': " + std::strerror(errno));
+  detail::PartialFile partial(path);
+  std::FILE* out = std::fopen(partial.path().c_str(), "wb");
+  if (out == nullptr) {
+    throw IoError(path.string() + ": cannot create " + partial.path().string() + ": " + detail::errno_cause(errno));
+  }
   const bool written = std::fwrite(bytes.data(), 1, bytes.size(), out) == bytes.size();
   const int write_error = errno;
   const bool closed = std::fclose(out) == 0;
   if (!written || !closed) {
-    std::error_code ignored;
-    std::filesystem::remove(temp, ignored);
-    throw IoError("cannot write '" + temp.string() + "': " + std::strerror(written ? errno : write_error));
+    throw IoError(path.string() + ": cannot write " + partial.path().string() + ": " +
+                  detail::errno_cause(written ? errno : write_error));
   }
-  std::error_code error;
-  std::filesystem::rename(temp, path, error);
-  if (error) {
-    std::error_code ignored;
-    std::filesystem::remove(temp, ignored);
-    throw IoError("cannot rename '" + temp.string() + "' to '" + path.string() + "': " + error.message());
-  }
+  partial.commit();
 }
 
 std::vector<float> vertex_positions(const PlyFile& ply, const std::string& path) {

@@ -241,8 +241,15 @@ class Parser {
 
   void parse_header() {
     std::string_view line;
+    if (text_.empty()) fail("", "empty, 0 bytes");
     if (!next_line(line)) fail("header line 1", "file is empty (expected 'ply')");
-    if (trim(line) != "ply") fail_header("expected 'ply', found " + shown(line));
+    if (trim(line) != "ply") {
+      // Say what it is where that is cheap: the other format flashot reads, or a packed file.
+      if (text_.starts_with("\x89HDF\r\n\x1a\n")) fail_header("not a PLY file: it is an HDF5 file (an .h5ad?)");
+      if (text_.starts_with("PK\x03\x04")) fail_header("not a PLY file: it is a zip archive (unzip it first)");
+      if (text_.starts_with("\x1f\x8b")) fail_header("not a PLY file: it is gzip-compressed (gunzip it first)");
+      fail_header("expected 'ply', found " + shown(line));
+    }
     bool have_format = false;
     while (true) {
       if (!next_line(line)) {

@@ -39,6 +39,14 @@ bool small(const std::optional<flashot::io::ArrayInfo>& info) {
 // leaks of its own still show as stacks through flashot's code into libc++/libstdc++.
 extern "C" const char* __lsan_default_suppressions() { return "leak:libhdf5_serial.so\n"; }
 
+// HDF5 sizes some metadata-cache buffers from lengths in the file before it checks them against the file's end
+// (H5C_load_entry mallocs, then its read fails past the end-of-file address, which flashot has checked against the
+// file's real size before opening). In a release build such a malloc of petabytes returns NULL and HDF5 reports
+// "memory allocation failed" (tests/io/data/hostile/fuzz_huge_cache_entry.h5ad); under ASan it would abort
+// instead, so the fuzz target gets the release behaviour. libFuzzer's own malloc limit is raised for the same
+// reason (run_fuzz.cmake); the RSS limit still catches memory that is really used.
+extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1:abort_on_error=1"; }
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace flashot::io;
   guarded([&] {

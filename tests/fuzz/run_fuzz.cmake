@@ -1,15 +1,21 @@
 # Runs one libFuzzer target briefly and repeatably (ctest): a fresh copy of the seed corpus (libFuzzer adds new
 # inputs to its first corpus folder, and the source tree must stay untouched), a fixed seed, RUNS inputs.
-# Variables: FUZZER, RUNS, SEEDS (folder, may be absent), DICTIONARY (file or empty), WORK (scratch folder).
+# Variables: FUZZER, RUNS, SEEDS and EXTRA_SEEDS (folders, may be absent), DICTIONARY (file or empty), WORK (scratch
+# folder), MAX_LEN (bytes).
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
-if(EXISTS ${SEEDS})
-  file(GLOB _seeds ${SEEDS}/*)
-  if(_seeds)
-    file(COPY ${_seeds} DESTINATION ${WORK})
+foreach(_folder IN ITEMS ${SEEDS} ${EXTRA_SEEDS})
+  if(IS_DIRECTORY ${_folder})
+    file(GLOB _seeds ${_folder}/*)
+    if(_seeds)
+      file(COPY ${_seeds} DESTINATION ${WORK})
+    endif()
   endif()
+endforeach()
+if(NOT MAX_LEN)
+  set(MAX_LEN 4096)
 endif()
-set(_arguments -runs=${RUNS} -seed=1 -max_len=4096 -timeout=10 -rss_limit_mb=2048)
+set(_arguments -runs=${RUNS} -seed=1 -max_len=${MAX_LEN} -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1048576)
 if(DICTIONARY)
   list(APPEND _arguments -dict=${DICTIONARY})
 endif()

@@ -124,5 +124,77 @@ TEST(H5adToAnndata, CopyOfPbmc68kGainsEntriesAndKeepsX) {
   expect_anndata_agrees(output, expect, "--same-x", pbmc68k_path());
 }
 
+// A legacy input (anndata ≤0.6 compound obs/var/obsm with uns/<col>_categories and h5sparse X; 0.7 reference
+// categoricals, also LZF-compressed) gains entries: the copy is written in the current layout, keeps every value
+// the fixture's expect file lists, and both anndata versions read it. The input's bytes stay as they were.
+TEST(H5adToAnndata, LegacyInputsAreWrittenOutInTheCurrentLayout) {
+  std::string error;
+  const fs::path fixtures = fixture_dir(error);
+  ASSERT_FALSE(fixtures.empty()) << error;
+  for (const char* name : {"legacy_06", "legacy_07", "legacy_07_lzf"}) {
+    SCOPED_TRACE(name);
+    TempDir dir;
+    const fs::path input = fixtures / (std::string(name) + ".h5ad");
+    const auto before = file_bytes(input);
+    const H5adReader original(input);
+    const std::size_t n = original.n_obs();
+    std::mt19937 rng(kSeed);
+    H5adContent add;
+    add.obsm["X_flashot"] = random_dense(n, 2, rng);
+    std::vector<std::int32_t> codes(n);
+    for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::int32_t>(i % 3) - 1;
+    add.obs["flashot_label"] = categorical({"a", "b"}, codes);
+    add.uns["flashot_epsilon"] = 0.05;
+    const fs::path output = dir.path() / "mapped.h5ad";
+    write_h5ad_copy(input, output, add);
+    EXPECT_EQ(file_bytes(input), before) << "the input changed";
+
+    // The fixture's expectations, less what the copy changes on purpose (the generation, obsm's encoding, the
+    // column and key lists, which gain the additions), plus the additions.
+    ExpectWriter expect;
+    for (auto tokens : read_expect(fixtures / (std::string(name) + ".expect"))) {
+      const std::string& tag = tokens[0];
+      if (tag == "generation" || tag == "info" || (tag == "columns" && tokens[1] == "obs") ||
+          (tag == "keys" && tokens[1] == "obsm")) {
+        continue;
+      }
+      if (tag == "x" && tokens[1] == "_") tokens[1] = "array";
+      expect.line(tokens);
+    }
+    auto order = original.obs_columns();
+    order.push_back("flashot_label");
+    expect.columns("obs", order);
+    auto obsm = original.obsm_keys();
+    obsm.push_back("X_flashot");
+    expect.keys("obsm", obsm);
+    expect.additions(add);
+    expect.line({"generation", hex_encode("0.1.0 (anndata ≥0.8)")});
+    const fs::path expect_path = output.string() + ".flashot.expect";
+    expect.save(expect_path);
+    check_file(output, expect_path);  // flashot reads it back
+    expect_anndata_agrees(output, expect);
+  }
+}
+
+// What the current layout cannot take fails the write naming the element, and leaves no output.
+TEST(H5adToAnndata, LegacyInputThatCannotBeCarriedFailsClearly) {
+  std::string error;
+  const fs::path fixtures = fixture_dir(error);
+  ASSERT_FALSE(fixtures.empty()) << error;
+  TempDir dir;
+  const fs::path output = dir.path() / "mapped.h5ad";
+  H5adContent add;
+  add.uns["flashot_epsilon"] = 0.05;
+  try {
+    write_h5ad_copy(fixtures / "legacy_06_obsm_unreadable.h5ad", output, add);
+    FAIL() << "copied an obsm nobody can read";
+  } catch (const FormatError& e) {
+    EXPECT_EQ(e.path(), output.string());
+    EXPECT_NE(std::string(e.what()).find("/obsm (field X_pca)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("filter id 32099"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+}
+
 }  // namespace
 }  // namespace flashot::io::test

@@ -197,7 +197,7 @@ TEST(H5adCopy, AddsEntriesWithoutTouchingTheInputOrX) {
   EXPECT_EQ(std::get<std::string>(r.read_uns("note")), "added");
   EXPECT_EQ(std::get<std::int64_t>(r.read_uns("iterations")), 42);
   for (const auto& entry : fs::directory_iterator(dir.path())) {
-    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << "left behind: " << entry.path();
+    EXPECT_EQ(entry.path().filename().string().find(".flashot-partial-"), std::string::npos) << "left behind: " << entry.path();
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -17,6 +18,9 @@ namespace flashot::io::h5 {
 void silence_errors();
 /// The HDF5 error stack as one line ("<minor>: <description>" of the innermost entries), then cleared.
 std::string take_error_stack();
+/// `what`, the system's cause in plain words when the error stack carries an errno ("file size limit exceeded"),
+/// and the HDF5 error stack (then cleared).
+std::string hdf5_problem(const std::string& what);
 
 /// Owns one HDF5 identifier of any kind (file, group, dataset, attribute, datatype, dataspace, property list).
 class Id {
@@ -52,10 +56,17 @@ class Id {
 /// What an element's datatype is, as far as AnnData cares.
 enum class TypeClass { kInteger, kUnsigned, kFloat, kString, kEnum, kCompound, kReference, kOther };
 
-/// The file an object lives in; used for error messages and to reopen by path.
+class RawFile;
+
+/// The file an object lives in; used for error messages, and by the checked string reader (vlen.hpp) to read the
+/// file's bytes itself.
 struct FileRef {
-  std::string path;  ///< as shown in messages
+  std::string path;  ///< as shown in messages (and opened by the string reader unless `image` is set)
   hid_t id = H5I_INVALID_HID;
+  std::span<const std::byte> image;  ///< the file's bytes when it was opened from memory (must outlive the file)
+  std::string disk_path;             ///< the file on disk when it differs from `path` (a partial file being written)
+  bool writable = false;             ///< opened for writing: flushed before strings are read back
+  mutable std::shared_ptr<RawFile> raw;  ///< opened by the first string read
 };
 
 /// An open group or dataset together with its object path, so every error can name both.
@@ -132,10 +143,15 @@ class Node {
 
   [[noreturn]] void fail(const std::string& problem) const;  ///< FormatError naming file and object path
 
+  /// Whether the dataset's stored bytes were checked against what a read will copy (h5.cpp, once per Node).
+  bool storage_checked() const { return storage_checked_; }
+  void set_storage_checked() const { storage_checked_ = true; }
+
  private:
   const FileRef* file_ = nullptr;
   Id id_;
   std::string object_path_;
+  mutable bool storage_checked_ = false;
 };
 
 std::string join_path(const std::string& parent, const std::string& name);
@@ -166,6 +182,13 @@ Id write_flags(const Writer& at, const std::string& name, const std::vector<std:
 Id write_scalar_double(const Writer& at, const std::string& name, double value);
 Id write_scalar_int64(const Writer& at, const std::string& name, std::int64_t value);
 Id write_scalar_string(const Writer& at, const std::string& name, const std::string& value);
+
+/// Copies compound field `field` of the compound dataset `source` into a new dataset `name` at `at`, keeping the
+/// field's stored element type (an enum stays an enum, int64 stays int64). An array field of dims (d…) becomes
+/// records × d…; a plain number field becomes records values, or records × 1 when `at_least_2d`. Chunked and
+/// deflated like every other dataset. Throws FormatError for a string field (read those as text), IoError on write.
+Id copy_compound_field(const Node& source, const std::string& field, const Writer& at, const std::string& name,
+                       bool at_least_2d);
 
 /// The HDF5 boolean type h5py and anndata use: an enum over int8 with FALSE = 0, TRUE = 1.
 Id bool_enum_type();

@@ -7,11 +7,14 @@
 namespace flashot::io {
 
 /// A file that is not what its format says: truncated payload, count mismatch, unknown type, bad encoding.
-/// what() reads "<path>: <where>: <problem>".
+/// what() reads "<path>: <where>: <problem>", or "<path>: <problem>" when `where` is empty (the whole file: "empty,
+/// 0 bytes", "truncated: N of M bytes").
 class FormatError : public std::runtime_error {
  public:
   FormatError(std::string path, std::string where, const std::string& problem)
-      : std::runtime_error(path + ": " + where + ": " + problem), path_(std::move(path)), where_(std::move(where)) {}
+      : std::runtime_error(path + ": " + (where.empty() ? std::string() : where + ": ") + problem),
+        path_(std::move(path)),
+        where_(std::move(where)) {}
   const std::string& path() const noexcept { return path_; }
   const std::string& where() const noexcept { return where_; }
 

@@ -1,0 +1,175 @@
+#include "h5/isolated_walk.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "h5/h5.hpp"
+#include "h5/vlen.hpp"
+
+namespace flashot::io::h5 {
+namespace {
+
+constexpr hsize_t kMaxAttributeBytes = hsize_t{16} << 20;
+
+struct Walk {
+  const FileRef* file;
+  std::set<haddr_t> seen;
+};
+
+void visit(hid_t object, Walk& walk, int depth);
+
+herr_t visit_attribute(hid_t object, const char* name, const H5A_info_t*, void* data) {
+  const auto* walk = static_cast<const Walk*>(data);
+  Id attr(H5Aopen(object, name, H5P_DEFAULT));
+  if (!attr.valid()) return 0;
+  Id type(H5Aget_type(attr.get()));
+  Id space(H5Aget_space(attr.get()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  const hsize_t stored = H5Aget_storage_size(attr.get());
+  if (!type.valid() || n <= 0 || stored > kMaxAttributeBytes) return 0;
+  const H5T_class_t cls = H5Tget_class(type.get());
+  if (cls == H5T_STRING && H5Tis_variable_str(type.get()) > 0) {
+    if (static_cast<hsize_t>(n) > stored) return 0;
+    Id mem(H5Tcopy(H5T_C_S1));
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    std::vector<char*> values(static_cast<std::size_t>(n), nullptr);
+    const VlenReadScope scope(walk->file);
+    if (H5Aread(attr.get(), mem.get(), values.data()) >= 0) {
+      H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, values.data());
+    } else {
+      take_vlen_problem();
+    }
+  } else if (cls == H5T_REFERENCE) {
+    if (H5Tequal(type.get(), H5T_STD_REF_OBJ) > 0 && n == 1) {
+      hobj_ref_t ref{};
+      if (H5Aread(attr.get(), H5T_STD_REF_OBJ, &ref) >= 0) {
+        Id target(H5Rdereference2(object, H5P_DEFAULT, H5R_OBJECT, &ref));
+        auto* w = static_cast<Walk*>(data);
+        if (target.valid() && w->seen.insert(ref).second) visit(target.get(), *w, 32);
+      }
+    }
+  } else {
+    const std::size_t size = H5Tget_size(type.get());
+    if (size == 0 || static_cast<hsize_t>(n) > kMaxAttributeBytes / size) return 0;
+    std::vector<unsigned char> buffer(static_cast<std::size_t>(n) * size);
+    if (cls != H5T_VLEN && cls != H5T_COMPOUND) H5Aread(attr.get(), type.get(), buffer.data());
+  }
+  H5Eclear2(H5E_DEFAULT);
+  return 0;
+}
+
+// The attributes the reader asks for by name (H5Aexists decodes the messages along another path than iteration).
+constexpr const char* kAttributeNames[] = {"encoding-type", "encoding-version", "_index", "column-order", "categories",
+                                           "ordered", "shape", "h5sparse_format", "h5sparse_shape"};
+
+// Each child of a group by index, so that one damaged link does not end the walk (H5Ovisit stops at the first).
+void visit_children(hid_t group, Walk& walk, int depth) {
+  H5G_info_t info{};
+  if (H5Gget_info(group, &info) < 0) return;
+  for (hsize_t i = 0; i < info.nlinks && i < 1'000'000; ++i) {
+    char name[1024] = {};
+    if (H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof(name), H5P_DEFAULT) < 0) continue;
+    H5L_info_t link{};
+    if (H5Lget_info(group, name, &link, H5P_DEFAULT) < 0 || link.type != H5L_TYPE_HARD) continue;
+    if (!walk.seen.insert(link.u.address).second) continue;  // a hard link seen before (and cycles)
+    Id child(H5Oopen(group, name, H5P_DEFAULT));
+    if (child.valid()) visit(child.get(), walk, depth + 1);
+    H5Eclear2(H5E_DEFAULT);
+  }
+}
+
+void visit(hid_t object, Walk& walk, int depth) {
+  if (depth > 64) return;
+  H5O_info_t info{};
+  if (H5Oget_info2(object, &info, H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS) < 0) return;
+  for (const char* name : kAttributeNames) H5Aexists(object, name);
+  hsize_t at = 0;
+  H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_NATIVE, &at, visit_attribute, &walk);
+  H5Eclear2(H5E_DEFAULT);
+  if (info.type == H5O_TYPE_DATASET) {
+    Id type(H5Dget_type(object));
+    Id space(H5Dget_space(object));
+    Id dcpl(H5Dget_create_plist(object));
+    if (dcpl.valid()) H5Pget_layout(dcpl.get());
+    H5Dget_storage_size(object);
+  } else if (info.type == H5O_TYPE_GROUP) {
+    visit_children(object, walk, depth);
+  }
+  H5Eclear2(H5E_DEFAULT);
+}
+
+}  // namespace
+}  // namespace flashot::io::h5
+
+// Set when the process runs under a sanitizer (the fuzz targets): a fuzzer's death callback would otherwise treat
+// the child's sanitizer report as its own crash and write an artifact, although the parent handles it.
+extern "C" void __sanitizer_set_death_callback(void (*)(void)) __attribute__((weak));
+
+namespace flashot::io::h5 {
+namespace {
+
+[[noreturn]] void walk_in_child(const FileRef& file) {
+  if (__sanitizer_set_death_callback != nullptr) __sanitizer_set_death_callback(nullptr);
+  silence_errors();
+  hid_t id = H5I_INVALID_HID;
+  if (!file.image.empty()) {
+    Id fapl(H5Pcreate(H5P_FILE_ACCESS));
+    H5Pset_fapl_core(fapl.get(), std::size_t{1} << 20, 0);
+    H5Pset_file_image(fapl.get(), const_cast<std::byte*>(file.image.data()), file.image.size());
+    id = H5Fopen(file.path.c_str(), H5F_ACC_RDONLY, fapl.get());
+  } else {
+    id = H5Fopen(file.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  }
+  if (id < 0) ::_exit(0);  // HDF5 refused it cleanly: the reader will say why
+  FileRef ref = file;
+  ref.id = id;
+  ref.raw.reset();
+  Walk walk{&ref, {}};
+  Id root(H5Oopen(id, "/", H5P_DEFAULT));
+  if (root.valid()) visit(root.get(), walk, 0);
+  ::_exit(0);  // no HDF5 clean-up: the child only had to survive
+}
+
+std::string signal_name(int sig) {
+  const char* text = ::strsignal(sig);
+  return "signal " + std::to_string(sig) + (text != nullptr ? std::string(", ") + text : std::string());
+}
+
+}  // namespace
+
+std::optional<std::string> crash_in_isolated_walk(const FileRef& file, std::chrono::seconds limit) {
+  const pid_t child = ::fork();
+  if (child < 0) return std::nullopt;  // cannot isolate: read as before
+  if (child == 0) walk_in_child(file);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  auto pause = std::chrono::microseconds(50);
+  while (true) {
+    int status = 0;
+    const pid_t done = ::waitpid(child, &status, WNOHANG);
+    if (done == child) {
+      if (WIFSIGNALED(status)) {
+        return "corrupt file: HDF5 crashed reading its metadata (" + signal_name(WTERMSIG(status)) +
+               ", in an isolated process)";
+      }
+      return std::nullopt;
+    }
+    if (done < 0) return std::nullopt;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, &status, 0);
+      return "corrupt file: HDF5 did not finish reading its metadata in " + std::to_string(limit.count()) +
+             " s (an endless loop on damaged structures?)";
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(20000));
+  }
+}
+
+}  // namespace flashot::io::h5
