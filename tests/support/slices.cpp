@@ -48,8 +48,20 @@ SlicePair make_slice_pair(const SliceOptions& o) {
   s.u.resize(s.n * s.e);
   s.label_x.resize(s.n);
   s.truth.resize(s.n * 2);
+  // Each sample is re-centred on the tissue's centre, so that the known translation is also the one between the
+  // samples (two random samples' centroids differ by ~1/√(12n) of the width otherwise).
+  const auto positions = [&](std::size_t count, double extent) {
+    std::vector<double> p(2 * count);
+    double mean[2] = {0, 0};
+    for (std::size_t i = 0; i < count; ++i)
+      for (int c = 0; c < 2; ++c) mean[c] += (p[2 * i + c] = extent * unit(rng)) / static_cast<double>(count);
+    for (std::size_t i = 0; i < count; ++i)
+      for (int c = 0; c < 2; ++c) p[2 * i + c] -= mean[c];
+    return p;
+  };
+  const std::vector<double> ps = positions(s.n, o.source_extent);
   for (std::size_t i = 0; i < s.n; ++i) {
-    const double px = o.source_extent * unit(rng), py = o.source_extent * unit(rng);
+    const double px = ps[2 * i], py = ps[2 * i + 1];
     s.x[2 * i] = static_cast<float>(o.width * px);
     s.x[2 * i + 1] = static_cast<float>(o.width * py);
     s.label_x[i] = slice_region(px, py);
@@ -59,8 +71,9 @@ SlicePair make_slice_pair(const SliceOptions& o) {
   s.y.resize(s.m * 2);
   s.v.resize(s.m * s.e);
   s.label_y.resize(s.m);
+  const std::vector<double> pt = positions(s.m, 1.0);
   for (std::size_t j = 0; j < s.m; ++j) {
-    const double px = unit(rng), py = unit(rng);
+    const double px = pt[2 * j], py = pt[2 * j + 1];
     s.label_y[j] = slice_region(px, py);
     embed(s.label_y[j], s.v, j);
     place(px, py, &s.y[2 * j]);
