@@ -236,32 +236,41 @@ class GromovSlices : public ::testing::TestWithParam<std::string> {};
 TEST_P(GromovSlices, RecoverRotationTranslationAndLabels) {
   FLASHOT_REQUIRE_BACKEND(GetParam());
   SliceOptions so;
-  so.n_source = 1500;
-  so.n_target = 2000;
-  so.width = 1000;  // micrometres: the engine sees raw units, ε is set in them
+  so.n_source = 800;
+  so.n_target = 1000;
+  so.width = 1000;  // micrometres
   so.rotation_degrees = 37;
   so.translation_x = 0.35;
   so.translation_y = -0.2;
   so.deformation = 0.01;
   const SlicePair s = make_slice_pair(so);
-  // Coordinates in units of the width (the CLI does this scaling itself); features as they come.
-  std::vector<float> x(s.x), y(s.y);
-  for (float& v : x) v /= static_cast<float>(so.width);
-  for (float& v : y) v /= static_cast<float>(so.width);
-  GromovData data{{x, s.n, 2}, {y, s.m, 2}, {s.u, s.n, s.e}, {s.v, s.m, s.e}, {}, {}};
+  // The units of `flashot align --spatial` (workflow/spatial.cpp): the mean squared distance within a slice is 1
+  // (a unit square's variance is 1/6 per axis), the mean ‖u_i − v_j‖² is 1; ε = 0.05².
+  std::vector<float> x(s.x), y(s.y), u(s.u), v(s.v);
+  const float coordinate_scale = static_cast<float>(std::sqrt(3.0) / so.width);
+  for (float& c : x) c *= coordinate_scale;
+  for (float& c : y) c *= coordinate_scale;
+  double mean_cost = 0;
+  for (std::size_t i = 0; i < s.n; i += 7)
+    for (std::size_t j = 0; j < s.m; j += 7)
+      for (std::size_t c = 0; c < s.e; ++c) mean_cost += std::pow(u[i * s.e + c] - v[j * s.e + c], 2);
+  mean_cost /= static_cast<double>(((s.n + 6) / 7) * ((s.m + 6) / 7));
+  for (float& c : u) c /= static_cast<float>(std::sqrt(mean_cost));
+  for (float& c : v) c /= static_cast<float>(std::sqrt(mean_cost));
+  GromovData data{{x, s.n, 2}, {y, s.m, 2}, {u, s.n, s.e}, {v, s.m, s.e}, {}, {}};
   BackendOptions bo;
   bo.backend = parse_backend(GetParam());
   GromovProblem problem(data, bo);
   GromovOptions o;
   o.alpha = 0.5;
-  o.epsilon = 1e-3;
-  o.max_outer = 60;
+  o.epsilon = 0.05 * 0.05;
+  o.max_outer = 100;
   o.outer_tolerance = 1e-5;
   o.inner_tolerance = 1e-4;
   const GromovResult r = problem.solve(o);
   EXPECT_TRUE(r.converged) << r.message;
   std::vector<float> mapped = problem.map_coordinates(r);
-  for (float& v : mapped) v *= static_cast<float>(so.width);
+  for (float& c : mapped) c /= coordinate_scale;
   const std::vector<float> w(s.n, 1.0f);
   double angle = 0, t[2];
   rigid_fit(s.x, mapped, w, angle, t);
