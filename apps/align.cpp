@@ -15,6 +15,7 @@
 
 #include "cli.hpp"
 #include "flashot/workflow/checks.hpp"
+#include "spatial.hpp"
 #include "flashot/workflow/dataset.hpp"
 #include "flashot/workflow/output_set.hpp"
 #include "flashot/workflow/progress.hpp"
@@ -89,6 +90,7 @@ int align_main(const std::vector<std::string>& args) {
       ("source", po::value<std::string>()->required(), "SOURCE (query) .h5ad or .ply")
       ("target", po::value<std::string>()->required(), "TARGET (reference) .h5ad or .ply");
   add_backend_options(options);
+  add_spatial_options(options);  // --spatial: tissue slices by fused Gromov-Wasserstein (apps/spatial.cpp)
   po::positional_options_description positional;
   positional.add("source", 1).add("target", 1);
   const po::variables_map vm = parse(args, options, positional);
@@ -102,6 +104,7 @@ int align_main(const std::vector<std::string>& args) {
                options);
     return 0;
   }
+  if (vm.count("spatial")) return align_spatial_main(vm);
   const auto start = Clock::now();
   const std::filesystem::path source_path = vm["source"].as<std::string>();
   const std::filesystem::path target_path = vm["target"].as<std::string>();

@@ -1,0 +1,143 @@
+#pragma once
+// Entropic fused Gromov–Wasserstein between two point sets whose geometry is squared-Euclidean on each side
+// (tissue slices: spatial coordinates x, y and, optionally, expression embeddings u, v). The derivation and its
+// accuracy are in docs/gromov-wasserstein.md.
+//
+// Plain C++20 only, like flashot.hpp. The objective, for a plan P with row sums r = P1 and column sums c = Pᵀ1:
+//   F(P) = (1 − α)·⟨P, ‖u_i − v_j‖²⟩ + α·E(P),   E(P) = Σ_ijkl (‖x_i − x_k‖² − ‖y_j − y_l‖²)² P_ij P_kl
+// (POT's fused GW loss with the square loss). Every outer iteration replaces E by its linearization at the current
+// plan, ∇E(P)_ij = 2[Σ_k ‖x_i − x_k‖⁴ r_k + Σ_l ‖y_j − y_l‖⁴ c_l − 2 Σ_kl ‖x_i − x_k‖²‖y_j − y_l‖² P_kl], and
+// solves one entropic OT problem with the cost C = (1 − α)‖u_i − v_j‖² + α∇E(P)_ij (ε, and the unbalanced KL
+// penalties ρ = reach², exactly as SolveOptions defines them). That cost is a squared-Euclidean cost between
+// augmented points Φ_i, Ψ_j of dimension e + p + 1 plus terms in i alone and j alone, so every solve streams
+// through the ordinary engine (any backend) and nothing of size n×m is ever allocated.
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "flashot/flashot.hpp"
+
+namespace flashot {
+
+/// The two point sets. x (n×p) and y (m×q) are the coordinates whose pairwise squared distances GW compares
+/// (p and q may differ, 1 ≤ p, q ≤ 3 typically, any ≥ 1 works); u (n×e) and v (m×e) are features compared
+/// directly, or empty (n = 0) for pure GW (then α must be 1). a (n), b (m): weights, empty for uniform.
+struct GromovData {
+  PointsView x;
+  PointsView y;
+  PointsView u;
+  PointsView v;
+  std::span<const float> a;
+  std::span<const float> b;
+};
+
+/// Reported after every outer iteration and at every marginal-error check of the inner solves.
+struct GromovProgress {
+  int outer = 0;                 ///< 1-based index of the outer iteration under way
+  int max_outer = 0;
+  int inner_iteration = 0;       ///< Sinkhorn iterations of the current inner solve so far
+  double marginal_error = 0;     ///< of the current inner solve (NaN between ε stages)
+  double objective = 0;          ///< F of the last finished outer iteration (NaN before the first)
+  double change = 0;             ///< its relative change (NaN before the second)
+};
+/// Return false to stop; the solve then ends with converged = false and reason kCancelled (no exception).
+using GromovProgressCallback = std::function<bool(const GromovProgress&)>;
+
+struct GromovOptions {
+  /// Weight of the GW term in [0, 1]; 1 − α weighs the feature term (0 needs no coordinates' structure: plain OT).
+  double alpha = 0.5;
+  /// Entropic regularization ε > 0 of every inner solve, in the units of the cost C above.
+  double epsilon = 0;
+  /// Unbalanced marginals: ρ = reach² (cost units); per side as in SolveOptions; 0 = balanced.
+  double reach = 0;
+  double reach_source = 0;
+  double reach_target = 0;
+  /// Outer loop: stop when |F_t − F_{t−1}| ≤ outer_tolerance·|F_t| and the inner solve converged.
+  int max_outer = 100;
+  double outer_tolerance = 1e-6;
+  /// Inner solves: the SolveOptions of the same names (marginal error tolerance, budget per solve, check cadence).
+  double inner_tolerance = 1e-5;
+  int inner_max_iterations = 2000;
+  int check_every = 10;
+  Scheme scheme = Scheme::kAlternating;
+  /// The first inner solve starts cold: ε-scaling from the augmented points' diameter down to ε, factor
+  /// scaling² per stage (true), or ε directly (false). Later solves start from the previous potentials at ε.
+  bool epsilon_scaling = true;
+  double scaling = 0.5;
+  /// Later inner solves start from the previous solve's potentials (carried through the change of cost), or
+  /// from zero (false: only for measuring what the warm start saves).
+  bool warm_start = true;
+  GromovProgressCallback progress;
+};
+
+/// One outer iteration.
+struct GromovIteration {
+  int outer = 0;
+  double objective = 0;        ///< F(P_t)
+  double feature_cost = 0;     ///< ⟨P_t, ‖u − v‖²⟩ (0 without features)
+  double gw_cost = 0;          ///< E(P_t)
+  double change = 0;           ///< |F_t − F_{t−1}| / |F_t| (NaN at the first)
+  int inner_iterations = 0;
+  bool inner_converged = false;
+  double marginal_error = 0;   ///< of the inner solve
+  double mass = 0;             ///< Σ P_t
+  double seconds = 0;          ///< wall time of this outer iteration (solve + moments)
+};
+
+struct GromovResult {
+  /// The last inner solve. Its potentials belong to GromovProblem::problem() (the augmented problem), so every
+  /// plan operation of Problem — apply_plan, transfer_labels, top_k, row_marginal — works on P with it.
+  SolveResult plan;
+  double objective = 0;     ///< F of the final plan
+  double feature_cost = 0;
+  double gw_cost = 0;
+  double epsilon = 0;
+  bool converged = false;   ///< outer tolerance met with a converged inner solve
+  StopReason reason = StopReason::kIterationBudget;  ///< kTolerance, kIterationBudget, kNonFinite, kCancelled
+  std::string message;
+  int outer_iterations = 0;
+  int inner_iterations = 0;  ///< all inner solves together
+  std::vector<GromovIteration> history;
+  double seconds = 0;
+};
+
+/// A fused GW problem. The data are copied in; solve() builds one engine Problem per outer iteration (the
+/// previous one is released first, so memory stays O((n + m)(e + p + q))). Not thread-safe.
+class GromovProblem {
+ public:
+  /// Throws std::invalid_argument naming the input and value for: empty sets, data size ≠ n·d, non-finite values,
+  /// u/v with a row count other than n/m or differing widths, bad weights. The backend is chosen by `options`.
+  explicit GromovProblem(const GromovData& data, const BackendOptions& options = {});
+  ~GromovProblem();
+  GromovProblem(GromovProblem&&) noexcept;
+  GromovProblem& operator=(GromovProblem&&) noexcept;
+  GromovProblem(const GromovProblem&) = delete;
+  GromovProblem& operator=(const GromovProblem&) = delete;
+
+  std::size_t n() const;
+  std::size_t m() const;
+
+  /// Runs the outer loop from the product plan P_0 = a bᵀ (POT's default). Throws std::invalid_argument for bad
+  /// options (α ∉ [0, 1], ε ≤ 0, α < 1 without features, …), naming the option and value; non-convergence and
+  /// non-finite values are reported in the result.
+  GromovResult solve(const GromovOptions& options);
+
+  /// The augmented problem of the last solve (its plan is GromovResult::plan). Throws std::logic_error before
+  /// any solve.
+  const Problem& problem() const;
+
+  /// Barycentric image of every source point's coordinates in the target's coordinate space: (P y)_i / (P 1)_i,
+  /// (n×q) in the caller's units. Rows with no mass get NaN.
+  std::vector<float> map_coordinates(const GromovResult& r) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace flashot

@@ -1,0 +1,383 @@
+// Entropic fused Gromov–Wasserstein (flashot/gromov.hpp): the outer loop over linearized costs, each one an
+// ordinary squared-Euclidean Problem on augmented points (docs/gromov-wasserstein.md). No backend knows about GW:
+// the loop runs unchanged on every backend, and nothing n×m is allocated.
+#include "flashot/gromov.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "gromov_linear.hpp"
+#include "validation.hpp"
+
+namespace flashot {
+
+using detail::show;
+
+namespace {
+
+void require(bool ok, const std::string& what, double value) {
+  if (!ok) throw std::invalid_argument(what + " (got " + show(value) + ")");
+}
+
+double side_rho(double common, double own) {
+  const double reach = own > 0 ? own : common;
+  return reach * reach;
+}
+
+/// Copies `v` into fp64, subtracting the weighted mean (GW compares distances within a side, so each side may be
+/// translated on its own); returns the mean.
+std::vector<double> centred(const PointsView& v, std::span<const float> w, std::vector<double>& out) {
+  std::vector<double> mean(v.d, 0.0);
+  double total = 0;
+  for (std::size_t i = 0; i < v.n; ++i) {
+    total += w[i];
+    for (std::size_t c = 0; c < v.d; ++c) mean[c] += static_cast<double>(w[i]) * v.data[i * v.d + c];
+  }
+  for (double& c : mean) c /= total;
+  out.resize(v.n * v.d);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = v.data[i] - mean[i % v.d];
+  return mean;
+}
+
+}  // namespace
+
+struct GromovProblem::Impl {
+  std::size_t n = 0, m = 0, p = 0, q = 0, e = 0;
+  std::vector<double> x, y;             // centred coordinates, fp64
+  std::vector<double> x_mean, y_mean;   // what was subtracted
+  std::vector<float> u, v;              // features, centred on their joint mean (the feature cost is
+                                        // translation-invariant), empty without features
+  std::vector<float> a, b;
+  BackendOptions backend;
+  std::unique_ptr<Problem> problem;
+};
+
+GromovProblem::GromovProblem(const GromovData& data, const BackendOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  detail::validate_points(data.x, "x");
+  detail::validate_points(data.y, "y");
+  detail::validate_weights(data.a, data.x.n, "a", "x");
+  detail::validate_weights(data.b, data.y.n, "b", "y");
+  Impl& p = *impl_;
+  p.n = data.x.n;
+  p.m = data.y.n;
+  p.p = data.x.d;
+  p.q = data.y.d;
+  const bool has_u = data.u.n > 0 || !data.u.data.empty();
+  const bool has_v = data.v.n > 0 || !data.v.data.empty();
+  if (has_u != has_v)
+    throw std::invalid_argument(std::string("u and v must both be given or both be empty (got ") +
+                                (has_u ? "u only" : "v only") + ")");
+  if (has_u) {
+    detail::validate_points(data.u, "u");
+    detail::validate_points(data.v, "v");
+    if (data.u.n != p.n)
+      throw std::invalid_argument("u must have one row per point of x, n = " + std::to_string(p.n) + " (got " +
+                                  std::to_string(data.u.n) + ")");
+    if (data.v.n != p.m)
+      throw std::invalid_argument("v must have one row per point of y, m = " + std::to_string(p.m) + " (got " +
+                                  std::to_string(data.v.n) + ")");
+    if (data.u.d != data.v.d)
+      throw std::invalid_argument("u.d and v.d must match (got " + std::to_string(data.u.d) + " and " +
+                                  std::to_string(data.v.d) + ")");
+    p.e = data.u.d;
+  }
+  p.a = detail::weights_or_uniform(data.a, p.n);
+  p.b = detail::weights_or_uniform(data.b, p.m);
+  p.x_mean = centred(data.x, p.a, p.x);
+  p.y_mean = centred(data.y, p.b, p.y);
+  if (p.e > 0) {
+    std::vector<double> mean(p.e, 0.0);
+    for (const PointsView* f : {&data.u, &data.v})
+      for (std::size_t i = 0; i < f->n; ++i)
+        for (std::size_t c = 0; c < p.e; ++c) mean[c] += f->data[i * p.e + c];
+    for (double& c : mean) c /= static_cast<double>(p.n + p.m);
+    p.u.resize(p.n * p.e);
+    p.v.resize(p.m * p.e);
+    for (std::size_t i = 0; i < p.u.size(); ++i) p.u[i] = static_cast<float>(data.u.data[i] - mean[i % p.e]);
+    for (std::size_t i = 0; i < p.v.size(); ++i) p.v[i] = static_cast<float>(data.v.data[i] - mean[i % p.e]);
+  }
+  p.backend = options;
+}
+
+GromovProblem::~GromovProblem() = default;
+GromovProblem::GromovProblem(GromovProblem&&) noexcept = default;
+GromovProblem& GromovProblem::operator=(GromovProblem&&) noexcept = default;
+
+std::size_t GromovProblem::n() const { return impl_->n; }
+std::size_t GromovProblem::m() const { return impl_->m; }
+
+const Problem& GromovProblem::problem() const {
+  if (!impl_->problem) throw std::logic_error("GromovProblem::problem(): no solve has run yet");
+  return *impl_->problem;
+}
+
+GromovResult GromovProblem::solve(const GromovOptions& o) {
+  Impl& p = *impl_;
+  require(o.alpha >= 0 && o.alpha <= 1, "alpha must be in [0, 1]", o.alpha);
+  if (o.alpha < 1 && p.e == 0)
+    throw std::invalid_argument("alpha < 1 weighs a feature term, but no features (u, v) were given (alpha = " +
+                                show(o.alpha) + ")");
+  require(std::isfinite(o.epsilon) && o.epsilon > 0, "epsilon must be > 0", o.epsilon);
+  require(std::isfinite(o.reach) && o.reach >= 0, "reach must be ≥ 0 (0 = balanced)", o.reach);
+  require(std::isfinite(o.reach_source) && o.reach_source >= 0, "reach_source must be ≥ 0", o.reach_source);
+  require(std::isfinite(o.reach_target) && o.reach_target >= 0, "reach_target must be ≥ 0", o.reach_target);
+  require(o.max_outer >= 1, "max_outer must be ≥ 1", o.max_outer);
+  require(std::isfinite(o.outer_tolerance) && o.outer_tolerance >= 0, "outer_tolerance must be ≥ 0",
+          o.outer_tolerance);
+  require(std::isfinite(o.inner_tolerance) && o.inner_tolerance > 0, "inner_tolerance must be > 0",
+          o.inner_tolerance);
+  require(o.inner_max_iterations >= 1, "inner_max_iterations must be ≥ 1", o.inner_max_iterations);
+  require(o.check_every >= 1, "check_every must be ≥ 1", o.check_every);
+  require(o.scaling > 0 && o.scaling < 1, "scaling must be in (0, 1)", o.scaling);
+
+  const auto start = std::chrono::steady_clock::now();
+  const double eps = o.epsilon;
+  const double rho_x = side_rho(o.reach, o.reach_source);
+  const double rho_y = side_rho(o.reach, o.reach_target);
+  // docs/gromov-wasserstein.md §4: a separable term A_i of the cost moves into the weights as a_i·e^{−κA_i},
+  // κ = 1/(ε + ρ), on an unbalanced side; on a balanced side the potentials absorb it (κ = 0).
+  const double kappa_x = rho_x > 0 ? 1.0 / (eps + rho_x) : 0.0;
+  const double kappa_y = rho_y > 0 ? 1.0 / (eps + rho_y) : 0.0;
+  const bool features = o.alpha < 1;
+  const bool gw = o.alpha > 0;
+  const std::size_t fe = features ? p.e : 0;
+  const std::size_t gw_width = gw ? p.p + 1 : 0;
+  const std::size_t dim = fe + gw_width;
+
+  // Value columns of the one plan application per outer iteration: H(y) for the moments, then [v | ‖v‖²] for
+  // the feature cost (variance form, as Problem's primal cost).
+  const std::size_t kh = detail::moment_columns(p.q);
+  const std::size_t k = kh + (features ? p.e + 1 : 0);
+  std::vector<float> values(p.m * k);
+  {
+    const std::vector<double> h = detail::moment_values(p.y, p.m, p.q);
+    for (std::size_t j = 0; j < p.m; ++j) {
+      for (std::size_t c = 0; c < kh; ++c) values[j * k + c] = static_cast<float>(h[j * kh + c]);
+      if (!features) continue;
+      double norm = 0;
+      for (std::size_t c = 0; c < p.e; ++c) {
+        values[j * k + kh + c] = p.v[j * p.e + c];
+        norm += static_cast<double>(p.v[j * p.e + c]) * p.v[j * p.e + c];
+      }
+      values[j * k + kh + p.e] = static_cast<float>(norm);
+    }
+  }
+
+  // The moments of P_0 = a bᵀ: row i of P_0·H is a_i·Σ_j b_j H_j.
+  detail::PlanMoments moments;
+  {
+    const std::vector<double> h = detail::moment_values(p.y, p.m, p.q);
+    std::vector<double> col(kh, 0.0);
+    for (std::size_t j = 0; j < p.m; ++j)
+      for (std::size_t c = 0; c < kh; ++c) col[c] += static_cast<double>(p.b[j]) * h[j * kh + c];
+    std::vector<double> rows(p.n * kh);
+    for (std::size_t i = 0; i < p.n; ++i)
+      for (std::size_t c = 0; c < kh; ++c) rows[i * kh + c] = p.a[i] * col[c];
+    moments = detail::reduce_moments(p.x, p.n, p.p, std::span<const double>(rows), kh, p.q);
+  }
+
+  GromovResult result;
+  result.epsilon = eps;
+  std::vector<double> f_true, g_true;  // potentials of the true cost C (docs/gromov-wasserstein.md §4)
+  double previous = std::numeric_limits<double>::quiet_NaN();
+  double last_change = std::numeric_limits<double>::quiet_NaN();
+  std::vector<float> phi(p.n * dim), psi(p.m * dim), wa(p.n), wb(p.m);
+  std::vector<double> sep_a(p.n), sep_b(p.m);
+  bool stop = false;
+
+  for (int t = 1; t <= o.max_outer && !stop; ++t) {
+    const auto t_start = std::chrono::steady_clock::now();
+    // ---- The linearized cost at the current plan as ‖Φ_i − Ψ_j‖² + A_i + B_j. ----------------------------------
+    std::fill(sep_a.begin(), sep_a.end(), 0.0);
+    std::fill(sep_b.begin(), sep_b.end(), 0.0);
+    if (features) {
+      const float w = static_cast<float>(std::sqrt(1.0 - o.alpha));
+      for (std::size_t i = 0; i < p.n; ++i)
+        for (std::size_t c = 0; c < p.e; ++c) phi[i * dim + c] = w * p.u[i * p.e + c];
+      for (std::size_t j = 0; j < p.m; ++j)
+        for (std::size_t c = 0; c < p.e; ++c) psi[j * dim + c] = w * p.v[j * p.e + c];
+    }
+    if (gw) {
+      const detail::GwLinearization lin = detail::linearize_gw(p.x, p.n, p.y, p.m, moments);
+      // −4α⟨φ_i, ψ_j⟩ = −2⟨s∘φ_i, t∘ψ_j⟩ with s_c·t_c = 2α; each column balanced so that both sides' entries
+      // have the same root-mean-square (small augmented norms keep the fp32 cost accurate).
+      for (std::size_t c = 0; c < gw_width; ++c) {
+        double sp = 0, sq = 0;
+        for (std::size_t i = 0; i < p.n; ++i) sp += lin.phi[i * gw_width + c] * lin.phi[i * gw_width + c];
+        for (std::size_t j = 0; j < p.m; ++j) sq += lin.psi[j * gw_width + c] * lin.psi[j * gw_width + c];
+        const double rp = std::sqrt(sp / static_cast<double>(p.n)), rq = std::sqrt(sq / static_cast<double>(p.m));
+        double s = 0, tc = 0;
+        if (rp > 0 && rq > 0) {
+          s = std::sqrt(2 * o.alpha * rq / rp);
+          tc = 2 * o.alpha / s;
+        }
+        for (std::size_t i = 0; i < p.n; ++i) {
+          const float val = static_cast<float>(s * lin.phi[i * gw_width + c]);
+          phi[i * dim + fe + c] = val;
+          sep_a[i] -= static_cast<double>(val) * val;
+        }
+        for (std::size_t j = 0; j < p.m; ++j) {
+          const float val = static_cast<float>(tc * lin.psi[j * gw_width + c]);
+          psi[j * dim + fe + c] = val;
+          sep_b[j] -= static_cast<double>(val) * val;
+        }
+      }
+      for (std::size_t i = 0; i < p.n; ++i) sep_a[i] += o.alpha * lin.sep_x[i];
+      for (std::size_t j = 0; j < p.m; ++j) sep_b[j] += o.alpha * lin.sep_y[j];
+    }
+    // A constant may move between A and B (C is unchanged): pick it so that the largest weight factor e^{−κA}
+    // is the same on both sides (and 1 on a lone unbalanced side), far from fp32 overflow.
+    const double min_a = *std::min_element(sep_a.begin(), sep_a.end());
+    const double min_b = *std::min_element(sep_b.begin(), sep_b.end());
+    double delta = 0;
+    if (kappa_x > 0 && kappa_y > 0) delta = (kappa_y * min_b - kappa_x * min_a) / (kappa_x + kappa_y);
+    else if (kappa_x > 0) delta = -min_a;
+    else if (kappa_y > 0) delta = min_b;
+    for (double& v : sep_a) v += delta;
+    for (double& v : sep_b) v -= delta;
+    for (std::size_t i = 0; i < p.n; ++i) wa[i] = static_cast<float>(p.a[i] * std::exp(-kappa_x * sep_a[i]));
+    for (std::size_t j = 0; j < p.m; ++j) wb[j] = static_cast<float>(p.b[j] * std::exp(-kappa_y * sep_b[j]));
+
+    // ---- One entropic OT solve on the augmented points. ------------------------------------------------------
+    p.problem.reset();  // the previous problem's device memory goes before the next one's is taken
+    p.problem = std::make_unique<Problem>(PointsView{phi, p.n, dim}, PointsView{psi, p.m, dim}, wa, wb, p.backend);
+    SolveOptions so;
+    so.scheme = o.scheme;
+    so.tolerance = o.inner_tolerance;
+    so.check_every = o.check_every;
+    so.max_iterations = o.inner_max_iterations;
+    so.reach = o.reach;
+    so.reach_source = o.reach_source;
+    so.reach_target = o.reach_target;
+    so.diagnostics = false;
+    const bool warm = o.warm_start && !f_true.empty();
+    if (warm) {
+      so.epsilon = eps;
+      // f = f^E + (1 − εκ)A  (docs/gromov-wasserstein.md §4), so the engine's f^E for the new A follows.
+      so.initial_f.resize(p.n);
+      so.initial_g.resize(p.m);
+      for (std::size_t i = 0; i < p.n; ++i)
+        so.initial_f[i] = static_cast<float>(f_true[i] - (1 - eps * kappa_x) * sep_a[i]);
+      for (std::size_t j = 0; j < p.m; ++j)
+        so.initial_g[j] = static_cast<float>(g_true[j] - (1 - eps * kappa_y) * sep_b[j]);
+    } else if (o.epsilon_scaling) {
+      so.blur = std::sqrt(eps);
+      so.scaling = o.scaling;
+    } else {
+      so.epsilon = eps;
+    }
+    if (o.progress) {
+      so.progress = [&, t](const Progress& pr) {
+        return o.progress(GromovProgress{t, o.max_outer, pr.iteration, pr.marginal_error, previous, last_change});
+      };
+    }
+    SolveResult s = p.problem->solve(so);
+    result.inner_iterations += s.iterations;
+    result.outer_iterations = t;
+    if (s.reason == StopReason::kNonFinite || s.reason == StopReason::kCancelled) {
+      result.reason = s.reason;
+      result.message = "outer iteration " + std::to_string(t) + ": " + s.message;
+      result.plan = std::move(s);
+      break;
+    }
+    f_true.resize(p.n);
+    g_true.resize(p.m);
+    for (std::size_t i = 0; i < p.n; ++i) f_true[i] = s.f[i] + (1 - eps * kappa_x) * sep_a[i];
+    for (std::size_t j = 0; j < p.m; ++j) g_true[j] = s.g[j] + (1 - eps * kappa_y) * sep_b[j];
+
+    // ---- The new plan's moments, energy and feature cost: one plan application. ------------------------------
+    const std::vector<float> rows = p.problem->apply_plan(s, values, k);
+    moments = detail::reduce_moments(p.x, p.n, p.p, std::span<const float>(rows), k, p.q);
+    double feature_cost = 0;
+    if (features) {
+      for (std::size_t i = 0; i < p.n; ++i) {
+        const float* row = rows.data() + i * k;
+        const double r = row[0];
+        if (!(r > 0)) continue;
+        double dist = 0, tnorm = 0;
+        for (std::size_t c = 0; c < p.e; ++c) {
+          const double tv = row[kh + c] / r;
+          dist += (p.u[i * p.e + c] - tv) * (p.u[i * p.e + c] - tv);
+          tnorm += tv * tv;
+        }
+        feature_cost += r * dist + std::max(0.0, row[kh + p.e] - r * tnorm);
+      }
+    }
+    const double energy = detail::gw_energy(moments);
+    const double objective = (1 - o.alpha) * feature_cost + o.alpha * energy;
+    const double change =
+        std::isfinite(previous) ? std::abs(objective - previous) / std::max(std::abs(objective), 1e-300)
+                                : std::numeric_limits<double>::quiet_NaN();
+    GromovIteration it;
+    it.outer = t;
+    it.objective = objective;
+    it.feature_cost = feature_cost;
+    it.gw_cost = energy;
+    it.change = change;
+    it.inner_iterations = s.iterations;
+    it.inner_converged = s.converged;
+    it.marginal_error = s.marginal_error;
+    it.mass = moments.mass;
+    it.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    result.history.push_back(it);
+    result.objective = objective;
+    result.feature_cost = feature_cost;
+    result.gw_cost = energy;
+    const bool inner_ok = s.converged;
+    result.plan = std::move(s);
+    if (!std::isfinite(objective)) {
+      result.reason = StopReason::kNonFinite;
+      result.message = "the objective became non-finite at outer iteration " + std::to_string(t);
+      break;
+    }
+    previous = objective;
+    last_change = change;
+    if (std::isfinite(change) && change <= o.outer_tolerance && inner_ok) {
+      result.converged = true;
+      result.reason = StopReason::kTolerance;
+      result.message = "converged: relative objective change " + show(change) + " ≤ " + show(o.outer_tolerance) +
+                       " after " + std::to_string(t) + " outer iterations (" +
+                       std::to_string(result.inner_iterations) + " Sinkhorn iterations)";
+      stop = true;
+    } else if (o.progress &&
+               !o.progress(GromovProgress{t, o.max_outer, it.inner_iterations, it.marginal_error, objective, change})) {
+      result.reason = StopReason::kCancelled;
+      result.message = "cancelled by the progress callback after outer iteration " + std::to_string(t);
+      stop = true;
+    }
+  }
+  if (result.reason == StopReason::kIterationBudget)
+    result.message = "not converged after max_outer = " + std::to_string(o.max_outer) +
+                     " outer iterations: last relative objective change " + show(last_change) + " (tolerance " +
+                     show(o.outer_tolerance) + ")";
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+std::vector<float> GromovProblem::map_coordinates(const GromovResult& r) const {
+  const Impl& p = *impl_;
+  const Problem& problem = this->problem();
+  const std::size_t k = p.q + 1;
+  std::vector<float> v(p.m * k);
+  for (std::size_t j = 0; j < p.m; ++j) {
+    for (std::size_t c = 0; c < p.q; ++c) v[j * k + c] = static_cast<float>(p.y[j * p.q + c]);
+    v[j * k + p.q] = 1.0f;
+  }
+  const std::vector<float> out = problem.apply_plan(r.plan, v, k);
+  std::vector<float> mapped(p.n * p.q);
+  for (std::size_t i = 0; i < p.n; ++i) {
+    const double mass = out[i * k + p.q];
+    for (std::size_t c = 0; c < p.q; ++c)
+      mapped[i * p.q + c] = mass > 0 ? static_cast<float>(out[i * k + c] / mass + p.y_mean[c])
+                                     : std::numeric_limits<float>::quiet_NaN();
+  }
+  return mapped;
+}
+
+}  // namespace flashot

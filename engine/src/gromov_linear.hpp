@@ -1,0 +1,61 @@
+#pragma once
+// The algebra of the linearized fused GW cost (docs/gromov-wasserstein.md), apart from any backend: the moment
+// columns a plan application must return, their reduction to the few numbers the next cost depends on, the
+// augmented points and separable terms of that cost, and the GW energy of the plan. Private to the engine;
+// tests/engine/gromov_test.cpp checks it against dense fp64 evaluations.
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace flashot::detail {
+
+/// Columns of H(y_j) for q-dimensional target coordinates, in this order:
+///   1 | y (q) | ‖y‖² | ‖y‖²·y (q) | ‖y‖⁴ | y_a·y_b for a ≤ b (q(q+1)/2)
+std::size_t moment_columns(std::size_t q);
+/// H(y) for every row of y (m×q, fp64), (m × moment_columns(q)) fp64.
+std::vector<double> moment_values(std::span<const double> y, std::size_t m, std::size_t q);
+
+/// Everything the linearized cost and the energy need from a plan P, from R = P·H(y) (n × moment_columns(q))
+/// and the source coordinates x (n×p). Sums over i in fp64.
+struct PlanMoments {
+  std::size_t p = 0, q = 0;
+  double mass = 0;                  // μ = Σ P
+  std::vector<double> xbar;         // (p) Σ_i r_i x_i
+  std::vector<double> ybar;         // (q) Σ_j c_j y_j
+  std::vector<double> cross;        // (p×q) M = Xᵀ P Y
+  double c_ny = 0;                  // Σ_j c_j ‖y_j‖²
+  double r_nx = 0;                  // Σ_i r_i ‖x_i‖²
+  std::vector<double> w;            // (p) Σ_ij P_ij x_i ‖y_j‖²
+  std::vector<double> z;            // (q) Σ_ij P_ij ‖x_i‖² y_j
+  double k = 0;                     // Σ_ij P_ij ‖x_i‖²‖y_j‖²
+  std::vector<double> sx;           // (p×p) Σ_i r_i x_i x_iᵀ
+  std::vector<double> x3;           // (p) Σ_i r_i ‖x_i‖² x_i
+  double x4 = 0;                    // Σ_i r_i ‖x_i‖⁴
+  std::vector<double> sy;           // (q×q) Σ_j c_j y_j y_jᵀ
+  std::vector<double> y3;           // (q) Σ_j c_j ‖y_j‖² y_j
+  double y4 = 0;                    // Σ_j c_j ‖y_j‖⁴
+};
+
+PlanMoments reduce_moments(std::span<const double> x, std::size_t n, std::size_t p, std::span<const float> r_h,
+                           std::size_t stride, std::size_t q);
+/// The same from an fp64 R (tests).
+PlanMoments reduce_moments(std::span<const double> x, std::size_t n, std::size_t p, std::span<const double> r_h,
+                           std::size_t stride, std::size_t q);
+
+/// E(P) = Σ_ijkl (‖x_i − x_k‖² − ‖y_j − y_l‖²)² P_ij P_kl from the moments alone.
+double gw_energy(const PlanMoments& mo);
+
+/// The GW part of the linearized cost at P, split as  ∇E(P)_ij = −4⟨φ_i, ψ_j⟩ + sep_x_i + sep_y_j
+/// with φ_i = [‖x_i‖², x_i] (p + 1) and ψ_j = [μ‖y_j‖² − 2ȳ·y_j, 4M y_j − 2x̄‖y_j‖²] (p + 1).
+struct GwLinearization {
+  std::size_t width = 0;            // p + 1
+  std::vector<double> phi;          // (n × width)
+  std::vector<double> psi;          // (m × width)
+  std::vector<double> sep_x;        // (n) 2·Σ_k ‖x_i − x_k‖⁴ r_k − 4·(terms of Σ_kl D^x D^y P in i alone)
+  std::vector<double> sep_y;        // (m) likewise in j alone
+};
+GwLinearization linearize_gw(std::span<const double> x, std::size_t n, std::span<const double> y, std::size_t m,
+                             const PlanMoments& mo);
+
+}  // namespace flashot::detail

@@ -1,0 +1,326 @@
+// Fused Gromov–Wasserstein (flashot/gromov.hpp): the linearization against dense fp64 sums, the whole outer loop
+// against a dense fp64 solver (balanced, unbalanced, semi-unbalanced, pure GW, coordinates of different
+// dimension), and recovery of a known rigid motion and of cell types on synthetic tissue slices.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iostream>
+#include <numbers>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../../engine/src/gromov_linear.hpp"
+#include "backend_fixture.hpp"
+#include "flashot/gromov.hpp"
+#include "gromov_reference.hpp"
+#include "problems.hpp"
+#include "slices.hpp"
+
+namespace flashot::test {
+namespace {
+
+// The linearization is exact algebra in fp64: only rounding separates it from the dense sums.
+constexpr double kLinearizationTolerance = 1e-9;
+// The engine's outer loop (fp32 points and plans) against the dense fp64 solver at the same ε.
+constexpr double kObjectiveTolerance = 1e-3;  // relative
+constexpr double kMarginalTolerance = 2e-3;   // of the total mass, per plan row/column sum (L1)
+// Synthetic slices: the acceptance figures.
+constexpr double kRotationToleranceDegrees = 1.0;
+constexpr double kTranslationTolerance = 0.01;  // of the slice width
+constexpr double kLabelAccuracy = 0.95;
+
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+std::vector<double> random_plan(std::size_t n, std::size_t m, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<double> P(n * m);
+  for (double& v : P) v = u(rng) * u(rng) / static_cast<double>(n * m);
+  return P;
+}
+
+struct LinearCase {
+  std::size_t n, m, p, q;
+};
+
+class GromovLinearization : public ::testing::TestWithParam<LinearCase> {};
+
+TEST_P(GromovLinearization, MatchesTheDenseGradientAtRandomPlans) {
+  const LinearCase c = GetParam();
+  const std::vector<float> x = random_points(c.n, c.p, 11, 1.3);
+  std::vector<float> y = random_points(c.m, c.q, 12, 0.8);
+  for (float& v : y) v += 0.4f;  // not centred: the algebra must not assume it
+  const std::vector<double> xd = to_double(x), yd = to_double(y);
+  for (std::uint64_t seed : {1, 2, 3}) {
+    const std::vector<double> P = random_plan(c.n, c.m, seed);
+    const std::size_t k = detail::moment_columns(c.q);
+    const std::vector<double> H = detail::moment_values(yd, c.m, c.q);
+    std::vector<double> R(c.n * k, 0.0);
+    for (std::size_t i = 0; i < c.n; ++i)
+      for (std::size_t j = 0; j < c.m; ++j)
+        for (std::size_t h = 0; h < k; ++h) R[i * k + h] += P[i * c.m + j] * H[j * k + h];
+    const detail::PlanMoments mo = detail::reduce_moments(xd, c.n, c.p, std::span<const double>(R), k, c.q);
+    const detail::GwLinearization L = detail::linearize_gw(xd, c.n, yd, c.m, mo);
+    const std::vector<double> G = dense_gw_gradient(x, c.n, c.p, y, c.m, c.q, P);
+    double scale = 0, worst = 0;
+    for (double g : G) scale = std::max(scale, std::abs(g));
+    for (std::size_t i = 0; i < c.n; ++i)
+      for (std::size_t j = 0; j < c.m; ++j) {
+        double dot = 0;
+        for (std::size_t w = 0; w < L.width; ++w) dot += L.phi[i * L.width + w] * L.psi[j * L.width + w];
+        const double mine = -4 * dot + L.sep_x[i] + L.sep_y[j];
+        worst = std::max(worst, std::abs(mine - G[i * c.m + j]));
+      }
+    EXPECT_LE(worst, kLinearizationTolerance * scale) << "seed " << seed << ", |∇E| up to " << scale;
+    const double E = dense_gw_energy(x, c.n, c.p, y, c.m, c.q, P);
+    EXPECT_NEAR(detail::gw_energy(mo), E, kLinearizationTolerance * std::abs(E)) << "seed " << seed;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GromovLinearization,
+                         ::testing::Values(LinearCase{17, 23, 2, 2}, LinearCase{20, 15, 3, 3},
+                                           LinearCase{12, 19, 2, 3}, LinearCase{9, 11, 1, 2}),
+                         [](const auto& info) {
+                           const LinearCase& c = info.param;
+                           return "n" + std::to_string(c.n) + "m" + std::to_string(c.m) + "p" +
+                                  std::to_string(c.p) + "q" + std::to_string(c.q);
+                         });
+
+// ---- The whole outer loop against the dense fp64 solver. ----------------------------------------------------------
+
+struct LoopCase {
+  std::string name;
+  double alpha;
+  double reach_x;  // reach (ρ = reach²), 0 = balanced
+  double reach_y;
+  std::size_t p, q;
+  bool features;
+};
+
+std::string loop_name(const ::testing::TestParamInfo<std::tuple<std::string, LoopCase>>& info) {
+  return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
+}
+
+class GromovLoop : public ::testing::TestWithParam<std::tuple<std::string, LoopCase>> {};
+
+TEST_P(GromovLoop, MatchesTheDenseSolver) {
+  const auto& [backend, c] = GetParam();
+  FLASHOT_REQUIRE_BACKEND(backend);
+  const std::size_t n = 30, m = 40, e = 4;
+  const std::vector<float> x = random_points(n, c.p, 21, 0.6);
+  std::vector<float> y = random_points(m, c.q, 22, 0.5);
+  for (std::size_t j = 0; j < m; ++j) y[j * c.q] += 0.1f * std::sin(3.0f * y[j * c.q + c.q - 1]) + 2.0f;
+  const std::vector<float> u = random_points(n, e, 23, 0.7);
+  const std::vector<float> v = random_points(m, e, 24, 0.7);
+  TestProblem weights = make_problem({.n = n, .m = m, .d = 1, .seed = 25, .random_weights = true});
+  const double eps = 0.1;
+
+  DenseGromovOptions ro;
+  ro.alpha = c.alpha;
+  ro.epsilon = eps;
+  ro.rho_x = c.reach_x * c.reach_x;
+  ro.rho_y = c.reach_y * c.reach_y;
+  const std::size_t fe = c.features ? e : 0;
+  const DenseGromovResult ref = dense_fused_gw(x, n, c.p, y, m, c.q, c.features ? std::span<const float>(u) : std::span<const float>(),
+                                               c.features ? std::span<const float>(v) : std::span<const float>(), fe,
+                                               weights.a, weights.b, ro);
+
+  GromovData data{{x, n, c.p}, {y, m, c.q}, {}, {}, weights.a, weights.b};
+  if (c.features) {
+    data.u = {u, n, e};
+    data.v = {v, m, e};
+  }
+  BackendOptions bo;
+  bo.backend = parse_backend(backend);
+  bo.threads = 1;  // 30 × 40: threads would only wait for each other
+  GromovProblem problem(data, bo);
+  GromovOptions o;
+  o.alpha = c.alpha;
+  o.epsilon = eps;
+  o.reach_source = c.reach_x;
+  o.reach_target = c.reach_y;
+  o.outer_tolerance = 1e-6;  // fp32 plans: the objective's last digits move by ~1e-7 between iterations
+  o.inner_tolerance = 1e-6;
+  o.max_outer = 500;
+  o.inner_max_iterations = 20000;
+  const GromovResult r = problem.solve(o);
+  std::cout << "[ gw loop  ] " << c.name << ": dense " << ref.outer_iterations << " outer iterations, objective "
+            << ref.objective << "; flashot " << r.outer_iterations << " outer / " << r.inner_iterations
+            << " inner iterations in " << r.seconds << " s, objective " << r.objective << "\n";
+  EXPECT_TRUE(r.converged) << r.message;
+  EXPECT_NEAR(r.objective, ref.objective, kObjectiveTolerance * std::abs(ref.objective))
+      << "dense: " << ref.outer_iterations << " outer iterations; flashot: " << r.message;
+  EXPECT_NEAR(r.gw_cost, ref.gw_cost, kObjectiveTolerance * std::abs(ref.gw_cost));
+  if (c.features) {
+    EXPECT_NEAR(r.feature_cost, ref.feature_cost, kObjectiveTolerance * std::abs(ref.feature_cost));
+  }
+  // The plans' marginals (the unbalanced ones depend on the separable terms moved into the weights).
+  const std::vector<float> rows = problem.problem().row_marginal(r.plan);
+  const std::vector<float> cols = problem.problem().column_marginal(r.plan);
+  double err_r = 0, err_c = 0, mass = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (std::size_t j = 0; j < m; ++j) s += ref.plan[i * m + j];
+    err_r += std::abs(s - rows[i]);
+    mass += s;
+  }
+  for (std::size_t j = 0; j < m; ++j) {
+    double s = 0;
+    for (std::size_t i = 0; i < n; ++i) s += ref.plan[i * m + j];
+    err_c += std::abs(s - cols[j]);
+  }
+  EXPECT_LE(err_r, kMarginalTolerance * mass);
+  EXPECT_LE(err_c, kMarginalTolerance * mass);
+  // The barycentric map of the coordinates.
+  const std::vector<float> mapped = problem.map_coordinates(r);
+  double worst = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    double s = 0;
+    std::vector<double> t(c.q, 0.0);
+    for (std::size_t j = 0; j < m; ++j) {
+      s += ref.plan[i * m + j];
+      for (std::size_t d = 0; d < c.q; ++d) t[d] += ref.plan[i * m + j] * y[j * c.q + d];
+    }
+    for (std::size_t d = 0; d < c.q; ++d) worst = std::max(worst, std::abs(t[d] / s - mapped[i * c.q + d]));
+  }
+  EXPECT_LE(worst, 1e-2) << "barycentric coordinates";
+}
+
+const LoopCase kLoopCases[] = {
+    {"fused_balanced", 0.5, 0, 0, 2, 2, true},
+    {"fused_unbalanced", 0.5, 0.7, 0.7, 2, 2, true},
+    {"fused_semi_unbalanced", 0.3, 0, 0.5, 2, 2, true},
+    {"pure_gw_balanced", 1.0, 0, 0, 2, 3, false},
+    {"pure_gw_unbalanced", 1.0, 1.0, 0.8, 3, 2, false},
+    {"fused_3d", 0.8, 0, 0, 3, 3, true},
+};
+
+INSTANTIATE_TEST_SUITE_P(Cases, GromovLoop,
+                         ::testing::Combine(::testing::ValuesIn(backends_under_test()),
+                                            ::testing::ValuesIn(kLoopCases)),
+                         loop_name);
+
+// ---- Synthetic slices: a known rigid motion and known cell types. -------------------------------------------------
+
+/// Weighted 2-D Procrustes: the rotation angle and translation that best map src onto dst.
+void rigid_fit(const std::vector<float>& src, const std::vector<float>& dst, const std::vector<float>& w,
+               double& angle, double t[2]) {
+  double total = 0, ms[2] = {0, 0}, md[2] = {0, 0};
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    total += w[i];
+    for (int c = 0; c < 2; ++c) {
+      ms[c] += w[i] * src[2 * i + c];
+      md[c] += w[i] * dst[2 * i + c];
+    }
+  }
+  for (int c = 0; c < 2; ++c) {
+    ms[c] /= total;
+    md[c] /= total;
+  }
+  double sc = 0, ss = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const double ax = src[2 * i] - ms[0], ay = src[2 * i + 1] - ms[1];
+    const double bx = dst[2 * i] - md[0], by = dst[2 * i + 1] - md[1];
+    sc += w[i] * (ax * bx + ay * by);
+    ss += w[i] * (ax * by - ay * bx);
+  }
+  angle = std::atan2(ss, sc);
+  const double cs = std::cos(angle), sn = std::sin(angle);
+  t[0] = md[0] - (cs * ms[0] - sn * ms[1]);
+  t[1] = md[1] - (sn * ms[0] + cs * ms[1]);
+}
+
+class GromovSlices : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GromovSlices, RecoverRotationTranslationAndLabels) {
+  FLASHOT_REQUIRE_BACKEND(GetParam());
+  SliceOptions so;
+  so.n_source = 800;
+  so.n_target = 1000;
+  so.width = 1000;  // micrometres
+  so.rotation_degrees = 37;
+  so.translation_x = 0.35;
+  so.translation_y = -0.2;
+  so.deformation = 0.01;
+  const SlicePair s = make_slice_pair(so);
+  // The units of `flashot align --spatial` (workflow/spatial.cpp): the mean squared distance within a slice is 1
+  // (a unit square's variance is 1/6 per axis), the mean ‖u_i − v_j‖² is 1; ε = 0.05².
+  std::vector<float> x(s.x), y(s.y), u(s.u), v(s.v);
+  const float coordinate_scale = static_cast<float>(std::sqrt(3.0) / so.width);
+  for (float& c : x) c *= coordinate_scale;
+  for (float& c : y) c *= coordinate_scale;
+  double mean_cost = 0;
+  for (std::size_t i = 0; i < s.n; i += 7)
+    for (std::size_t j = 0; j < s.m; j += 7)
+      for (std::size_t c = 0; c < s.e; ++c) mean_cost += std::pow(u[i * s.e + c] - v[j * s.e + c], 2);
+  mean_cost /= static_cast<double>(((s.n + 6) / 7) * ((s.m + 6) / 7));
+  for (float& c : u) c /= static_cast<float>(std::sqrt(mean_cost));
+  for (float& c : v) c /= static_cast<float>(std::sqrt(mean_cost));
+  GromovData data{{x, s.n, 2}, {y, s.m, 2}, {u, s.n, s.e}, {v, s.m, s.e}, {}, {}};
+  BackendOptions bo;
+  bo.backend = parse_backend(GetParam());
+  GromovProblem problem(data, bo);
+  GromovOptions o;
+  o.alpha = 0.5;
+  o.epsilon = 0.05 * 0.05;
+  o.max_outer = 100;
+  o.outer_tolerance = 1e-5;
+  o.inner_tolerance = 1e-4;
+  const GromovResult r = problem.solve(o);
+  EXPECT_TRUE(r.converged) << r.message;
+  std::vector<float> mapped = problem.map_coordinates(r);
+  for (float& c : mapped) c /= coordinate_scale;
+  const std::vector<float> w(s.n, 1.0f);
+  double angle = 0, t[2];
+  rigid_fit(s.x, mapped, w, angle, t);
+  const double degrees = angle * 180 / std::numbers::pi;
+  EXPECT_NEAR(degrees, so.rotation_degrees, kRotationToleranceDegrees);
+  EXPECT_NEAR(t[0], s.translation[0], kTranslationTolerance * so.width);
+  EXPECT_NEAR(t[1], s.translation[1], kTranslationTolerance * so.width);
+  const LabelTransfer lt = problem.problem().transfer_labels(r.plan, Side::kTarget, s.label_y, s.classes);
+  std::size_t right = 0;
+  for (std::size_t i = 0; i < s.n; ++i) right += lt.label[i] == s.label_x[i];
+  const double accuracy = static_cast<double>(right) / static_cast<double>(s.n);
+  EXPECT_GE(accuracy, kLabelAccuracy);
+  std::cout << "[ slices   ] " << GetParam() << ": rotation " << degrees << "° (true " << so.rotation_degrees
+            << "°), translation (" << t[0] << ", " << t[1] << ") (true (" << s.translation[0] << ", "
+            << s.translation[1] << ")), labels " << accuracy << ", " << r.outer_iterations << " outer / "
+            << r.inner_iterations << " inner iterations, " << r.seconds << " s\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GromovSlices, ::testing::ValuesIn(backends_under_test()),
+                         [](const auto& info) { return info.param; });
+
+// ---- Errors at the API edge. -------------------------------------------------------------------------------------
+
+TEST(GromovErrors, NameTheInputAndValue) {
+  const std::vector<float> x = random_points(5, 2, 1), y = random_points(6, 2, 2), u = random_points(5, 3, 3),
+                           v = random_points(6, 4, 4);
+  const auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  EXPECT_NE(message([&] { GromovProblem({{x, 5, 2}, {y, 6, 2}, {u, 5, 3}, {v, 6, 4}, {}, {}}); }).find("u.d and v.d"),
+            std::string::npos);
+  EXPECT_NE(message([&] { GromovProblem({{x, 5, 2}, {y, 6, 2}, {u, 5, 3}, {}, {}, {}}); }).find("both be given"),
+            std::string::npos);
+  GromovProblem pure({{x, 5, 2}, {y, 6, 2}, {}, {}, {}, {}});
+  GromovOptions o;
+  o.epsilon = 0.1;
+  o.alpha = 0.5;
+  EXPECT_NE(message([&] { pure.solve(o); }).find("no features"), std::string::npos);
+  o.alpha = 1.5;
+  EXPECT_NE(message([&] { pure.solve(o); }).find("alpha must be in [0, 1] (got 1.5)"), std::string::npos);
+  o.alpha = 1;
+  o.epsilon = 0;
+  EXPECT_NE(message([&] { pure.solve(o); }).find("epsilon must be > 0 (got 0)"), std::string::npos);
+  EXPECT_THROW((void)pure.problem(), std::logic_error);
+}
+
+}  // namespace
+}  // namespace flashot::test
