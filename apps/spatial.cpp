@@ -58,6 +58,7 @@ int align_spatial_main(const po::variables_map& vm) {
   const std::filesystem::path target_path = vm["target"].as<std::string>();
   const std::filesystem::path out_path = vm["output"].as<std::string>();
   const std::string spatial_key = vm["spatial"].as<std::string>();
+  check_paths(vm, {{"SOURCE", source_path}, {"TARGET", target_path}}, {"output", "coupling", "report"});
   // Options of the plain align that have no meaning here are refused rather than ignored.
   for (const char* name : {"use-x", "half-cost", "save-solution"})
     if (vm.count(name)) throw UsageError(std::string("--") + name + " cannot be combined with --spatial");
@@ -75,7 +76,6 @@ int align_spatial_main(const po::variables_map& vm) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  refuse_to_overwrite(out_path, {source_path, target_path});
 
   workflow::SpatialOptions so;
   so.alpha = vm["alpha"].as<double>();
