@@ -17,7 +17,7 @@ import numpy as np
 from . import _flashot
 
 _BACKEND_FIELDS = ("backend", "threads", "device", "precision", "screening", "devices", "shards", "nccl")
-_DEFAULT_RELATIVE_BLUR = 0.05  # apps/align.cpp kDefaultRelativeBlur
+_DEFAULT_RELATIVE_BLUR = _flashot.DEFAULT_BLUR_RELATIVE  # the engine's rule, as the CLI and the GUI use it
 
 
 def _backend_options(backend, threads, backend_kwargs):
@@ -109,17 +109,6 @@ def _text(value):
     return str(value)
 
 
-def _bounding_diameter(source, target):
-    """workflow::bounding_diameter: the bounding-box diagonal of both clouds, summed in float64 dimension by
-    dimension as the CLI does."""
-    lo = np.minimum(source.min(axis=0), target.min(axis=0)).astype(np.float64)
-    hi = np.maximum(source.max(axis=0), target.max(axis=0)).astype(np.float64)
-    squared = 0.0
-    for low, high in zip(lo.tolist(), hi.tolist()):
-        squared += (high - low) * (high - low)
-    return float(np.sqrt(squared))
-
-
 class Alignment:
     """What ``align`` computed: the solved ``problem`` and ``result`` (flashot.Problem / SolveResult), the points'
     ``key``, the data's ``diameter`` and the ``blur`` used, the ``mapped`` points (n, d), the ``transfer``
@@ -188,14 +177,15 @@ def align(adata, reference, key="X_pca", transfer_labels=None, *, use_x=False, b
     if blur is not None and not blur > 0:
         raise ValueError(f"blur must be > 0 (got {blur})")
 
-    diameter = _bounding_diameter(source, target)
-    if not diameter > 0:
-        raise ValueError("all points coincide: the data have no scale to set epsilon from")
-    final_blur = float(blur) if blur is not None else rel_blur * diameter
+    # One blur rule, the engine's (SolveOptions::blur_relative): it measures the diameter and refuses data with none.
     options = _flashot.SolveOptions(
         cost="half_sqeuclidean" if half_cost else "sqeuclidean", scaling=scaling, reach=reach,
         reach_source=reach_source, reach_target=reach_target, tolerance=tol, max_iterations=int(max_iters),
-        scheme=scheme, diameter=diameter, blur=final_blur, progress=progress)
+        scheme=scheme, progress=progress)
+    if blur is not None:
+        options.blur = float(blur)
+    else:
+        options.blur_relative = float(rel_blur)
     problem = _flashot.Problem(source, target, options=_backend_options(backend, threads, backend_kwargs))
     result = problem.solve(options)
     if result.reason == "cancelled":
@@ -203,6 +193,8 @@ def align(adata, reference, key="X_pca", transfer_labels=None, *, use_x=False, b
     if result.reason == "non_finite":
         raise RuntimeError(f"the solve produced non-finite values ({result.message}); try a larger blur or rel_blur")
 
+    diameter = result.diameter
+    final_blur = float(blur) if blur is not None else rel_blur * diameter
     mapped = problem.barycentric(result, "source")
     transfer = None
     categories = None

@@ -203,7 +203,9 @@ void bind_engine(nb::module_& m) {
           "cost", [](const PySolveOptions& o) { return to_string(o.cost); },
           [](PySolveOptions& o, const std::string& v) { o.cost = parse_cost(v); },
           "'sqeuclidean' (‖x−y‖²) or 'half_sqeuclidean' (‖x−y‖²/2)")
-      .def_rw("blur", &SolveOptions::blur, "final ε = blur² (cost units); ignored when epsilon > 0")
+      .def_rw("blur", &SolveOptions::blur, "final ε = blur² (cost units); ignored when epsilon > 0 or blur_relative > 0")
+      .def_rw("blur_relative", &SolveOptions::blur_relative,
+              "> 0: blur = blur_relative × the diameter (the front ends use DEFAULT_BLUR_RELATIVE)")
       .def_rw("epsilon", &SolveOptions::epsilon, "> 0: fixed ε, no ε-scaling")
       .def_rw("scaling", &SolveOptions::scaling, "ε-scaling factor per stage, in (0, 1)")
       .def_rw("diameter", &SolveOptions::diameter, "0: the bounding-box diagonal of both clouds")
@@ -311,6 +313,7 @@ void bind_engine(nb::module_& m) {
       }, "(m) target potential, cost units")
       .def_prop_ro("cost", [](const SolveResult& r) { return to_string(r.cost); })
       .def_ro("epsilon", &SolveResult::epsilon)
+      .def_ro("diameter", &SolveResult::diameter, "the diameter the ε schedule and blur_relative used")
       .def_ro("reach_source", &SolveResult::reach_source)
       .def_ro("reach_target", &SolveResult::reach_target)
       .def_ro("dual_cost", &SolveResult::dual_cost)
@@ -542,6 +545,7 @@ void bind_engine(nb::module_& m) {
     return out;
   }, "Device memory the CUDA backend holds in this process: now and the peak");
   m.attr("cuda_copies") = cuda_copies();
+  m.attr("DEFAULT_BLUR_RELATIVE") = kDefaultBlurRelative;
 
   nb::class_<ProcessGroup>(m, "ProcessGroup", "This process's place in a multi-process launch")
       .def(nb::init<>())

@@ -112,6 +112,21 @@ def test_align_errors_name_the_input(samples):
     assert "X_pca_flashot" not in query.obsm  # nothing written by a failed call
 
 
+def test_align_blur_is_the_engines_relative_rule(aligned, samples):
+    alignment = aligned[3]
+    # One rule for every front end: the engine's SolveOptions::blur_relative with its default, on the diameter the
+    # engine measured (the CLI's ε on the samples comes from the same rule).
+    assert flashot.tl.align.__kwdefaults__["rel_blur"] == flashot._flashot.DEFAULT_BLUR_RELATIVE == 0.05
+    assert alignment.diameter == alignment.result.diameter > 0
+    assert alignment.blur == pytest.approx(0.05 * alignment.diameter, rel=1e-12)
+    assert alignment.result.epsilon == pytest.approx(alignment.blur ** 2, rel=1e-6)
+    same = anndata.read_h5ad(samples / "cells_batch_b.h5ad")
+    same.obsm["X_pca"][:] = 1.0
+    reference = same.copy()
+    with pytest.raises(ValueError, match="coincide"):
+        flashot.tl.align(same, reference)
+
+
 def test_read_equals_anndata(samples):
     ours = flashot.read(samples / "cells_batch_a.h5ad")
     theirs = anndata.read_h5ad(samples / "cells_batch_a.h5ad")
