@@ -30,14 +30,6 @@ constexpr long long kDefaultCouplingK = 10;
 
 using Clock = std::chrono::steady_clock;
 
-// Ctrl-C during the solve stops it through the progress callback, so the run ends as an ordinary error and leaves
-// no output; a second Ctrl-C (default handler restored by the first) ends the process at once.
-volatile std::sig_atomic_t interrupted = 0;
-extern "C" void on_interrupt(int) {
-  interrupted = 1;
-  std::signal(SIGINT, SIG_DFL);
-}
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 workflow::ProgressDisplay::Style progress_style(const po::variables_map& vm) {
   if (vm.count("quiet")) return workflow::ProgressDisplay::Style::kQuiet;
@@ -49,11 +41,6 @@ workflow::ProgressDisplay::Style progress_style(const po::variables_map& vm) {
   throw UsageError("--progress must be auto, bar, lines or none (got '" + style + "')");
 }
 
-nlohmann::json cloud_json(const workflow::PointCloud& c) {
-  return {{"file", c.path.string()}, {"representation", c.representation}, {"key", c.key},
-          {"rows_in_file", c.file_rows}, {"rows_used", c.n()}, {"d", c.d},
-          {"where", c.filter_text.empty() ? nlohmann::json() : nlohmann::json(c.filter_text)}};
-}
 
 }  // namespace
 
@@ -189,8 +176,8 @@ int align_main(const std::vector<std::string>& args) {
               << std::endl;
   }
   workflow::ProgressDisplay display("align", progress_kind, solve.tolerance);
-  solve.progress = [show = display.callback()](const Progress& p) { return show(p) && interrupted == 0; };
-  std::signal(SIGINT, on_interrupt);
+  solve.progress = [show = display.callback()](const Progress& p) { return show(p) && !interrupted(); };
+  catch_interrupt();
   SolveResult result;
   try {
     result = problem.solve(solve);
@@ -287,8 +274,8 @@ int align_main(const std::vector<std::string>& args) {
 
   nlohmann::json report = workflow::solve_json(result);
   report["command"] = "align";
-  report["source"] = cloud_json(source);
-  report["target"] = cloud_json(target);
+  report["source"] = workflow::cloud_json(source);
+  report["target"] = workflow::cloud_json(target);
   report["scale"] = {{"diameter", workflow::number(result.diameter)},
                      {"blur", workflow::number(std::sqrt(result.epsilon))},
                      {"blur_from", blur_origin},

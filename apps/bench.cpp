@@ -65,9 +65,6 @@ std::string format_ms(double ms) {
   return buffer;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 /// The end-to-end job of issue 3 (1M × 1M, d = 50 on one H200 in under 60 s): every phase timed once.
 int end_to_end(std::size_t n, std::size_t m, std::size_t d, double eps, double tolerance, double scaling,

@@ -1,6 +1,7 @@
 #include "cli.hpp"
 
 #include <charconv>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -10,6 +11,19 @@
 #endif
 
 namespace flashot::cli {
+namespace {
+volatile std::sig_atomic_t interrupt_seen = 0;
+extern "C" void on_interrupt(int) {
+  interrupt_seen = 1;
+  std::signal(SIGINT, SIG_DFL);
+}
+}  // namespace
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+void catch_interrupt() { std::signal(SIGINT, on_interrupt); }
+bool interrupted() { return interrupt_seen != 0; }
 
 po::variables_map parse(const std::vector<std::string>& args, const po::options_description& options,
                         const po::positional_options_description& positional) {

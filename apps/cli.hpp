@@ -3,6 +3,7 @@
 // subcommand table. Exit codes: 0 success, 1 error (an exception caught at main), 2 usage error.
 
 #include <boost/program_options.hpp>
+#include <chrono>
 #include <filesystem>
 #include <initializer_list>
 
@@ -53,6 +54,14 @@ int register_main(const std::vector<std::string>& args);
 }  // namespace flashot::cli
 
 namespace flashot::cli {
+
+/// Seconds since `start` on the steady clock.
+double seconds_since(std::chrono::steady_clock::time_point start);
+/// Ctrl-C during a solve: after catch_interrupt(), the first SIGINT makes interrupted() true (the solve's progress
+/// callback returns false, the run ends as an ordinary error and leaves no output) and restores the default handler,
+/// so a second Ctrl-C ends the process at once.
+void catch_interrupt();
+bool interrupted();
 
 /// --backend and --threads, shared by the commands that solve.
 void add_backend_options(po::options_description& options);

@@ -24,18 +24,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-volatile std::sig_atomic_t interrupted = 0;
-extern "C" void on_spatial_interrupt(int) {
-  interrupted = 1;
-  std::signal(SIGINT, SIG_DFL);
-}
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-nlohmann::json cloud_json(const workflow::PointCloud& c) {
-  return {{"file", c.path.string()}, {"representation", c.representation}, {"key", c.key},
-          {"rows_in_file", c.file_rows}, {"rows_used", c.n()}, {"d", c.d},
-          {"where", c.filter_text.empty() ? nlohmann::json() : nlohmann::json(c.filter_text)}};
-}
 
 }  // namespace
 
@@ -142,8 +131,8 @@ int align_spatial_main(const po::variables_map& vm) {
               << ", alpha " << format_short(source_emb ? so.alpha : 1.0) << ", blur " << format_short(so.blur)
               << std::endl;
   }
-  so.progress = [](const GromovProgress&) { return interrupted == 0; };
-  std::signal(SIGINT, on_spatial_interrupt);
+  so.progress = [](const GromovProgress&) { return !interrupted(); };
+  catch_interrupt();
   workflow::SpatialAlignment aligned;
   try {
     aligned = workflow::align_slices(source.view(), target.view(),
@@ -208,8 +197,8 @@ int align_spatial_main(const po::variables_map& vm) {
 
   nlohmann::json report;
   report["command"] = "align --spatial";
-  report["source"] = cloud_json(source);
-  report["target"] = cloud_json(target);
+  report["source"] = workflow::cloud_json(source);
+  report["target"] = workflow::cloud_json(target);
   if (source_emb) report["embedding"] = {{"key", source_emb->key}, {"d", source_emb->d}};
   report["parameters"] = {{"alpha", source_emb ? so.alpha : 1.0}, {"blur", so.blur}, {"epsilon", result.epsilon},
                           {"reach", so.reach}, {"model", workflow::to_string(so.model)},

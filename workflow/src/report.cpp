@@ -69,4 +69,10 @@ std::string solve_summary(const SolveResult& r) {
   return summary;
 }
 
+nlohmann::json cloud_json(const PointCloud& c) {
+  return {{"file", c.path.string()}, {"representation", c.representation}, {"key", c.key},
+          {"rows_in_file", c.file_rows}, {"rows_used", c.n()}, {"d", c.d},
+          {"where", c.filter_text.empty() ? nlohmann::json() : nlohmann::json(c.filter_text)}};
+}
+
 }  // namespace flashot::workflow

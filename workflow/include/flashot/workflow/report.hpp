@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flashot/flashot.hpp"
+#include "flashot/workflow/dataset.hpp"
 
 namespace flashot::workflow {
 
@@ -20,6 +21,8 @@ nlohmann::json options_json(const SolveOptions& options);
 std::size_t peak_memory_bytes();
 /// Versions of flashot and the compiler that built it, as an object.
 nlohmann::json versions_json();
+/// A loaded point cloud as the reports describe it: file, representation, key, rows in the file and used, d, filter.
+nlohmann::json cloud_json(const PointCloud& cloud);
 /// A number for JSON: null when not finite.
 nlohmann::json number(double value);
 
