@@ -47,6 +47,19 @@ nb::dict cg_dict(const CgReport& r) {
   return out;
 }
 
+/// The inputs both derivative entry points take: x, y (2-D float32), weights a, b, and the backend options given as an
+/// object and/or keyword arguments.
+struct PairInput {
+  FloatInput x, y, a, b;
+  BackendOptions engine;
+};
+PairInput pair_input(nb::handle x, nb::handle y, nb::handle a, nb::handle b, const PyBackendOptions* options,
+                     const nb::kwargs& kwargs) {
+  PyBackendOptions o = options != nullptr ? *options : PyBackendOptions{};
+  apply_kwargs(nb::cast(&o, nb::rv_policy::reference), kwargs, "backend option");
+  return {FloatInput::from(x, "x", 2), FloatInput::from(y, "y", 2), weights(a, "a"), weights(b, "b"), o.engine()};
+}
+
 }  // namespace
 
 void bind_derivatives(nb::module_& m) {
@@ -57,13 +70,9 @@ void bind_derivatives(nb::module_& m) {
       .def("__init__",
            [](PyDerivatives* self, nb::handle x, nb::handle y, nb::handle a, nb::handle b, const SolveResult& s,
               const PyBackendOptions* options, nb::kwargs kwargs) {
-             PyBackendOptions o = options != nullptr ? *options : PyBackendOptions{};
-             apply_kwargs(nb::cast(&o, nb::rv_policy::reference), kwargs, "backend option");
-             const FloatInput xi = FloatInput::from(x, "x", 2);
-             const FloatInput yi = FloatInput::from(y, "y", 2);
-             const FloatInput ai = weights(a, "a");
-             const FloatInput bi = weights(b, "b");
-             const BackendOptions engine = o.engine();
+             const PairInput in = pair_input(x, y, a, b, options, kwargs);
+             const FloatInput &xi = in.x, &yi = in.y, &ai = in.a, &bi = in.b;
+             const BackendOptions& engine = in.engine;
              nb::gil_scoped_release release;
              new (self) PyDerivatives(
                  TransportDerivatives(xi.points(), yi.points(), ai.values(), bi.values(), s, engine));
@@ -135,13 +144,9 @@ void bind_derivatives(nb::module_& m) {
       "sinkhorn_divergence_gradient",
       [](nb::handle x, nb::handle y, nb::handle a, nb::handle b, const DivergenceResult& solves,
          const PyBackendOptions* options, nb::kwargs kwargs) {
-        PyBackendOptions o = options != nullptr ? *options : PyBackendOptions{};
-        apply_kwargs(nb::cast(&o, nb::rv_policy::reference), kwargs, "backend option");
-        const FloatInput xi = FloatInput::from(x, "x", 2);
-        const FloatInput yi = FloatInput::from(y, "y", 2);
-        const FloatInput ai = weights(a, "a");
-        const FloatInput bi = weights(b, "b");
-        const BackendOptions engine = o.engine();
+        const PairInput in = pair_input(x, y, a, b, options, kwargs);
+        const FloatInput &xi = in.x, &yi = in.y, &ai = in.a, &bi = in.b;
+        const BackendOptions& engine = in.engine;
         DivergenceGradient g;
         {
           nb::gil_scoped_release release;
