@@ -17,6 +17,8 @@
 #include "flashot/io/errors.hpp"
 #include "h5/h5.hpp"
 #include "partial_file.hpp"
+#include "zarr/store.hpp"
+#include "zarr/write.hpp"
 
 namespace flashot::io {
 namespace {
@@ -694,6 +696,7 @@ struct NewFile {
   const DenseMatrix* x_dense = nullptr;
   const SparseMatrix* x_sparse = nullptr;
   const H5adContent* rest = nullptr;
+  int zarr_format = 3;
 };
 
 void write_new(const std::filesystem::path& path, const NewFile& f) {
@@ -707,6 +710,10 @@ void write_new(const std::filesystem::path& path, const NewFile& f) {
   static const H5adContent kNothing;
   const H5adContent& rest = f.rest != nullptr ? *f.rest : kNothing;
   check_additions(rest, n_obs, n_vars);
+  if (zarr::is_zarr_name(path)) {
+    zarr::write_new(path, f.obs_names, f.var_names, f.x_dense, f.x_sparse, rest, f.zarr_format);
+    return;
+  }
 
   TempFile temp(path);
   {
@@ -738,13 +745,16 @@ void write_new(const std::filesystem::path& path, const NewFile& f) {
 void write_h5ad(const std::filesystem::path& path, const H5adContent& content) {
   write_new(path, NewFile{content.obs_names, content.var_names,
                           content.x_dense ? &*content.x_dense : nullptr,
-                          content.x_sparse ? &*content.x_sparse : nullptr, &content});
+                          content.x_sparse ? &*content.x_sparse : nullptr, &content, content.zarr_format});
 }
 
+bool is_zarr_path(const std::filesystem::path& path) { return zarr::is_zarr_name(path); }
+
 void write_coupling_h5ad(const std::filesystem::path& path, const std::vector<std::string>& source_names,
-                         const std::vector<std::string>& target_names, const SparseMatrix& coupling) {
+                         const std::vector<std::string>& target_names, const SparseMatrix& coupling,
+                         int zarr_format) {
   if (coupling.csc) throw std::invalid_argument("coupling: must be CSR (rows = source cells), got CSC");
-  write_new(path, NewFile{source_names, target_names, nullptr, &coupling, nullptr});
+  write_new(path, NewFile{source_names, target_names, nullptr, &coupling, nullptr, zarr_format});
 }
 
 void write_h5ad_copy(const std::filesystem::path& input, const std::filesystem::path& output,
@@ -765,6 +775,15 @@ void write_h5ad_copy(const std::filesystem::path& input, const std::filesystem::
     n_vars = reader.n_vars();
   }
   check_additions(additions, n_obs, n_vars);
+  if (zarr::is_zarr_name(output)) {  // zarr → zarr entry by entry; .h5ad → zarr through the reader's model
+    zarr::write_copy(input, output, additions, in_place);
+    return;
+  }
+  if (zarr::is_zarr_name(input)) {  // zarr → .h5ad through the reader's model
+    const H5adContent all = zarr::gather_for_conversion(input, additions);
+    write_h5ad(output, all);
+    return;
+  }
 
   TempFile temp(output);
   detail::copy_contents(input, temp.path(), output.string());

@@ -17,7 +17,7 @@ void require_extension(const std::filesystem::path& path, FileKind kind, const s
     matches = false;  // neither .h5ad nor .ply
   }
   if (!matches) {
-    throw std::invalid_argument(what + " " + path.string() + " must be " + (kind == FileKind::kH5ad ? ".h5ad" : ".ply"));
+    throw std::invalid_argument(what + " " + path.string() + " must be " + (kind == FileKind::kH5ad ? ".h5ad, .zarr or .zarr.zip" : ".ply"));
   }
 }
 

@@ -228,11 +228,12 @@ std::string value_text(double value) {
 }
 
 FileKind file_kind(const std::filesystem::path& path) {
+  if (io::is_zarr_path(path)) return FileKind::kH5ad;  // AnnData in a zarr store (docs/io-zarr.md)
   std::string ext = path.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
   if (ext == ".h5ad") return FileKind::kH5ad;
   if (ext == ".ply") return FileKind::kPly;
-  throw std::invalid_argument(path.string() + ": unknown file type '" + ext + "' (expected .h5ad or .ply)");
+  throw std::invalid_argument(path.string() + ": unknown file type '" + ext + "' (expected .h5ad, .zarr, .zarr.zip or .ply)");
 }
 
 RowFilter parse_row_filter(const std::string& text, const std::string& option) {

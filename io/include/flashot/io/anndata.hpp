@@ -62,7 +62,8 @@ struct Column {
 /// A value for uns: a scalar or string, or a float vector.
 using UnsValue = std::variant<double, std::int64_t, std::string, std::vector<double>>;
 
-/// An open .h5ad file, read-only. Each accessor reads only what it returns.
+/// An open AnnData file, read-only: an .h5ad, or a zarr store (`*.zarr` folder, `*.zarr.zip` archive; format 2 or
+/// 3), chosen by the path's name (docs/io-zarr.md). Each accessor reads only what it returns.
 class H5adReader {
  public:
   /// Throws IoError if the file cannot be opened, FormatError if it is not an AnnData HDF5 file.
@@ -143,18 +144,31 @@ struct H5adContent {
   std::map<std::string, Column> obs;               ///< added or replaced (categorical, numeric, string, boolean)
   std::map<std::string, Column> var;
   std::map<std::string, UnsValue> uns;
+  /// zarr format of a new .zarr / .zarr.zip output (3, or 2 for older readers); a copy of a zarr input keeps the
+  /// input's format. Ignored for .h5ad outputs (docs/io-zarr.md).
+  int zarr_format = 3;
 };
 
-/// Writes a new .h5ad (anndata 0.1.0 encodings, chunked + deflate) via a temporary file renamed over `path`.
+/// Whether `path` names a zarr store: `*.zarr` or `*.zarr.zip` (any case). The writers below write zarr for such a
+/// path and .h5ad otherwise; H5adReader reads either.
+bool is_zarr_path(const std::filesystem::path& path);
+
+/// Writes a new .h5ad (anndata 0.1.0 encodings, chunked + deflate) via a temporary file renamed over `path`; or a
+/// zarr store when `path` is named .zarr / .zarr.zip (format content.zarr_format; a folder written beside the target
+/// and renamed into place).
 /// Throws std::invalid_argument for inconsistent sizes (names the element and both sizes), IoError on failure.
 void write_h5ad(const std::filesystem::path& path, const H5adContent& content);
 /// Copies `input` to `output` (never touching `input`), then adds/replaces obsm entries, obs/var columns and
 /// uns entries from `additions` without rewriting X. obs_names/var_names/X in `additions` must be empty.
 /// `output` may equal `input` only if `in_place` is true (then the original is replaced atomically).
+/// zarr (docs/io-zarr.md): a zarr input to a zarr output is copied entry by entry, in the input's zarr format; a copy
+/// between .h5ad and zarr carries X, obs, var, obsm and plain uns values, and fails (std::invalid_argument naming
+/// them) when the input holds more (layers, varm, raw, nested uns) rather than drop it.
 void write_h5ad_copy(const std::filesystem::path& input, const std::filesystem::path& output,
                      const H5adContent& additions, bool in_place = false);
 /// A sparse coupling as an .h5ad: X = CSR (rows = source cells = obs, cols = target cells = var).
 void write_coupling_h5ad(const std::filesystem::path& path, const std::vector<std::string>& source_names,
-                         const std::vector<std::string>& target_names, const SparseMatrix& coupling);
+                         const std::vector<std::string>& target_names, const SparseMatrix& coupling,
+                         int zarr_format = 3);
 
 }  // namespace flashot::io

@@ -18,7 +18,8 @@
 namespace flashot::workflow {
 
 enum class FileKind { kH5ad, kPly };
-/// By extension (.h5ad, .ply; any case). Throws std::invalid_argument naming the path otherwise.
+/// By extension (.h5ad, .zarr, .zarr.zip → kH5ad, i.e. AnnData; .ply; any case). Throws std::invalid_argument
+/// naming the path otherwise.
 FileKind file_kind(const std::filesystem::path& path);
 
 /// `COLUMN=VALUE`: keep the rows whose obs column (or PLY vertex property) equals VALUE.
