@@ -58,7 +58,7 @@ if [[ ${FLASHOT_SKIP_FUZZ:-0} != 1 ]]; then
   CC=clang CXX=clang++ cmake -S . -B "$build-fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLASHOT_FUZZ=ON \
     -DFLASHOT_CUDA=OFF -DFLASHOT_GUI=OFF -DFLASHOT_BENCHMARKS=OFF -DFLASHOT_TESTS=ON \
     -DFLASHOT_FUZZ_RUNS="${FLASHOT_FUZZ_RUNS:-2000}" -DFLASHOT_FUZZ_EXTRA_SEEDS="$root/$build-fuzz-seeds"
-  cmake --build "$build-fuzz" -j "$jobs" --target fuzz_ply fuzz_h5ad
+  cmake --build "$build-fuzz" -j "$jobs" --target fuzz_ply fuzz_h5ad fuzz_zarr
   ctest --test-dir "$build-fuzz" --output-on-failure -R '^fuzz_' --timeout 600
 fi
 step "all tests passed"

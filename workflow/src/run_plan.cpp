@@ -79,6 +79,32 @@ std::string same_file(const fs::path& a_text, const Identity& a, const fs::path&
 
 std::string shown(const fs::path& p) { return p.string(); }
 
+/// Whether `inner` lies inside the folder `outer` (as spelled, and with links resolved).
+bool inside(const Identity& inner, const Identity& outer) {
+  auto under = [](const fs::path& a, const fs::path& b) {
+    auto ai = a.begin(), bi = b.begin();
+    for (; bi != b.end(); ++ai, ++bi) {
+      if (bi->empty()) continue;  // a trailing separator
+      if (ai == a.end() || *ai != *bi) return false;
+    }
+    return ai != a.end();
+  };
+  return under(inner.lexical, outer.lexical) || under(inner.entry, outer.entry) || under(inner.resolved, outer.resolved);
+}
+
+bool zip_name(const fs::path& p) {
+  std::string name = p.filename().string();
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return name.size() > 9 && name.compare(name.size() - 9, 9, ".zarr.zip") == 0;
+}
+
+/// A zarr folder store (docs/io-zarr.md): what an existing .zarr output may be replaced as.
+bool looks_like_zarr_store(const fs::path& folder) {
+  std::error_code ec;
+  if (fs::is_empty(folder, ec)) return true;
+  return fs::exists(folder / "zarr.json", ec) || fs::exists(folder / ".zgroup", ec) || fs::exists(folder / ".zattrs", ec);
+}
+
 /// The folder an output is renamed into: its own folder, not a link target's (OutputSet stages there).
 fs::path folder_of(const fs::path& output) {
   const fs::path parent = output.parent_path();
@@ -123,7 +149,13 @@ void RunPlan::check() const {
   for (const Entry& in : inputs_) inputs.push_back(identify(in.path));
   std::vector<Identity> outputs;
   // 1. No output is an input or an earlier output; no output names a folder or a device.
-  for (const Entry& out : outputs_) {
+  for (const Entry& given : outputs_) {
+    Entry out = given;
+    if (io::is_zarr_path(out.path)) {  // "out.zarr/" names the store out.zarr
+      std::string text = out.path.string();
+      while (text.size() > 1 && text.back() == '/') text.pop_back();
+      out.path = text;
+    }
     const std::string head = out.name + " " + shown(out.path);
     if (out.path.empty()) throw PathError(out.name, out.path, out.name + ": empty path");
     const fs::path name = out.path.filename();
@@ -143,9 +175,27 @@ void RunPlan::check() const {
       const std::string other = out.path == outputs_[i].path ? "" : " " + shown(outputs_[i].path);
       throw PathError(out.name, out.path, head + " is also the output " + outputs_[i].name + other + " (" + why + ")");
     }
+    // A zarr folder store holds files: an output inside an input store, or an output store holding an input, would
+    // write into (or replace) the input.
+    for (std::size_t i = 0; i < inputs_.size(); ++i) {
+      if (inside(id, inputs[i])) {
+        throw PathError(out.name, out.path, head + " lies inside the input " + inputs_[i].name + " " + shown(inputs_[i].path));
+      }
+      if (inside(inputs[i], id)) {
+        throw PathError(out.name, out.path, head + " would replace the folder holding the input " + inputs_[i].name + " " +
+                                                shown(inputs_[i].path));
+      }
+    }
     if (id.exists) {
       std::error_code ec;
       const fs::file_status status = fs::status(out.path, ec);
+      if (fs::is_directory(status) && io::is_zarr_path(out.path) && !zip_name(out.path)) {
+        if (!looks_like_zarr_store(out.path)) {
+          throw PathError(out.name, out.path, head + " is a folder that is not a zarr store (no zarr.json or .zgroup): not replaced");
+        }
+        outputs.push_back(id);
+        continue;
+      }
       if (fs::is_directory(status)) throw PathError(out.name, out.path, head + " is a folder");
       if (!fs::is_regular_file(status)) {
         throw PathError(out.name, out.path, head + " exists and is not a regular file (outputs replace files)");

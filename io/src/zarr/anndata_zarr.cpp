@@ -439,8 +439,9 @@ AnnData::AnnData(const std::filesystem::path& path) : AnnData(std::make_unique<H
 
 AnnData::AnnData(std::unique_ptr<Hierarchy> h) : h_(std::move(h)), impl_(std::make_unique<Impl>(h_.get())) {}
 
-std::unique_ptr<AnnData> AnnData::from_zip_image(std::vector<std::byte> bytes, const std::string& name) {
-  return std::unique_ptr<AnnData>(new AnnData(std::make_unique<Hierarchy>(open_zip_image(std::move(bytes), name))));
+std::unique_ptr<AnnData> AnnData::from_zip_image(std::vector<std::byte> bytes, const std::string& name, bool check_crc) {
+  return std::unique_ptr<AnnData>(
+      new AnnData(std::make_unique<Hierarchy>(open_zip_image(std::move(bytes), name, check_crc))));
 }
 
 AnnData::~AnnData() = default;

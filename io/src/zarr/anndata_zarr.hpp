@@ -20,8 +20,9 @@ class AnnData {
  public:
   /// A `.zarr` folder or a `.zarr.zip` archive. Throws IoError / FormatError naming the store.
   explicit AnnData(const std::filesystem::path& path);
-  /// A zip archive in memory (the fuzzing entry point).
-  static std::unique_ptr<AnnData> from_zip_image(std::vector<std::byte> bytes, const std::string& name);
+  /// A zip archive in memory (the fuzzing entry point; `check_crc` as open_zip_image).
+  static std::unique_ptr<AnnData> from_zip_image(std::vector<std::byte> bytes, const std::string& name,
+                                                 bool check_crc = true);
   ~AnnData();
 
   const Hierarchy& hierarchy() const { return *h_; }

@@ -34,8 +34,10 @@ class Store {
 std::unique_ptr<Store> open_directory_store(const std::filesystem::path& path);
 /// A zip archive on disk (`.zarr.zip`). Throws FormatError for a damaged or unsupported archive.
 std::unique_ptr<Store> open_zip_store(const std::filesystem::path& path);
-/// A zip archive in memory (the fuzzing entry point); `name` stands for the path in messages.
-std::unique_ptr<Store> open_zip_image(std::vector<std::byte> bytes, const std::string& name);
+/// A zip archive in memory (the fuzzing entry point); `name` stands for the path in messages. `check_crc` = false
+/// skips the entries' CRC-32 check (the fuzzer's mutations then reach the JSON and shard parsers instead of failing
+/// the checksum).
+std::unique_ptr<Store> open_zip_image(std::vector<std::byte> bytes, const std::string& name, bool check_crc = true);
 
 /// Whether `path` names a zarr store by its name: `*.zarr` (a folder) or `*.zarr.zip` (any case; a trailing
 /// separator is ignored).
