@@ -68,9 +68,11 @@ int align_main(const std::vector<std::string>& args) {
       ("transfer-labels", po::value<std::string>(), "COL: transfer TARGET obs COL to SOURCE as COL_flashot")
       ("compare-labels", po::value<std::string>(),
        "COL: SOURCE's own labels (obs COL) to score the transferred ones against (needs --transfer-labels)")
-      ("coupling", po::value<std::string>(), "FILE.h5ad: the top-k coupling (obs = SOURCE rows, var = TARGET rows)")
+      ("coupling", po::value<std::string>(), "FILE.h5ad | .zarr | .zarr.zip: the top-k coupling (obs = SOURCE rows, var = TARGET rows)")
       ("coupling-k", po::value<long long>()->default_value(kDefaultCouplingK), "entries kept per SOURCE row")
       ("save-solution", po::value<std::string>(), "FILE: potentials and points for `flashot map`")
+      ("zarr-format", po::value<int>()->default_value(3),
+       "2 | 3: zarr format of a new .zarr / .zarr.zip output from an .h5ad input (a zarr input keeps its own)")
       ("report", po::value<std::string>(), "FILE.json: parameters, schedule, convergence, timings, versions")
       ("progress", po::value<std::string>()->default_value("auto"), "auto | bar | lines | none")
       ("quiet,q", "no progress and no summary on stderr")
@@ -81,6 +83,10 @@ int align_main(const std::vector<std::string>& args) {
   po::positional_options_description positional;
   positional.add("source", 1).add("target", 1);
   const po::variables_map vm = parse(args, options, positional);
+  const int zarr_format = vm["zarr-format"].as<int>();
+  if (zarr_format != 2 && zarr_format != 3) {
+    throw UsageError("--zarr-format must be 2 or 3 (got " + std::to_string(zarr_format) + ")");
+  }
   if (vm.count("help")) {
     print_help("flashot align SOURCE TARGET -o OUT [options]",
                "Aligns SOURCE (the query) to TARGET (the reference) with entropic optimal transport. OUT is a copy\n"
@@ -231,7 +237,7 @@ int align_main(const std::vector<std::string>& args) {
   }
 
   workflow::OutputSet outputs;
-  workflow::write_enriched_copy(source, output, outputs.stage(out_path));
+  workflow::write_enriched_copy(source, output, outputs.stage(out_path), zarr_format);
   if (vm.count("coupling")) {
     const TopKCoupling top = problem.top_k(result, std::size_t(coupling_k));
     io::SparseMatrix coupling;
@@ -247,7 +253,8 @@ int align_main(const std::vector<std::string>& args) {
       }
       coupling.indptr[i + 1] = std::int64_t(coupling.data.size());
     }
-    io::write_coupling_h5ad(outputs.stage(vm["coupling"].as<std::string>()), source.names, target.names, coupling);
+    io::write_coupling_h5ad(outputs.stage(vm["coupling"].as<std::string>()), source.names, target.names, coupling,
+                            zarr_format);
   }
   if (vm.count("save-solution")) {
     workflow::Solution solution;

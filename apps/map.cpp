@@ -25,6 +25,8 @@ int map_main(const std::vector<std::string>& args) {
       ("output,o", po::value<std::string>()->required(), "OUT: copy of POINTS with the mapped points")
       ("key", po::value<std::string>(), "obsm entry of POINTS (.h5ad; default: the key the solution was made with)")
       ("where", po::value<std::string>(), "COL=VALUE: map only these rows")
+      ("zarr-format", po::value<int>()->default_value(3),
+       "2 | 3: zarr format of a new .zarr / .zarr.zip output from an .h5ad input (a zarr input keeps its own)")
       ("report", po::value<std::string>(), "FILE.json")
       ("quiet,q", "no summary on stderr")
       ("points", po::value<std::string>()->required(), "POINTS .h5ad or .ply, in the solution's SOURCE space");
@@ -32,6 +34,10 @@ int map_main(const std::vector<std::string>& args) {
   po::positional_options_description positional;
   positional.add("points", 1);
   const po::variables_map vm = parse(args, options, positional);
+  const int zarr_format = vm["zarr-format"].as<int>();
+  if (zarr_format != 2 && zarr_format != 3) {
+    throw UsageError("--zarr-format must be 2 or 3 (got " + std::to_string(zarr_format) + ")");
+  }
   if (vm.count("help")) {
     print_help("flashot map --solution FILE POINTS -o OUT [--key KEY]",
                "Maps new points (cells of another batch, more scan points) into the TARGET space of a saved\n"
@@ -85,7 +91,7 @@ int map_main(const std::vector<std::string>& args) {
   output.scalars = {{"epsilon", solution.epsilon}};
 
   workflow::OutputSet outputs;
-  workflow::write_enriched_copy(points, output, outputs.stage(out_path));
+  workflow::write_enriched_copy(points, output, outputs.stage(out_path), zarr_format);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (vm.count("report")) {
     const nlohmann::json report = {

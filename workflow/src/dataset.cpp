@@ -380,7 +380,8 @@ Labels read_labels(const PointCloud& cloud, const std::string& column) {
   return labels;
 }
 
-void write_enriched_copy(const PointCloud& source, const AlignmentOutput& output, const std::filesystem::path& path) {
+void write_enriched_copy(const PointCloud& source, const AlignmentOutput& output, const std::filesystem::path& path,
+                         int zarr_format) {
   const std::size_t d = source.d;
   if (output.mapped.size() != source.n() * d) {
     throw std::invalid_argument("mapped points: expected " + std::to_string(source.n() * d) + " values, got " +
@@ -390,6 +391,7 @@ void write_enriched_copy(const PointCloud& source, const AlignmentOutput& output
   const std::string label_column = with_labels ? output.label_names->column + "_flashot" : "";
   if (source.kind == FileKind::kH5ad) {
     io::H5adContent additions;
+    additions.zarr_format = zarr_format;
     io::DenseMatrix mapped{source.file_rows, d, std::vector<float>(source.file_rows * d, kNaN)};
     for (std::size_t i = 0; i < source.n(); ++i) {
       std::copy_n(output.mapped.begin() + std::ptrdiff_t(i * d), d,

@@ -490,8 +490,9 @@ std::uint64_t product(const std::vector<std::uint64_t>& v) {
 
 // Calls run(out_index, chunk_index, n) for each contiguous run of the intersection of a chunk (shape `shape` at
 // `origin`) with `region`, in elements.
+template <class Run>
 void for_each_run(const std::vector<std::uint64_t>& origin, const std::vector<std::uint64_t>& shape, const Region& region,
-                  const std::function<void(std::uint64_t, std::uint64_t, std::uint64_t)>& run) {
+                  Run&& run) {
   const std::size_t rank = shape.size();
   if (rank == 0) {
     run(0, 0, 1);

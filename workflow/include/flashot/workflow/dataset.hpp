@@ -102,7 +102,10 @@ struct AlignmentOutput {
 /// .ply: the source file with x, y, z replaced by the mapped coordinates (rows outside the filter keep theirs),
 /// the originals kept as x_original, y_original, z_original, and `<COL>_flashot` (int) and
 /// `<COL>_flashot_confidence` (float) vertex properties.
-void write_enriched_copy(const PointCloud& source, const AlignmentOutput& output, const std::filesystem::path& path);
+/// `zarr_format` (3 or 2) applies when `path` is a zarr store written from an .h5ad source; a zarr source keeps its
+/// own format (docs/io-zarr.md).
+void write_enriched_copy(const PointCloud& source, const AlignmentOutput& output, const std::filesystem::path& path,
+                         int zarr_format = 3);
 
 /// Stable-order text of a value read from a file, for messages ("3", "0.5", "T cell").
 std::string value_text(double value);
