@@ -9,6 +9,7 @@
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QFileDialog>
+#include <QDir>
 #include <QFileInfo>
 #include <QFormLayout>
 #include <QGroupBox>
@@ -67,6 +68,19 @@ QDoubleSpinBox* double_box(double min, double max, double value, int decimals, d
   return box;
 }
 
+// The open dialogs pick files; a zarr folder store (docs/io-zarr.md) is opened by picking its root metadata file
+// (zarr.json, or .zgroup for format 2), which stands for the store around it.
+const char* kDataSetFilter = "Data sets (*.h5ad *.ply *.zarr.zip zarr.json .zgroup)";
+
+QString data_set_path(const QString& chosen) {
+  const QFileInfo file(chosen);
+  if ((file.fileName() == "zarr.json" || file.fileName() == ".zgroup") &&
+      file.dir().dirName().endsWith(".zarr", Qt::CaseInsensitive)) {
+    return file.dir().absolutePath();
+  }
+  return chosen;
+}
+
 }  // namespace
 
 MainWindow::MainWindow(QWidget* parent)
@@ -111,11 +125,11 @@ MainWindow::~MainWindow() {
 void MainWindow::build_menus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
   file->addAction(tr("Open &source…"), QKeySequence::Open, this, [this] {
-    const QString path = QFileDialog::getOpenFileName(this, tr("Open source"), {}, tr("Data sets (*.h5ad *.ply)"));
+    const QString path = data_set_path(QFileDialog::getOpenFileName(this, tr("Open source"), {}, tr(kDataSetFilter)));
     if (!path.isEmpty()) open_source(path);
   });
   file->addAction(tr("Open &target…"), this, [this] {
-    const QString path = QFileDialog::getOpenFileName(this, tr("Open target"), {}, tr("Data sets (*.h5ad *.ply)"));
+    const QString path = data_set_path(QFileDialog::getOpenFileName(this, tr("Open target"), {}, tr(kDataSetFilter)));
     if (!path.isEmpty()) open_target(path);
   });
   file->addSeparator();
@@ -146,11 +160,11 @@ QWidget* MainWindow::build_controls() {
   auto* open_source_button = new QPushButton(tr("Open…"));
   auto* open_target_button = new QPushButton(tr("Open…"));
   connect(open_source_button, &QPushButton::clicked, this, [this] {
-    const QString path = QFileDialog::getOpenFileName(this, tr("Open source"), {}, tr("Data sets (*.h5ad *.ply)"));
+    const QString path = data_set_path(QFileDialog::getOpenFileName(this, tr("Open source"), {}, tr(kDataSetFilter)));
     if (!path.isEmpty()) open_source(path);
   });
   connect(open_target_button, &QPushButton::clicked, this, [this] {
-    const QString path = QFileDialog::getOpenFileName(this, tr("Open target"), {}, tr("Data sets (*.h5ad *.ply)"));
+    const QString path = data_set_path(QFileDialog::getOpenFileName(this, tr("Open target"), {}, tr(kDataSetFilter)));
     if (!path.isEmpty()) open_target(path);
   });
   auto* source_row = new QHBoxLayout;
@@ -671,7 +685,7 @@ void MainWindow::save_aligned_dialog() {
   if (!outcome_ || !source_ || !target_) return;
   const bool ply = source_->kind() == workflow::FileKind::kPly;
   const QString path = QFileDialog::getSaveFileName(this, tr("Save aligned data"), {},
-                                                    ply ? tr("PLY (*.ply)") : tr("AnnData (*.h5ad)"));
+                                                    ply ? tr("PLY (*.ply)") : tr("AnnData (*.h5ad *.zarr *.zarr.zip)"));
   if (path.isEmpty()) return;
   try {
     save_aligned(*source_, *target_, outcome_key_, *outcome_, path.toStdString());
@@ -683,7 +697,7 @@ void MainWindow::save_aligned_dialog() {
 
 void MainWindow::save_coupling_dialog() {
   if (!outcome_ || !source_ || !target_) return;
-  const QString path = QFileDialog::getSaveFileName(this, tr("Save coupling"), {}, tr("AnnData (*.h5ad)"));
+  const QString path = QFileDialog::getSaveFileName(this, tr("Save coupling"), {}, tr("AnnData (*.h5ad *.zarr *.zarr.zip)"));
   if (path.isEmpty()) return;
   try {
     save_coupling(*source_, *target_, *outcome_, path.toStdString());
