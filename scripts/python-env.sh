@@ -21,7 +21,8 @@ python=${PYTHON:-python3}
 
 "$python" -m venv "$dir"
 "$dir/bin/python" -m pip install --quiet --upgrade pip
-"$dir/bin/python" -m pip install --quiet --upgrade anndata h5py pandas numpy scipy plyfile
+# zarr >= 3 and numcodecs: the zarr store tests (tests/io/python/zarr_fixtures.py) write format 2 and 3 stores
+"$dir/bin/python" -m pip install --quiet --upgrade anndata h5py pandas numpy scipy plyfile 'zarr>=3' numcodecs
 
 mkdir -p "$dir/data"
 if [[ ! -s "$dir/data/10x_pbmc68k_reduced.h5ad" ]]; then
@@ -45,9 +46,9 @@ PY
 fi
 
 "$dir/bin/python" - <<'PY'
-import anndata, h5py, numpy, pandas, scipy, plyfile
+import anndata, h5py, numpy, pandas, scipy, plyfile, zarr
 print(f"python-env: anndata {anndata.__version__}, h5py {h5py.__version__}, pandas {pandas.__version__}, "
-      f"numpy {numpy.__version__}, scipy {scipy.__version__}")
+      f"numpy {numpy.__version__}, scipy {scipy.__version__}, zarr {zarr.__version__}")
 PY
 
 # A Python >= 3.12 for anndata 0.13 + pandas 3: the first candidate that runs and is new enough.
@@ -67,11 +68,11 @@ if [[ -z $python_pandas3 ]]; then
 else
   [[ -x "$dir/pandas3/bin/python" ]] || "$python_pandas3" -m venv "$dir/pandas3"
   "$dir/pandas3/bin/python" -m pip install --quiet --upgrade pip
-  "$dir/pandas3/bin/python" -m pip install --quiet --upgrade 'anndata>=0.13' 'pandas>=3' h5py numpy scipy
+  "$dir/pandas3/bin/python" -m pip install --quiet --upgrade 'anndata>=0.13' 'pandas>=3' h5py numpy scipy 'zarr>=3' numcodecs
   "$dir/pandas3/bin/python" - <<'PY'
 import sys
 from importlib.metadata import version
 print(f"python-env: pandas3/ (Python {sys.version.split()[0]}): anndata {version('anndata')}, "
-      f"pandas {version('pandas')}, h5py {version('h5py')}, numpy {version('numpy')}")
+      f"pandas {version('pandas')}, h5py {version('h5py')}, numpy {version('numpy')}, zarr {version('zarr')}")
 PY
 fi
