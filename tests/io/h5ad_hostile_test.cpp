@@ -196,11 +196,17 @@ TEST(H5adPlainWords, OtherFormatsSayWhatTheyLookLike) {
     std::ofstream(path, std::ios::binary) << c.bytes;
     EXPECT_EQ(open_error(path).rfind(path.string() + ": " + c.said, 0), 0u) << open_error(path);
   }
+  // A zarr folder not named .zarr is described; one named .zarr is read as zarr (docs/io-zarr.md), and an empty
+  // group there is no AnnData.
+  const fs::path folder = dir.path() / "store";
+  fs::create_directories(folder);
+  std::ofstream(folder / ".zgroup") << "{\"zarr_format\": 2}";
+  const std::string message = open_error(folder);
+  EXPECT_EQ(message.rfind(folder.string() + ": is a directory: a zarr store", 0), 0u) << message;
   const fs::path zarr = dir.path() / "store.zarr";
   fs::create_directories(zarr);
   std::ofstream(zarr / ".zgroup") << "{\"zarr_format\": 2}";
-  const std::string message = open_error(zarr);
-  EXPECT_EQ(message.rfind(zarr.string() + ": is a directory: a zarr store", 0), 0u) << message;
+  EXPECT_EQ(open_error(zarr), zarr.string() + ": /: not an AnnData store (no obs, var or X, and no encoding-type=anndata)");
 }
 
 TEST(PlyPlainWords, EmptyAndForeignFiles) {

@@ -25,7 +25,7 @@ bool starts_with(const std::byte* p, std::size_t n, std::string_view prefix) {
 // What the first bytes of a non-HDF5 file suggest it is.
 std::string looks_like(const std::byte* p, std::size_t n) {
   if (starts_with(p, n, "ply\n") || starts_with(p, n, "ply\r")) return "it starts with \"ply\": a PLY file";
-  if (starts_with(p, n, "PK\x03\x04")) return "it is a zip archive (a zipped .h5ad or zarr store? unzip it first)";
+  if (starts_with(p, n, "PK\x03\x04")) return "it is a zip archive (a zipped .h5ad? unzip it first; a zipped zarr store is read when named *.zarr.zip)";
   if (starts_with(p, n, "\x1f\x8b")) return "it is gzip-compressed (gunzip it first)";
   if (starts_with(p, n, "CDF\x01") || starts_with(p, n, "CDF\x02")) return "it is a netCDF classic file";
   if (starts_with(p, n, "\x89PNG")) return "it is a PNG image";
@@ -150,8 +150,8 @@ std::string describe_folder(const std::filesystem::path& path) {
   std::error_code ec;
   for (const char* marker : {".zgroup", ".zattrs", "zarr.json"}) {
     if (std::filesystem::exists(path / marker, ec)) {
-      return "a zarr store (a folder); flashot reads .h5ad (HDF5) files: convert it with anndata "
-             "(anndata.read_zarr(path).write_h5ad(...))";
+      return "a zarr store (a folder); flashot reads zarr stores named *.zarr (or zipped, *.zarr.zip): "
+             "rename it (docs/io-zarr.md)";
     }
   }
   return "";
