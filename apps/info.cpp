@@ -33,7 +33,7 @@ Json h5ad_info(const std::filesystem::path& path) {
   const io::H5adReader reader(path);
   Json j;
   j["file"] = path.string();
-  j["type"] = "h5ad";
+  j["type"] = io::is_zarr_path(path) ? "zarr" : "h5ad";  // AnnData either way (docs/io-zarr.md)
   j["writer"] = reader.writer_generation();
   j["n_obs"] = reader.n_obs();
   j["n_vars"] = reader.n_vars();
