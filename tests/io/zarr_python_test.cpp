@@ -207,7 +207,7 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values("anndata_v3", "anndata_v2", "v3_zstd_shard_end", "v3_gzip_shard_end",
                                          "v3_blosc_shard_end", "v3_zstd", "v3_gzip", "v3_blosc", "v3_none",
                                          "v3_zstd_shard_start", "v2_zstd", "v2_zlib", "v2_gzip", "v2_blosc", "v2_none",
-                                         "v3_unconsolidated", "v2_unconsolidated", "zarr_zipstore",
+                                         "v3_unconsolidated", "v2_unconsolidated", "v2_big_endian", "v3_big_endian", "zarr_zipstore",
                                          "v3_zstd_shard_end_zip", "v2_blosc_zip", "folder_in_zip", "duplicates")),
     [](const auto& info) {
       return std::string(std::get<0>(info.param) == 0 ? "first_" : "second_") + std::get<1>(info.param);

@@ -119,7 +119,7 @@ def walk(group, path=""):
             yield from walk(node, p)
 
 
-def recode(src, dst, fmt, compressor, chunk_rows, shard_rows=None, index_location="end"):
+def recode(src, dst, fmt, compressor, chunk_rows, shard_rows=None, index_location="end", big_endian=False):
     """Copies store `src` into a new store `dst` (zarr format `fmt`), every array re-encoded with `compressor`,
     chunks of `chunk_rows` along the first dimension, and (v3) shards of `shard_rows`."""
     import zarr.codecs as zc
@@ -157,6 +157,13 @@ def recode(src, dst, fmt, compressor, chunk_rows, shard_rows=None, index_locatio
         if is_text:
             data = data.astype(object)
             kwargs["dtype"] = str
+        elif big_endian and data.dtype.kind == "f" and path.startswith("obsm/"):
+            # only dense obsm: anndata gives back what zarr reads, and pandas (nullable integers) and scipy.sparse
+            # refuse big-endian arrays
+            if fmt == 2:
+                kwargs["dtype"] = data.dtype.newbyteorder(">")
+            else:
+                kwargs["serializer"] = zc.BytesCodec(endian="big")
         if shard_rows is not None and fmt == 3 and index_location == "start" and data.ndim > 0 and not is_text:
             kwargs.pop("shards")
             sharding = zc.ShardingCodec(chunk_shape=kwargs["chunks"],
@@ -215,6 +222,14 @@ def make(out):
         if fmt == 3 and shard:
             check_encoded(path, "obsm/X_pca/zarr.json", "sharding_indexed", f'"index_location": "{where}"')
     check_encoded(os.path.join(out, "v3_gzip.zarr"), "obsm/X_pca/zarr.json", '"gzip"')
+    # big-endian numbers: format 2 '>f4' dtypes, format 3 the bytes codec's endian "big"
+    for fmt in (2, 3):
+        name = f"v{fmt}_big_endian"
+        path = os.path.join(out, name + ".zarr")
+        recode(v3, path, fmt, "zstd", 7, None, "end", big_endian=True)
+        stores[name] = path
+    check_encoded(os.path.join(out, "v2_big_endian.zarr"), "obsm/X_pca/.zarray", '">f4"')
+    check_encoded(os.path.join(out, "v3_big_endian.zarr"), "obsm/X_pca/zarr.json", '"big"')
     check_encoded(os.path.join(out, "v2_zlib.zarr"), "obsm/X_pca/.zarray", '"zlib"')
     # without consolidated metadata (anndata falls back to walking the store; so must flashot)
     for src, name in [("v3_zstd_shard_end", "v3_unconsolidated"), ("v2_zstd", "v2_unconsolidated")]:
