@@ -135,11 +135,13 @@ def recode(src, dst, fmt, compressor, chunk_rows, shard_rows=None, index_locatio
         data = np.asarray(node[...])
         kwargs = {}
         if data.ndim > 0:
-            chunks = (max(1, min(chunk_rows, data.shape[0])),) + tuple(data.shape[1:])
+            # 2-D arrays in chunks of 2 columns too, so reads assemble rows from several chunks
+            chunks = (max(1, min(chunk_rows, data.shape[0])),) + tuple(min(2, d) if d > 0 else d for d in data.shape[1:])
             kwargs["chunks"] = chunks
             if shard_rows is not None and fmt == 3:
                 shard = max(chunks[0], (min(shard_rows, data.shape[0]) + chunks[0] - 1) // chunks[0] * chunks[0])
-                kwargs["shards"] = (shard,) + tuple(data.shape[1:])
+                kwargs["shards"] = (shard,) + tuple(data.shape[1:]) if data.ndim == 1 else \
+                    (shard,) + tuple(-(-d // c) * c for d, c in zip(data.shape[1:], chunks[1:]))
         is_text = data.dtype.kind in "OUT"
         if fmt == 3:
             if compressor == "zstd":
@@ -170,7 +172,8 @@ def recode(src, dst, fmt, compressor, chunk_rows, shard_rows=None, index_locatio
                                         codecs=[zc.BytesCodec(), *(kwargs["compressors"] or [])],
                                         index_location="start")
             shard_shape = (max(kwargs["chunks"][0], (min(shard_rows, data.shape[0]) + kwargs["chunks"][0] - 1) //
-                               kwargs["chunks"][0] * kwargs["chunks"][0]),) + tuple(data.shape[1:])
+                               kwargs["chunks"][0] * kwargs["chunks"][0]),) + \
+                tuple(-(-d // c) * c for d, c in zip(data.shape[1:], kwargs["chunks"][1:]))
             kwargs["chunks"] = shard_shape
             kwargs["serializer"] = sharding
             kwargs["compressors"] = None
