@@ -532,6 +532,18 @@ void place(const ArrayMeta& m, const ChunkData& c, const std::vector<std::uint64
            const Region& region, const Sink& sink) {
   const std::size_t size = m.dtype.size;
   const bool text = m.dtype.text();
+  if (!text && !c.fill && shape.size() == 2) {  // the common case (obsm, X), one memcpy per row
+    const std::uint64_t r0 = std::max(origin[0], region.start[0]);
+    const std::uint64_t r1 = std::min(origin[0] + shape[0], region.start[0] + region.count[0]);
+    const std::uint64_t c0 = std::max(origin[1], region.start[1]);
+    const std::uint64_t c1 = std::min(origin[1] + shape[1], region.start[1] + region.count[1]);
+    if (r0 >= r1 || c0 >= c1) return;
+    const std::size_t bytes = (c1 - c0) * size;
+    char* out = sink.bytes + ((r0 - region.start[0]) * region.count[1] + (c0 - region.start[1])) * size;
+    const char* in = c.bytes.data() + ((r0 - origin[0]) * shape[1] + (c0 - origin[1])) * size;
+    for (std::uint64_t r = r0; r < r1; ++r, out += region.count[1] * size, in += shape[1] * size) std::memcpy(out, in, bytes);
+    return;
+  }
   for_each_run(origin, shape, region, [&](std::uint64_t o, std::uint64_t i, std::uint64_t n) {
     if (text) {
       for (std::uint64_t k = 0; k < n; ++k) {
