@@ -323,7 +323,8 @@ TEST_P(ToPython, NewStoreReadsInAnndata) {
   const auto pythons = interpreters();
   if (which >= pythons.size()) GTEST_SKIP() << "no second interpreter (FLASHOT_PYTHON_PANDAS3) configured";
   const fs::path dir = fs::path(FLASHOT_H5AD_FIXTURE_DIR).parent_path() / "zarr_written" /
-                       (std::to_string(which) + "_" + std::to_string(format));
+                       (std::to_string(which) + "_" + std::to_string(format) + (suffix == ".zarr" ? "_folder" : "_zip"));
+  // (one folder per test: ctest runs them in parallel, and each checks its folder holds no partial store)
   fs::create_directories(dir);
   const fs::path store = dir / ("cells" + suffix);
   std::error_code ec;
