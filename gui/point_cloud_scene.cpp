@@ -343,6 +343,17 @@ void PointCloudScene::reset_camera() {
   impl_->renderer->ResetCameraClippingRange();
 }
 
+void PointCloudScene::set_oblique_view(double elevation_degrees, double azimuth_degrees) {
+  vtkCamera* camera = impl_->renderer->GetActiveCamera();
+  camera->SetFocalPoint(0, 0, 0);
+  camera->SetPosition(0, 0, 1);
+  camera->SetViewUp(0, 1, 0);
+  camera->Elevation(-elevation_degrees);
+  camera->Azimuth(azimuth_degrees);
+  camera->OrthogonalizeViewUp();
+  reset_camera();
+}
+
 void PointCloudScene::set_size(int width, int height) {
   impl_->window->SetSize(std::max(1, width), std::max(1, height));
   impl_->interactor->UpdateSize(std::max(1, width), std::max(1, height));
