@@ -143,6 +143,7 @@ void MainWindow::build_menus() {
   file->addSeparator();
   file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
   QMenu* view = menuBar()->addMenu(tr("&View"));
+  view->addAction(tr("&Full detail now"), QKeySequence(Qt::Key_F), this, [this] { view_->render_full_now(); });
   view->addAction(tr("&Reset camera"), this, [this] {
     scene_->reset_camera();
     view_->request_render();

@@ -72,7 +72,8 @@ void VtkImageView::render_now() {
   const std::size_t total = visible_points();
   // A still frame of more points than fit in kStillFrameMs draws the subset that fits (the level-of-detail
   // actors with the still budget lent to them).
-  const bool subset = !interactive && total > still_budget_;
+  const bool subset = !interactive && total > still_budget_ && !force_full_;
+  force_full_ = false;
   if (subset) {
     scene_.set_interactive_budget(still_budget_);
     scene_.set_interactive(true);

@@ -42,6 +42,11 @@ class VtkImageView : public QWidget {
   void request_render();
   /// Renders now (blocking) at the widget's current size in device pixels.
   void render_now();
+  /// Renders every point now, however long it takes (View ▸ Full detail now), even past the still budget.
+  void render_full_now() {
+    force_full_ = true;
+    render_now();
+  }
   /// Whether the last still frame drew a subset (the scene is larger than a still frame's budget).
   bool still_subset() const { return still_subset_; }
   std::size_t still_budget() const { return still_budget_; }
@@ -81,7 +86,8 @@ class VtkImageView : public QWidget {
   bool render_pending_ = false;
   std::size_t interactive_budget_ = 0;  ///< the moving-camera budget (the scene's budget is lent to still frames)
   std::size_t still_budget_ = kInitialStillPoints;
-  bool still_subset_ = false;           ///< the last frame was a still frame drawn at still_budget_
+  bool still_subset_ = false;
+  bool force_full_ = false;           ///< the last frame was a still frame drawn at still_budget_
   std::function<void(QPainter&, const QRect&)> overlay_;
   QTimer* settle_ = nullptr;
   unsigned long observer_tags_[3] = {0, 0, 0};
