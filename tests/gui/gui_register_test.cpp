@@ -187,6 +187,40 @@ class GuiRegisterTest : public QObject {
     QCOMPARE(files, std::size_t{3});
   }
 
+  // Point sets from .h5ad obsm: a 3-column entry registers and saves as obsm <key>_flashot, X untouched.
+  void h5ad_obsm_points_register_and_save() {
+    QTemporaryDir dir;
+    const std::filesystem::path folder = dir.path().toStdString();
+    const std::vector<float> scan = io::vertex_positions(io::read_ply(kSamples / "shape_scan.ply"));
+    const std::vector<float> shape = io::vertex_positions(io::read_ply(kSamples / "shape.ply"));
+    auto with_points = [&](const char* slice, const std::vector<float>& points, const char* name) {
+      const std::size_t n = io::H5adReader(kSamples / slice).n_obs();
+      io::H5adContent add;
+      add.obsm["X_points"] = io::DenseMatrix{n, 3, std::vector<float>(points.begin(), points.begin() + std::ptrdiff_t(3 * n))};
+      io::write_h5ad_copy(kSamples / slice, folder / name, add);
+      return Dataset::open(folder / name);
+    };
+    const Dataset a = with_points("slice_a.h5ad", scan, "a.h5ad");    // 1,200 scan points
+    const Dataset b = with_points("slice_b.h5ad", shape, "b.h5ad");   // 1,500 shape points
+    RegistrationParameters p;
+    p.backend = "cpu";
+    p.max_rounds = 5;
+    const RegistrationInput input = registration_input(a, b, "X_points", p);
+    QCOMPARE(input.source.size(), std::size_t{1200 * 3});
+    const RegistrationOutcome o = run_registration(input, {});
+    QVERIFY(o.transform.has_value());
+    QCOMPARE(o.rounds.size(), std::size_t{5});
+    save_registered(a, b, o, folder / "registered.h5ad");
+    const io::H5adReader out(folder / "registered.h5ad");
+    const io::DenseMatrix moved = out.read_obsm("X_points_flashot");
+    QCOMPARE(moved.rows, std::size_t{1200});
+    QCOMPARE(moved.cols, std::size_t{3});
+    QVERIFY(moved.values == o.registered);
+    QVERIFY(out.read_obsm("X_points").values == io::H5adReader(folder / "a.h5ad").read_obsm("X_points").values);
+    QVERIFY(std::get<double>(out.read_uns("flashot_registration_rms")) == o.rms);
+    QVERIFY(out.read_obs("cell_type").codes == io::H5adReader(kSamples / "slice_a.h5ad").read_obs("cell_type").codes);
+  }
+
   void cancel_stops_a_registration() {
     const Dataset scan = Dataset::open(kSamples / "shape_scan.ply");
     const Dataset shape = Dataset::open(kSamples / "shape.ply");
