@@ -17,7 +17,7 @@
 #include "flashot/workflow/registration.hpp"
 #include "flashot/workflow/report.hpp"
 #include "flashot/workflow/run_plan.hpp"
-#include "nonrigid.hpp"
+#include "flashot/workflow/nonrigid.hpp"
 
 namespace flashot::cli {
 

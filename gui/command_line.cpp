@@ -17,6 +17,13 @@ struct Options {
   QCommandLineOption backend{"backend", "auto, cpu or cuda.", "NAME"};
   QCommandLineOption blur{"blur", "Blur in data units (0 = automatic: 5% of the data diameter).", "B"};
   QCommandLineOption align{"align", "Align as soon as the files are open."};
+  QCommandLineOption register_model{"register", "Register SOURCE onto TARGET (3-D points: PLY xyz or a 3-column "
+                                    "obsm entry chosen with --key) as soon as the files are open: rigid, "
+                                    "similarity, affine or nonrigid.", "MODEL"};
+  QCommandLineOption stack{"stack", "Show the two .h5ad slices stacked in 3-D by their coordinates in obsm KEY "
+                           "(the source's KEY_flashot, when present, as its aligned coordinates).", "KEY"};
+  QCommandLineOption coupling{"coupling", "With --stack: draw the coupling .h5ad that flashot align --coupling "
+                              "wrote.", "FILE"};
   QCommandLineOption screenshot{"screenshot", "Headless: write the view to FILE.png and exit.", "FILE"};
   QCommandLineOption window{"window", "The screenshot shows the whole window (controls, plot), not only the view."};
   QCommandLineOption size{"size", "Window size in headless mode, WxH (default 1280x800).", "WxH"};
@@ -29,7 +36,7 @@ void add_options(QCommandLineParser& parser, const Options& o) {
                                    "transport and look at the result.");
   parser.addPositionalArgument("SOURCE", "Source (query) data set, .h5ad or .ply.", "[SOURCE");
   parser.addPositionalArgument("TARGET", "Target (reference) data set.", "[TARGET]]");
-  parser.addOptions({o.key, o.show, o.color_by, o.transfer, o.backend, o.blur, o.align, o.screenshot, o.window, o.size,
+  parser.addOptions({o.key, o.show, o.color_by, o.transfer, o.backend, o.blur, o.align, o.register_model, o.stack, o.coupling, o.screenshot, o.window, o.size,
                      o.help, o.version});
 }
 
@@ -56,6 +63,20 @@ CommandLine parse_command_line(const QStringList& arguments) {
   c.transfer = parser.value(o.transfer);
   c.backend = parser.value(o.backend);
   c.align = parser.isSet(o.align);
+  c.register_model = parser.value(o.register_model);
+  c.stack = parser.value(o.stack);
+  c.coupling = parser.value(o.coupling);
+  if (!c.register_model.isEmpty() && c.register_model != "rigid" && c.register_model != "similarity" &&
+      c.register_model != "affine" && c.register_model != "nonrigid") {
+    throw std::invalid_argument("--register must be rigid, similarity, affine or nonrigid (got '" +
+                                c.register_model.toStdString() + "')");
+  }
+  if (c.align && !c.register_model.isEmpty()) throw std::invalid_argument("--align and --register: choose one");
+  if (!c.register_model.isEmpty() && c.target.isEmpty()) {
+    throw std::invalid_argument("--register needs a SOURCE and a TARGET file");
+  }
+  if (!c.stack.isEmpty() && c.target.isEmpty()) throw std::invalid_argument("--stack needs a SOURCE and a TARGET file");
+  if (!c.coupling.isEmpty() && c.stack.isEmpty()) throw std::invalid_argument("--coupling needs --stack KEY");
   c.screenshot = parser.value(o.screenshot);
   c.whole_window = parser.isSet(o.window);
   if (parser.isSet(o.blur)) {

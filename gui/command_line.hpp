@@ -20,6 +20,9 @@ struct CommandLine {
   QString backend;    ///< auto/cpu/cuda; empty = auto
   std::optional<double> blur;
   bool align = false;
+  QString register_model;  ///< rigid/similarity/affine/nonrigid: register as soon as the files are open
+  QString stack;           ///< obsm key: show the slices stacked in 3-D
+  QString coupling;        ///< with stack: a coupling .h5ad to draw
   QString screenshot;  ///< PNG path: headless mode
   bool whole_window = false;  ///< the screenshot shows the whole window, not only the 3-D view
   int width = 1280;    ///< window size in headless mode

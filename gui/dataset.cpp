@@ -165,6 +165,12 @@ Matrix Dataset::read_space(const std::string& key) const {
   return read_obsm_matrix(reader, key, n_);
 }
 
+std::size_t Dataset::space_width(const std::string& key) const {
+  if (kind_ == workflow::FileKind::kPly) return key == kSpacePly ? 3 : 0;
+  const auto at = std::find(obsm_keys_.begin(), obsm_keys_.end(), key);
+  return at == obsm_keys_.end() ? 0 : obsm_cols_[static_cast<std::size_t>(at - obsm_keys_.begin())];
+}
+
 std::vector<std::string> Dataset::var_names() const {
   if (kind_ == workflow::FileKind::kPly) return {};
   return io::H5adReader(path_).var_names();

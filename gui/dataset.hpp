@@ -111,6 +111,8 @@ class Dataset {
   /// Columns to color by: obs columns; PLY: scalar vertex properties other than x, y, z, red, green, blue.
   std::vector<std::string> color_columns() const;
   bool has_ply_colors() const;
+  /// Columns of an obsm entry (0 when absent; PLY: 3 for "xyz").
+  std::size_t space_width(const std::string& key) const;
 
   /// The points of a space (n × d). Throws std::invalid_argument naming the key and the keys present.
   Matrix read_space(const std::string& key) const;

@@ -49,6 +49,8 @@ constexpr int kSliderSteps = 100;
 constexpr std::size_t kDefaultLines = 1500;  // more hides the clouds behind the lines at sample sizes
 constexpr double kDefaultPointSize = 3.0;
 constexpr const char* kNoTransfer = "(none)";
+constexpr double kStackElevation = 62;  // degrees from looking straight down on the slice planes
+constexpr double kStackAzimuth = 20;
 
 QString q(const std::string& s) { return QString::fromStdString(s); }
 
@@ -84,7 +86,10 @@ QString data_set_path(const QString& chosen) {
 }  // namespace
 
 MainWindow::MainWindow(QWidget* parent)
-    : QMainWindow(parent), scene_(std::make_unique<PointCloudScene>()), worker_(new AlignWorker(this)) {
+    : QMainWindow(parent),
+      scene_(std::make_unique<PointCloudScene>()),
+      worker_(new AlignWorker(this)),
+      task_(new TaskWorker(this)) {
   setWindowTitle(tr("flashot"));
   setAcceptDrops(true);
   view_ = new VtkImageView(*scene_, this);
@@ -109,6 +114,10 @@ MainWindow::MainWindow(QWidget* parent)
   connect(worker_, &AlignWorker::finished, this, &MainWindow::on_finished);
   connect(worker_, &AlignWorker::cancelled, this, &MainWindow::on_cancelled);
   connect(worker_, &AlignWorker::failed, this, &MainWindow::on_failed);
+  connect(task_, &TaskWorker::progress, this, &MainWindow::on_task_progress);
+  connect(task_, &TaskWorker::finished, this, &MainWindow::on_task_finished);
+  connect(task_, &TaskWorker::cancelled, this, &MainWindow::on_task_cancelled);
+  connect(task_, &TaskWorker::failed, this, &MainWindow::on_task_failed);
   update_actions();
   statusBar()->showMessage(tr("Open a source and a target (.h5ad or .ply): File menu, command line, or drop them "
                               "here."));
@@ -118,6 +127,8 @@ MainWindow::~MainWindow() {
   // The worker's thread must end before the scene and data it does not touch go, and before the window does.
   delete worker_;
   worker_ = nullptr;
+  delete task_;
+  task_ = nullptr;
   delete view_;
   view_ = nullptr;
 }
@@ -137,10 +148,16 @@ void MainWindow::build_menus() {
                                   &MainWindow::save_aligned_dialog);
   save_coupling_ = file->addAction(tr("Save &coupling…"), this, &MainWindow::save_coupling_dialog);
   save_report_ = file->addAction(tr("Save &report…"), this, &MainWindow::save_report_dialog);
+  save_registered_ = file->addAction(tr("Save re&gistered cloud…"), this, &MainWindow::save_registered_dialog);
+  file->addAction(tr("Open coup&ling for the stacked slices…"), this, [this] {
+    const QString path = QFileDialog::getOpenFileName(this, tr("Open coupling"), {}, tr("AnnData (*.h5ad)"));
+    if (!path.isEmpty()) load_coupling(path);
+  });
   file->addAction(tr("Save scree&nshot…"), this, &MainWindow::save_screenshot_dialog);
   file->addSeparator();
   file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
   QMenu* view = menuBar()->addMenu(tr("&View"));
+  view->addAction(tr("&Full detail now"), QKeySequence(Qt::Key_F), this, [this] { view_->render_full_now(); });
   view->addAction(tr("&Reset camera"), this, [this] {
     scene_->reset_camera();
     view_->request_render();
@@ -246,6 +263,7 @@ QWidget* MainWindow::build_controls() {
   connect(align_button_, &QPushButton::clicked, this, &MainWindow::align);
   connect(cancel_button_, &QPushButton::clicked, this, [this] {
     worker_->cancel();
+    task_->cancel();
     progress_label_->setText(tr("cancelling…"));
   });
   run->addWidget(align_button_);
@@ -259,6 +277,118 @@ QWidget* MainWindow::build_controls() {
   progress_label_->setWordWrap(true);
   layout->addWidget(progress_bar_);
   layout->addWidget(progress_label_);
+
+  // ---- Registration of point clouds (flashot register) ----------------------------------------------------------
+  auto* reg = new QGroupBox(tr("Register (3-D point clouds)"));
+  auto* reg_form = new QFormLayout(reg);
+  reg_model_box_ = new QComboBox;
+  reg_model_box_->setObjectName("reg_model");
+  for (const char* model : kRegistrationModels) reg_model_box_->addItem(model);
+  reg_model_box_->setToolTip(tr("flashot register --model: a transform fitted to OT correspondences, blur "
+                                "annealed from coarse to fine; nonrigid: a smooth displacement field"));
+  reg_blur_box_ = double_box(0, 1e9, 0, 5, 0.001);
+  reg_blur_box_->setObjectName("reg_blur");
+  reg_blur_box_->setSpecialValueText(tr("auto (1% of diameter)"));
+  reg_reach_box_ = double_box(0, 1e9, 0, 5, 0.01);
+  reg_reach_box_->setObjectName("reg_reach");
+  reg_reach_box_->setSpecialValueText(tr("auto (target: 2% of diameter)"));
+  reg_reach_box_->setToolTip(tr("Partial overlap: reach on both sides in data units; auto = the CLI's default, "
+                                "the target unbalanced with a reach of 0.02 × the diameter"));
+  reg_rounds_box_ = new QSpinBox;
+  reg_rounds_box_->setRange(1, 100'000);
+  reg_rounds_box_->setValue(60);
+  reg_kernel_box_ = double_box(0, 1e9, 0, 5, 0.01);
+  reg_kernel_box_->setSpecialValueText(tr("auto (10% of diameter)"));
+  reg_control_box_ = new QSpinBox;
+  reg_control_box_->setRange(1, 100'000);
+  reg_control_box_->setValue(200);
+  reg_form->addRow(tr("Model"), reg_model_box_);
+  reg_form->addRow(tr("Final blur"), reg_blur_box_);
+  reg_form->addRow(tr("Reach"), reg_reach_box_);
+  reg_form->addRow(tr("Max rounds"), reg_rounds_box_);
+  reg_form->addRow(tr("Kernel width (nonrigid)"), reg_kernel_box_);
+  reg_form->addRow(tr("Control points (nonrigid)"), reg_control_box_);
+  register_button_ = new QPushButton(tr("Register"));
+  register_button_->setObjectName("register");
+  connect(register_button_, &QPushButton::clicked, this, &MainWindow::register_clouds);
+  reg_form->addRow(register_button_);
+  reg_text_ = new QPlainTextEdit;
+  reg_text_->setObjectName("registration");
+  reg_text_->setReadOnly(true);
+  reg_text_->setMinimumHeight(150);
+  QFont mono(QStringLiteral("monospace"));
+  mono.setStyleHint(QFont::TypeWriter);
+  reg_text_->setFont(mono);
+  reg_form->addRow(reg_text_);
+  layout->addWidget(reg);
+
+  // ---- Two tissue slices stacked in 3-D (flashot align --spatial) --------------------------------------------
+  auto* slices = new QGroupBox(tr("Slices stacked in 3-D"));
+  auto* slices_form = new QFormLayout(slices);
+  stack_box_ = new QCheckBox(tr("stack the slices"));
+  stack_box_->setObjectName("stack");
+  stack_key_box_ = new QComboBox;
+  stack_key_box_->setObjectName("stack_key");
+  stack_key_box_->setToolTip(tr("The slices' coordinates (obsm, 2 or 3 columns)"));
+  stack_spacing_box_ = double_box(0, 10, 0.35, 2, 0.05);
+  stack_spacing_box_->setObjectName("stack_spacing");
+  stack_spacing_box_->setToolTip(tr("Gap between the slice planes, × the target slice's extent"));
+  stack_aligned_box_ = new QCheckBox(tr("aligned source coordinates"));
+  stack_aligned_box_->setObjectName("stack_aligned");
+  stack_aligned_box_->setChecked(true);
+  stack_aligned_box_->setToolTip(tr("The source at its aligned coordinates (obsm KEY_flashot of an align --spatial "
+                                    "output, or the slice alignment run here); off: raw, centred over the target"));
+  stack_lines_box_ = new QSpinBox;
+  stack_lines_box_->setObjectName("stack_lines");
+  stack_lines_box_->setRange(0, static_cast<int>(kMaxLines));
+  stack_lines_box_->setValue(2000);
+  stack_lines_box_->setSingleStep(500);
+  stack_lines_box_->setToolTip(tr("The heaviest couplings drawn, opacity by plan weight"));
+  slices_form->addRow(stack_box_);
+  slices_form->addRow(tr("Coordinates"), stack_key_box_);
+  slices_form->addRow(tr("Spacing"), stack_spacing_box_);
+  slices_form->addRow(stack_aligned_box_);
+  slices_form->addRow(tr("Lines drawn (max)"), stack_lines_box_);
+  slice_alpha_box_ = double_box(0, 1, 0.5, 2, 0.05);
+  slice_alpha_box_->setToolTip(tr("Weight of the spatial (GW) term; 1 - alpha weighs the embedding"));
+  slice_embedding_box_ = new QComboBox;
+  slice_embedding_box_->setToolTip(tr("An embedding both slices have (--key EMB); none = coordinates only"));
+  slice_model_box_ = new QComboBox;
+  slice_model_box_->addItems({"rigid", "affine", "nonrigid"});
+  slices_form->addRow(tr("Alpha"), slice_alpha_box_);
+  slices_form->addRow(tr("Embedding"), slice_embedding_box_);
+  slices_form->addRow(tr("Model"), slice_model_box_);
+  align_slices_button_ = new QPushButton(tr("Align slices (fused GW)"));
+  align_slices_button_->setObjectName("align_slices");
+  connect(align_slices_button_, &QPushButton::clicked, this, &MainWindow::align_slices);
+  slices_form->addRow(align_slices_button_);
+  stack_info_ = new QLabel;
+  stack_info_->setObjectName("stack_info");
+  stack_info_->setWordWrap(true);
+  slices_form->addRow(stack_info_);
+  connect(stack_box_, &QCheckBox::toggled, this, [this] {
+    if (!updating_choices_) refresh_display();
+  });
+  connect(stack_key_box_, &QComboBox::currentTextChanged, this, [this] {
+    if (!updating_choices_ && stacked()) refresh_display();
+  });
+  connect(stack_spacing_box_, &QDoubleSpinBox::valueChanged, this, [this] {
+    if (stacked()) refresh_display();
+  });
+  connect(stack_aligned_box_, &QCheckBox::toggled, this, [this] {
+    if (stacked()) {
+      rebuild_stack();
+      refresh_colors();
+      refresh_links();
+    }
+  });
+  connect(stack_lines_box_, &QSpinBox::valueChanged, this, [this] {
+    if (stacked()) {
+      rebuild_stack();
+      refresh_links();
+    }
+  });
+  layout->addWidget(slices);
 
   auto* show = new QGroupBox(tr("View"));
   auto* show_form = new QFormLayout(show);
@@ -327,7 +457,7 @@ bool MainWindow::open_source(const QString& path) { return open_dataset(path, tr
 bool MainWindow::open_target(const QString& path) { return open_dataset(path, false); }
 
 bool MainWindow::open_dataset(const QString& path, bool as_source) {
-  if (worker_->busy()) {
+  if (busy()) {
     show_error(tr("Busy"), tr("An alignment is running; cancel it before opening another file."));
     return false;
   }
@@ -339,6 +469,11 @@ bool MainWindow::open_dataset(const QString& path, bool as_source) {
     return false;
   }
   outcome_.reset();
+  registration_.reset();
+  slice_alignment_.reset();
+  loaded_coupling_.reset();
+  stack_ = {};
+  reg_text_->clear();
   scene_->clear(Layer::kMapped);
   scene_->clear(Layer::kLinks);
   plot_->clear();
@@ -395,9 +530,130 @@ void MainWindow::refresh_choices() {
   set_items(color_box_, colors, color);
   set_items(transfer_box_, transfers, transfer);
   updating_choices_ = false;
+  refresh_stack_choices();
+}
+
+void MainWindow::refresh_stack_choices() {
+  updating_choices_ = true;
+  const QString key = stack_key_box_->currentText();
+  const QString embedding = slice_embedding_box_->currentText();
+  std::vector<std::string> keys, embeddings = {kNoTransfer};
+  if (source_ && target_) {
+    keys = common_spatial_keys(*source_, *target_);
+    for (const std::string& k : common_alignment_spaces(*source_, *target_)) {
+      if (k != kSpaceX && k != kSpacePly && std::find(keys.begin(), keys.end(), k) == keys.end()) embeddings.push_back(k);
+    }
+  }
+  set_items(stack_key_box_, keys, key);
+  set_items(slice_embedding_box_, embeddings, embedding);
+  const bool slices = !keys.empty();
+  for (QWidget* w : std::initializer_list<QWidget*>{stack_box_, stack_key_box_, stack_spacing_box_, stack_aligned_box_,
+                                                    stack_lines_box_, slice_alpha_box_, slice_embedding_box_,
+                                                    slice_model_box_}) {
+    w->setEnabled(slices);
+  }
+  if (!slices && stack_box_->isChecked()) stack_box_->setChecked(false);
+  updating_choices_ = false;
+  update_actions();
+}
+
+bool MainWindow::stacked() const {
+  return stack_box_ != nullptr && stack_box_->isChecked() && source_ && target_ &&
+         !stack_key_box_->currentText().isEmpty();
+}
+
+bool MainWindow::set_stacked(const QString& key) {
+  if (key.isEmpty()) {
+    stack_box_->setChecked(false);
+    return true;
+  }
+  const int at = stack_key_box_->findText(key);
+  if (at < 0) {
+    QStringList items;
+    for (int i = 0; i < stack_key_box_->count(); ++i) items << stack_key_box_->itemText(i);
+    show_error(tr("Cannot stack the slices"),
+               tr("'%1' is not an obsm entry with 2 or 3 columns in both slices (choices: %2)")
+                   .arg(key, items.isEmpty() ? tr("none") : items.join(", ")));
+    return false;
+  }
+  updating_choices_ = true;
+  stack_key_box_->setCurrentIndex(at);
+  stack_box_->setChecked(true);
+  updating_choices_ = false;
+  refresh_display();
+  return true;
+}
+
+bool MainWindow::rebuild_stack() {
+  const std::string key = stack_key_box_->currentText().toStdString();
+  try {
+    const Matrix x = source_->read_space(key);
+    const Matrix y = target_->read_space(key);
+    if (x.cols != y.cols) {
+      throw std::invalid_argument("obsm['" + key + "'] has " + std::to_string(x.cols) + " columns in " +
+                                  source_->path().filename().string() + " and " + std::to_string(y.cols) + " in " +
+                                  target_->path().filename().string());
+    }
+    SliceStackInput in;
+    in.source.assign(x.values.begin(), x.values.end());
+    in.target.assign(y.values.begin(), y.values.end());
+    in.dims = x.cols;
+    in.spacing = stack_spacing_box_->value();
+    in.max_lines = static_cast<std::size_t>(stack_lines_box_->value());
+    in.use_aligned = stack_aligned_box_->isChecked();
+    QString aligned_from, coupling_from;
+    if (slice_alignment_ && slice_alignment_key_ == key) {
+      in.source_aligned = slice_alignment_->aligned;
+      aligned_from = tr("the slice alignment run here");
+    } else if (source_->space_width(key + "_flashot") == x.cols) {
+      const Matrix a = source_->read_space(key + "_flashot");
+      in.source_aligned.assign(a.values.begin(), a.values.end());
+      aligned_from = tr("obsm %1_flashot").arg(q(key));
+    }
+    if (slice_alignment_ && slice_alignment_key_ == key) {
+      in.coupling = &slice_alignment_->coupling;
+      coupling_from = tr("the slice alignment");
+    } else if (loaded_coupling_) {
+      in.coupling = &*loaded_coupling_;
+      coupling_from = tr("the coupling file");
+    } else if (outcome_ && outcome_->n == x.rows && outcome_->m == y.rows) {
+      in.coupling = &outcome_->coupling;
+      coupling_from = tr("the alignment in %1").arg(q(outcome_key_));
+    }
+    stack_ = build_slice_stack(in);
+    source_show_ = stack_.source_xyz;
+    target_show_ = stack_.target_xyz;
+    shown_key_ = "stacked " + key;
+    QString info = tr("planes %1 apart (%2 × extent %3); source at %4 coordinates")
+                       .arg(stack_.gap, 0, 'g', 4)
+                       .arg(in.spacing)
+                       .arg(stack_.extent, 0, 'g', 4)
+                       .arg(stack_.aligned ? tr("aligned (%1)").arg(aligned_from)
+                                           : (in.source_aligned.empty() ? tr("raw (no aligned ones)") : tr("raw")));
+    info += coupling_from.isEmpty() ? tr("; no coupling (align, align slices, or open a coupling file)")
+                                    : tr("; %1 lines from %2").arg(stacked_lines()).arg(coupling_from);
+    stack_info_->setText(info);
+  } catch (const std::exception& e) {
+    stack_ = {};
+    stack_info_->setText(q(e.what()));
+    show_error(tr("Cannot stack the slices"), q(e.what()));
+    return false;
+  }
+  return true;
 }
 
 void MainWindow::refresh_display() {
+  if (stacked()) {
+    if (!rebuild_stack()) return;
+    scene_->clear(Layer::kMapped);
+    refresh_colors();
+    refresh_links();
+    scene_->set_oblique_view(kStackElevation, kStackAzimuth);
+    view_->request_render();
+    return;
+  }
+  stack_ = {};
+  if (stack_info_ != nullptr) stack_info_->clear();
   const std::string show = show_box_->currentText().toStdString();
   const std::string key = key_box_->currentText().toStdString();
   auto read = [&](const Dataset& d) {
@@ -453,6 +709,7 @@ void MainWindow::refresh_colors() {
       if (source_) legend_.legend.push_back({"source: " + source_->path().filename().string(), kSourceColor, n});
       if (target_) legend_.legend.push_back({"target: " + target_->path().filename().string(), kTargetColor, m});
       if (outcome_) legend_.legend.push_back({"mapped source", kMappedColor, n});
+      if (registration_ && !outcome_) legend_.legend.push_back({"registered source", kMappedColor, n});
     } else {
       std::optional<io::Column> a, b;
       auto has = [&](const Dataset& d) {
@@ -490,6 +747,20 @@ void MainWindow::refresh_colors() {
 void MainWindow::refresh_mapped() {
   scene_->clear(Layer::kMapped);
   scene_->clear(Layer::kLinks);
+  if (stacked()) {
+    refresh_links();
+    return;
+  }
+  if (registration_ && !outcome_ && !source_show_.empty()) {
+    if (shown_key_ != registration_->key || registration_->registered.size() != source_show_.size()) {
+      statusBar()->showMessage(tr("The registration was computed in %1; show %1 to see it.").arg(q(registration_->key)));
+      return;
+    }
+    scene_->set_morph(source_show_, registration_->registered, source_colors_.rgb);
+    scene_->set_morph_t(static_cast<double>(t_slider_->value()) / kSliderSteps);
+    refresh_colors();
+    return;
+  }
   if (!outcome_ || source_show_.empty()) return;
   std::vector<float> to;
   if (shown_key_ == outcome_show_key_ && !outcome_->mapped_display.empty()) {
@@ -514,6 +785,15 @@ void MainWindow::refresh_mapped() {
 }
 
 void MainWindow::refresh_links() {
+  if (stacked()) {
+    if (stack_.line_endpoints.empty()) {
+      scene_->clear(Layer::kLinks);
+    } else {
+      scene_->set_links(stack_.line_endpoints, stack_.line_rgba);
+    }
+    view_->request_render();
+    return;
+  }
   if (!outcome_ || source_show_.empty() || target_show_.empty() ||
       scene_->point_count(Layer::kMapped) != outcome_->n) {
     scene_->clear(Layer::kLinks);
@@ -555,7 +835,7 @@ AlignParameters MainWindow::parameters() const {
 }
 
 void MainWindow::align() {
-  if (worker_->busy()) return;
+  if (busy()) return;
   if (!source_ || !target_) {
     show_error(tr("Cannot align"), tr("Open a source and a target first."));
     return;
@@ -617,6 +897,8 @@ void MainWindow::on_finished(std::shared_ptr<const AlignmentOutcome> outcome) {
     return;
   }
   outcome_ = std::move(outcome);
+  registration_.reset();
+  reg_text_->clear();
   const SolveResult& r = outcome_->result;
   plot_->set_checks(r.checks, outcome_->options.tolerance);
   progress_bar_->setValue(progress_bar_->maximum());
@@ -651,7 +933,11 @@ void MainWindow::on_finished(std::shared_ptr<const AlignmentOutcome> outcome) {
   if (outcome_->transfer && (headless_ ? headless_->color_by.isEmpty() : true)) {
     color_box_->setCurrentText(kColorByTransferred);
   }
-  refresh_mapped();
+  if (stacked()) {
+    refresh_display();  // the alignment's coupling becomes the stack's lines when no other is there
+  } else {
+    refresh_mapped();
+  }
   view_->request_render();
   update_actions();
   if (headless_) QTimer::singleShot(0, this, &MainWindow::finish_headless);
@@ -671,10 +957,17 @@ void MainWindow::on_failed(const QString& message) {
   show_error(tr("Alignment failed"), message);
 }
 
+bool MainWindow::busy() const {
+  return (worker_ != nullptr && worker_->busy()) || (task_ != nullptr && task_->busy());
+}
+
 void MainWindow::update_actions() {
-  const bool busy = worker_ != nullptr && worker_->busy();
+  const bool busy = this->busy();
   const bool done = outcome_ != nullptr;
   align_button_->setEnabled(!busy && source_ && target_);
+  if (register_button_ != nullptr) register_button_->setEnabled(!busy && source_ && target_);
+  if (save_registered_ != nullptr) save_registered_->setEnabled(registration_ != nullptr && !busy);
+  if (align_slices_button_ != nullptr) align_slices_button_->setEnabled(!busy && stack_key_box_->count() > 0);
   cancel_button_->setEnabled(busy);
   save_aligned_->setEnabled(done && !busy);
   save_coupling_->setEnabled(done && !busy);
@@ -730,9 +1023,211 @@ void MainWindow::save_screenshot_dialog() {
   }
 }
 
+void MainWindow::register_clouds() {
+  if (busy()) return;
+  if (!source_ || !target_) {
+    show_error(tr("Cannot register"), tr("Open a source and a target first."));
+    return;
+  }
+  RegistrationParameters p;
+  p.model = reg_model_box_->currentText().toStdString();
+  p.blur = reg_blur_box_->value();
+  p.reach = reg_reach_box_->value();
+  p.max_rounds = reg_rounds_box_->value();
+  p.kernel_width = reg_kernel_box_->value();
+  p.control_points = static_cast<std::size_t>(reg_control_box_->value());
+  p.backend = backend_box_->currentText().toStdString();
+  const std::string key = key_box_->currentText().toStdString();
+  std::shared_ptr<const RegistrationInput> input;
+  try {
+    const std::vector<std::string> problems = validate(p);
+    if (!problems.empty()) throw std::invalid_argument(problems.front());
+    if (key.empty()) {
+      throw std::invalid_argument(source_->path().filename().string() + " and " +
+                                  target_->path().filename().string() + " share no space to register in");
+    }
+    input = std::make_shared<const RegistrationInput>(registration_input(*source_, *target_, key, p));
+  } catch (const std::exception& e) {
+    show_error(tr("Cannot register"), q(e.what()));
+    return;
+  }
+  // The registration is drawn in its own space: show it there (PLY: xyz; .h5ad: the 3-column obsm entry).
+  if (!stacked() && shown_key_ != key) {
+    const int at = show_box_->findText(q(key));
+    if (at >= 0) show_box_->setCurrentIndex(at);  // refresh_display follows
+  }
+  progress_bar_->setRange(0, p.max_rounds);
+  progress_bar_->setValue(0);
+  progress_label_->setText(tr("registering %1 onto %2 points in %3 (%4)…")
+                               .arg(input->source.size() / 3)
+                               .arg(input->target.size() / 3)
+                               .arg(q(key))
+                               .arg(q(p.model)));
+  task_kind_ = Task::kRegistration;
+  task_->start([input](const TaskWorker::Report& report) -> std::shared_ptr<const void> {
+    auto outcome = std::make_shared<RegistrationOutcome>(
+        run_registration(*input, [&](int round, int rounds, double epsilon, double rms) {
+          return report(QStringLiteral("round %1/%2 · ε %3 · rms %4")
+                            .arg(round)
+                            .arg(rounds)
+                            .arg(epsilon, 0, 'g', 3)
+                            .arg(rms, 0, 'g', 4),
+                        round, rounds);
+        }));
+    if (outcome->cancelled) return nullptr;
+    return outcome;
+  });
+  update_actions();
+}
+
+void MainWindow::align_slices() {
+  if (busy()) return;
+  if (!source_ || !target_ || stack_key_box_->count() == 0) {
+    show_error(tr("Cannot align the slices"), tr("Open two .h5ad slices with 2-D or 3-D coordinates first."));
+    return;
+  }
+  const std::string key = stack_key_box_->currentText().toStdString();
+  const std::string embedding = slice_embedding_box_->currentText().toStdString();
+  SliceAlignParameters p;
+  p.alpha = slice_alpha_box_->value();
+  p.model = slice_model_box_->currentText().toStdString();
+  p.top_k = static_cast<std::size_t>(top_k_box_->value());
+  p.backend = backend_box_->currentText().toStdString();
+  struct Data {
+    Matrix x, y, u, v;
+    bool embedded = false;
+  };
+  auto data = std::make_shared<Data>();
+  try {
+    data->x = source_->read_space(key);
+    data->y = target_->read_space(key);
+    if (embedding != kNoTransfer && !embedding.empty()) {
+      std::tie(data->u, data->v) = read_alignment_pair(*source_, *target_, embedding);
+      data->embedded = true;
+    } else {
+      p.alpha = 1;  // coordinates only
+    }
+  } catch (const std::exception& e) {
+    show_error(tr("Cannot align the slices"), q(e.what()));
+    return;
+  }
+  slice_alignment_key_ = key;
+  progress_bar_->setRange(0, 100);
+  progress_bar_->setValue(0);
+  progress_label_->setText(tr("aligning the slices by fused Gromov–Wasserstein in %1%2…")
+                               .arg(q(key))
+                               .arg(data->embedded ? tr(" + %1, alpha %2").arg(q(embedding)).arg(p.alpha) : QString()));
+  task_kind_ = Task::kSlices;
+  task_->start([data, p](const TaskWorker::Report& report) -> std::shared_ptr<const void> {
+    auto outcome = std::make_shared<SliceAlignmentOutcome>(run_slice_alignment(
+        data->x, data->y, data->embedded ? &data->u : nullptr, data->embedded ? &data->v : nullptr, p,
+        [&](int outer, int max_outer, double objective) {
+          return report(QStringLiteral("outer iteration %1/%2 · objective %3").arg(outer).arg(max_outer).arg(objective, 0, 'g', 5),
+                        outer, max_outer);
+        }));
+    if (outcome->aligned.empty()) return nullptr;
+    return outcome;
+  });
+  update_actions();
+}
+
+bool MainWindow::load_coupling(const QString& path) {
+  if (!source_ || !target_) {
+    show_error(tr("Cannot open the coupling"), tr("Open the two slices first."));
+    return false;
+  }
+  try {
+    loaded_coupling_ = read_coupling(path.toStdString(), source_->size(), target_->size());
+  } catch (const std::exception& e) {
+    show_error(tr("Cannot open %1").arg(QFileInfo(path).fileName()), q(e.what()));
+    return false;
+  }
+  statusBar()->showMessage(tr("coupling: %1 source cells, %2 entries each at most").arg(loaded_coupling_->rows).arg(loaded_coupling_->k));
+  if (stacked()) refresh_display();
+  return true;
+}
+
+void MainWindow::on_task_progress(const QString& text, int value, int maximum) {
+  progress_bar_->setRange(0, std::max(1, maximum));
+  progress_bar_->setValue(std::min(value, maximum));
+  progress_label_->setText(text);
+}
+
+void MainWindow::on_task_finished(std::shared_ptr<const void> result) {
+  const Task kind = task_kind_;
+  task_kind_ = Task::kNone;
+  progress_bar_->setValue(progress_bar_->maximum());
+  if (kind == Task::kRegistration) {
+    registration_ = std::static_pointer_cast<const RegistrationOutcome>(result);
+    outcome_.reset();  // one result drawn at a time: the registered cloud replaces the barycentric map
+    summary_->clear();
+    plot_->clear();
+    reg_text_->setPlainText(q(describe(*registration_)));
+    progress_label_->setText(tr("registered (%1): rms %2, %3 rounds, %4 s")
+                                 .arg(q(registration_->model))
+                                 .arg(registration_->rms, 0, 'g', 4)
+                                 .arg(registration_->rounds.size())
+                                 .arg(registration_->seconds, 0, 'f', 2));
+    statusBar()->showMessage(tr("Registered. File ▸ Save registered cloud writes it."));
+    refresh_choices();
+    refresh_mapped();
+  } else if (kind == Task::kSlices) {
+    slice_alignment_ = std::static_pointer_cast<const SliceAlignmentOutcome>(result);
+    const SliceAlignmentOutcome& o = *slice_alignment_;
+    progress_label_->setText(tr("slices aligned (%1): %2 · %3 outer iterations · rms %4%5")
+                                 .arg(q(o.model))
+                                 .arg(o.converged ? tr("converged") : tr("NOT converged"))
+                                 .arg(o.outer_iterations)
+                                 .arg(o.rms, 0, 'g', 4)
+                                 .arg(o.model == "rigid" ? tr(" · rotation %1°").arg(o.rotation_degrees, 0, 'f', 2) : QString()));
+    if (!stacked()) {
+      stack_box_->setChecked(true);  // refresh_display follows
+    } else {
+      refresh_display();
+    }
+  }
+  view_->request_render();
+  update_actions();
+  if (headless_) QTimer::singleShot(0, this, &MainWindow::finish_headless);
+}
+
+void MainWindow::on_task_cancelled() {
+  task_kind_ = Task::kNone;
+  progress_label_->setText(tr("cancelled"));
+  progress_bar_->setValue(0);
+  update_actions();
+  if (headless_) quit_headless(1, tr("the run was cancelled"));
+}
+
+void MainWindow::on_task_failed(const QString& message) {
+  const Task kind = task_kind_;
+  task_kind_ = Task::kNone;
+  progress_label_->setText(tr("failed"));
+  progress_bar_->setValue(0);
+  update_actions();
+  show_error(kind == Task::kSlices ? tr("Slice alignment failed") : tr("Registration failed"), message);
+}
+
+void MainWindow::save_registered_dialog() {
+  if (!registration_ || !source_ || !target_) return;
+  const bool ply = source_->kind() == workflow::FileKind::kPly;
+  const QString path = QFileDialog::getSaveFileName(this, tr("Save registered cloud"), {},
+                                                    ply ? tr("PLY (*.ply)") : tr("AnnData (*.h5ad)"));
+  if (path.isEmpty()) return;
+  try {
+    save_registered(*source_, *target_, *registration_, path.toStdString());
+    statusBar()->showMessage(tr("wrote %1").arg(path));
+  } catch (const std::exception& e) {
+    show_error(tr("Cannot save"), q(e.what()));
+  }
+}
+
 QString MainWindow::caption() const {
   QStringList parts;
-  if (!shown_key_.empty()) parts << tr("shown in %1").arg(q(shown_key_));
+  if (!shown_key_.empty()) parts << (stacked() ? q(shown_key_) : tr("shown in %1").arg(q(shown_key_)));
+  if (registration_ && !outcome_ && scene_->point_count(Layer::kMapped) > 0) {
+    parts << tr("registered (%1)").arg(q(registration_->model));
+  }
   if (outcome_ && scene_->point_count(Layer::kMapped) > 0) {
     parts << tr("t = %1").arg(static_cast<double>(t_slider_->value()) / kSliderSteps, 0, 'f', 2);
   }
@@ -784,6 +1279,10 @@ void MainWindow::closeEvent(QCloseEvent* event) {
     worker_->cancel();
     worker_->wait();
   }
+  if (task_->busy()) {
+    task_->cancel();
+    task_->wait();
+  }
   event->accept();
 }
 
@@ -816,6 +1315,16 @@ void MainWindow::apply_command_line(const CommandLine& c) {
   updating_choices_ = false;
   if (c.blur) blur_box_->setValue(*c.blur);
   refresh_display();
+  if (!c.stack.isEmpty()) {
+    if (!c.coupling.isEmpty() && !load_coupling(c.coupling)) return;
+    if (!set_stacked(c.stack)) return;
+  }
+  if (!c.register_model.isEmpty()) {
+    reg_model_box_->setCurrentText(c.register_model);
+    register_clouds();
+    if (!task_->busy() && headless_) quit_headless(1, tr("the registration did not start"));
+    return;
+  }
   if (c.align) {
     align();
     if (!worker_->busy() && headless_) quit_headless(1, tr("the alignment did not start"));

@@ -13,6 +13,9 @@
 #include "colors.hpp"
 #include "command_line.hpp"
 #include "dataset.hpp"
+#include "registration.hpp"
+#include "slice_stack.hpp"
+#include "task_worker.hpp"
 
 class QCheckBox;
 class QComboBox;
@@ -52,6 +55,20 @@ class MainWindow : public QMainWindow {
   bool has_source() const { return source_.has_value(); }
   bool has_target() const { return target_.has_value(); }
   bool has_alignment() const { return outcome_ != nullptr; }
+  /// Registers the source onto the target in the "Align in" space (3 columns) with the panel's model and
+  /// parameters, on a worker thread; a problem found before starting shows a dialog.
+  void register_clouds();
+  const RegistrationOutcome* registration() const { return registration_.get(); }
+  /// Shows the two .h5ad slices stacked in 3-D by obsm `key` (empty: off). Returns false (after a dialog) when
+  /// the slices have no such 2-D/3-D entry.
+  bool set_stacked(const QString& key);
+  bool stacked() const;
+  /// Runs the fused-GW slice alignment (align --spatial's solve) on a worker thread with the panel's choices.
+  void align_slices();
+  /// Reads a coupling .h5ad (flashot align --coupling) for the stacked view.
+  bool load_coupling(const QString& path);
+  /// Coupling lines the stacked view draws now (0 when not stacked).
+  std::size_t stacked_lines() const { return stack_.line_rgba.size() / 4; }
 
  protected:
   void dragEnterEvent(QDragEnterEvent* event) override;
@@ -78,6 +95,15 @@ class MainWindow : public QMainWindow {
   void save_coupling_dialog();
   void save_report_dialog();
   void save_screenshot_dialog();
+  void save_registered_dialog();
+  void on_task_progress(const QString& text, int value, int maximum);
+  void on_task_finished(std::shared_ptr<const void> result);
+  void on_task_cancelled();
+  void on_task_failed(const QString& message);
+  bool busy() const;
+  /// In the stacked view: rebuilds source_show_/target_show_ and the lines from the current choices.
+  bool rebuild_stack();
+  void refresh_stack_choices();
   void finish_headless();
   void quit_headless(int code, const QString& message);
   QString caption() const;
@@ -85,6 +111,8 @@ class MainWindow : public QMainWindow {
   std::unique_ptr<PointCloudScene> scene_;
   VtkImageView* view_ = nullptr;
   AlignWorker* worker_ = nullptr;
+  TaskWorker* task_ = nullptr;  ///< registrations and slice alignments
+  enum class Task { kNone, kRegistration, kSlices } task_kind_ = Task::kNone;
 
   std::optional<Dataset> source_;
   std::optional<Dataset> target_;
@@ -97,6 +125,11 @@ class MainWindow : public QMainWindow {
   Coloring source_colors_;
   Coloring target_colors_;
   Coloring legend_;
+  std::shared_ptr<const RegistrationOutcome> registration_;
+  std::shared_ptr<const SliceAlignmentOutcome> slice_alignment_;  ///< run here, in stack_key_ coordinates
+  std::string slice_alignment_key_;
+  std::optional<TopKCoupling> loaded_coupling_;  ///< read from a file
+  SliceStack stack_;
 
   // Controls.
   QLabel* source_label_ = nullptr;
@@ -129,6 +162,27 @@ class MainWindow : public QMainWindow {
   QAction* save_aligned_ = nullptr;
   QAction* save_coupling_ = nullptr;
   QAction* save_report_ = nullptr;
+  QAction* save_registered_ = nullptr;
+  // Registration panel.
+  QComboBox* reg_model_box_ = nullptr;
+  QDoubleSpinBox* reg_blur_box_ = nullptr;
+  QDoubleSpinBox* reg_reach_box_ = nullptr;
+  QSpinBox* reg_rounds_box_ = nullptr;
+  QDoubleSpinBox* reg_kernel_box_ = nullptr;
+  QSpinBox* reg_control_box_ = nullptr;
+  QPushButton* register_button_ = nullptr;
+  QPlainTextEdit* reg_text_ = nullptr;
+  // Stacked slices panel.
+  QCheckBox* stack_box_ = nullptr;
+  QComboBox* stack_key_box_ = nullptr;
+  QDoubleSpinBox* stack_spacing_box_ = nullptr;
+  QCheckBox* stack_aligned_box_ = nullptr;
+  QSpinBox* stack_lines_box_ = nullptr;
+  QDoubleSpinBox* slice_alpha_box_ = nullptr;
+  QComboBox* slice_embedding_box_ = nullptr;
+  QComboBox* slice_model_box_ = nullptr;
+  QPushButton* align_slices_button_ = nullptr;
+  QLabel* stack_info_ = nullptr;
 
   bool updating_choices_ = false;
   std::optional<CommandLine> headless_;

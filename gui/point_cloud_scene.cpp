@@ -57,8 +57,9 @@ std::string layer_name(Layer layer) {
   return kNames[static_cast<int>(layer)];
 }
 
-// One cloud: a full-resolution actor and a strided one for camera motion, sharing points and colors so both
-// reuse the same vertex buffers.
+// One cloud: a full-resolution actor and a strided one for camera motion. The strided one holds its own compact
+// copy of every k-th point and color: sharing the full arrays and indexing every k-th vertex drew no faster on a
+// software renderer at 10⁷ points (the whole vertex range is transformed; docs/gui.md, "Large scans").
 struct Cloud {
   vtkNew<vtkPolyData> full;
   vtkNew<vtkPolyData> coarse;
@@ -145,9 +146,53 @@ struct PointCloudScene::Impl {
     const std::size_t stride = std::max<std::size_t>(1, (total + budget - 1) / budget);
     for (auto& cloud : clouds) {
       if (cloud.n == 0 || cloud.stride == stride) continue;
-      cloud.coarse->SetVerts(vertex_cells(cloud.n, stride));
       cloud.stride = stride;
+      build_coarse(cloud);
     }
+  }
+
+  // The coarse copy: every stride-th point and color of the full cloud (nothing when stride is 1: not drawn).
+  static void build_coarse(Cloud& c) {
+    if (c.stride <= 1 || c.n == 0) {
+      c.coarse->Initialize();
+      return;
+    }
+    const std::size_t count = (c.n + c.stride - 1) / c.stride;
+    vtkNew<vtkFloatArray> coords;
+    coords->SetNumberOfComponents(3);
+    coords->SetNumberOfTuples(static_cast<vtkIdType>(count));
+    vtkNew<vtkPoints> points;
+    points->SetData(coords);
+    c.coarse->Initialize();
+    c.coarse->SetPoints(points);
+    c.coarse->SetVerts(vertex_cells(count, 1));
+    auto colors = vtkSmartPointer<vtkUnsignedCharArray>::New();
+    colors->SetName("colors");
+    colors->SetNumberOfComponents(3);
+    colors->SetNumberOfTuples(static_cast<vtkIdType>(count));
+    c.coarse->GetPointData()->SetScalars(colors);
+    coarse_positions(c);
+    coarse_colors(c);
+  }
+
+  static void coarse_positions(Cloud& c) {
+    if (c.stride <= 1 || c.coarse->GetPoints() == nullptr) return;
+    const float* from = vtkFloatArray::SafeDownCast(c.full->GetPoints()->GetData())->GetPointer(0);
+    auto* coords = vtkFloatArray::SafeDownCast(c.coarse->GetPoints()->GetData());
+    float* to = coords->GetPointer(0);
+    for (std::size_t i = 0, k = 0; i < c.n; i += c.stride, ++k) std::copy_n(from + 3 * i, 3, to + 3 * k);
+    coords->Modified();
+    c.coarse->GetPoints()->Modified();
+  }
+
+  static void coarse_colors(Cloud& c) {
+    if (c.stride <= 1 || c.coarse->GetPointData()->GetScalars() == nullptr) return;
+    const std::uint8_t* from =
+        vtkUnsignedCharArray::SafeDownCast(c.full->GetPointData()->GetScalars())->GetPointer(0);
+    auto* colors = vtkUnsignedCharArray::SafeDownCast(c.coarse->GetPointData()->GetScalars());
+    std::uint8_t* to = colors->GetPointer(0);
+    for (std::size_t i = 0, k = 0; i < c.n; i += c.stride, ++k) std::copy_n(from + 3 * i, 3, to + 3 * k);
+    colors->Modified();
   }
 
   void update_visibility() {
@@ -184,11 +229,8 @@ struct PointCloudScene::Impl {
     c.full->SetPoints(points);
     c.full->SetVerts(vertex_cells(n, 1));
     c.full->GetPointData()->SetScalars(colors);
-    c.coarse->SetPoints(points);
-    c.coarse->SetVerts(vertex_cells(n, 1));
-    c.coarse->GetPointData()->SetScalars(colors);
-    c.stride = 1;
     c.n = n;
+    c.stride = 0;  // the coarse copy is rebuilt by update_visibility
     update_visibility();
   }
 
@@ -202,6 +244,7 @@ struct PointCloudScene::Impl {
     for (std::size_t i = 0; i < count; ++i) out[i] = morph_from[i] + s * (morph_to[i] - morph_from[i]);
     coords->Modified();
     c.full->GetPoints()->Modified();
+    coarse_positions(c);
   }
 };
 
@@ -224,7 +267,7 @@ void PointCloudScene::set_colors(Layer layer, std::span<const std::uint8_t> rgb)
   }
   auto colors = color_array(rgb, 3);
   c.full->GetPointData()->SetScalars(colors);
-  c.coarse->GetPointData()->SetScalars(colors);
+  Impl::coarse_colors(c);
 }
 
 void PointCloudScene::set_morph(std::span<const float> from, std::span<const float> to,
@@ -341,6 +384,17 @@ std::size_t PointCloudScene::points_drawn() const {
 void PointCloudScene::reset_camera() {
   impl_->renderer->ResetCamera();
   impl_->renderer->ResetCameraClippingRange();
+}
+
+void PointCloudScene::set_oblique_view(double elevation_degrees, double azimuth_degrees) {
+  vtkCamera* camera = impl_->renderer->GetActiveCamera();
+  camera->SetFocalPoint(0, 0, 0);
+  camera->SetPosition(0, 0, 1);
+  camera->SetViewUp(0, 1, 0);
+  camera->Elevation(-elevation_degrees);
+  camera->Azimuth(azimuth_degrees);
+  camera->OrthogonalizeViewUp();
+  reset_camera();
 }
 
 void PointCloudScene::set_size(int width, int height) {

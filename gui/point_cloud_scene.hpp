@@ -67,6 +67,9 @@ class PointCloudScene {
   /// Points the next frame draws (all visible clouds, after level of detail).
   std::size_t points_drawn() const;
   void reset_camera();
+  /// Looks at the scene from `elevation_degrees` below the +z axis (0 = straight down the z axis, y up), turned
+  /// by `azimuth_degrees` about the view-up, then fits the camera to the data: the stacked slices' oblique view.
+  void set_oblique_view(double elevation_degrees, double azimuth_degrees);
 
   void set_size(int width, int height);
   /// Renders one frame and reads it back.

@@ -20,7 +20,8 @@
 
 namespace flashot::gui {
 
-VtkImageView::VtkImageView(PointCloudScene& scene, QWidget* parent) : QWidget(parent), scene_(scene) {
+VtkImageView::VtkImageView(PointCloudScene& scene, QWidget* parent)
+    : QWidget(parent), scene_(scene), interactive_budget_(scene.interactive_budget()) {
   setFocusPolicy(Qt::StrongFocus);
   setMouseTracking(false);
   setAttribute(Qt::WA_OpaquePaintEvent);
@@ -67,10 +68,24 @@ void VtkImageView::render_now() {
   const int height = std::max(1, static_cast<int>(std::lround(this->height() * ratio)));
   QElapsedTimer timer;
   timer.start();
-  const std::size_t drawn = scene_.points_drawn();
   const bool interactive = scene_.interactive();
+  const std::size_t total = visible_points();
+  // A still frame of more points than fit in kStillFrameMs draws the subset that fits (the level-of-detail
+  // actors with the still budget lent to them).
+  const bool subset = !interactive && total > still_budget_ && !force_full_;
+  force_full_ = false;
+  if (subset) {
+    scene_.set_interactive_budget(still_budget_);
+    scene_.set_interactive(true);
+  }
+  const std::size_t drawn = scene_.points_drawn();
   scene_.set_size(width, height);
   Frame frame = scene_.render();
+  if (subset) {
+    scene_.set_interactive(false);
+    scene_.set_interactive_budget(interactive_budget_);
+  }
+  if (!interactive) still_subset_ = subset;
   QImage image(frame.width, frame.height, QImage::Format_RGB888);
   const auto row = static_cast<std::size_t>(frame.width) * 3;
   for (int y = 0; y < frame.height; ++y) {
@@ -82,6 +97,8 @@ void VtkImageView::render_now() {
   if (!interactive && drawn > 0) adapt_budget(drawn);
   update();
   emit frame_rendered(last_frame_ms_);
+  // The measurement says everything fits now (a fast renderer after the first, cautious frame): draw it all.
+  if (subset && still_budget_ >= total) request_render();
 }
 
 QImage VtkImageView::composed_image() {
@@ -178,7 +195,16 @@ void VtkImageView::adapt_budget(std::size_t drawn) {
   // kInteractiveFrameMs from the cost per point of the last full frame.
   const double per_point = last_frame_ms_ / static_cast<double>(drawn);
   const auto budget = static_cast<std::size_t>(kInteractiveFrameMs / std::max(per_point, 1e-9));
-  scene_.set_interactive_budget(std::clamp<std::size_t>(budget, kMinInteractivePoints, kMaxInteractivePoints));
+  interactive_budget_ = std::clamp<std::size_t>(budget, kMinInteractivePoints, kMaxInteractivePoints);
+  scene_.set_interactive_budget(interactive_budget_);
+  still_budget_ = std::max(interactive_budget_, static_cast<std::size_t>(std::min(kStillFrameMs / std::max(per_point, 1e-12), 1e15)));
+}
+
+std::size_t VtkImageView::visible_points() const {
+  std::size_t total = 0;
+  for (Layer layer : {Layer::kSource, Layer::kTarget, Layer::kMapped})
+    if (scene_.visible(layer)) total += scene_.point_count(layer);
+  return total;
 }
 
 void VtkImageView::on_interactor_render() { request_render(); }

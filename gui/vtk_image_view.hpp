@@ -24,7 +24,12 @@ class VtkImageView : public QWidget {
   /// Frame time aimed at while the camera moves, and the bounds of the level-of-detail point budget.
   static constexpr double kInteractiveFrameMs = 50.0;
   static constexpr std::size_t kMinInteractivePoints = 30'000;
-  static constexpr std::size_t kMaxInteractivePoints = 4'000'000;
+  static constexpr std::size_t kMaxInteractivePoints = 2'000'000;
+  /// A still frame (camera at rest) draws every point when that fits in about kStillFrameMs at the measured cost
+  /// per point; a larger scene (10⁷-point scans on a software renderer) is drawn still at the subset that fits, so
+  /// the UI thread is never held for many seconds by one frame. Until a frame was measured, kInitialStillPoints.
+  static constexpr double kStillFrameMs = 1000.0;
+  static constexpr std::size_t kInitialStillPoints = 2'000'000;
   /// Full detail returns this long after the last camera motion, so a run of wheel steps or drags is drawn with
   /// level of detail throughout instead of paying a full frame after each one.
   static constexpr int kSettleMs = 300;
@@ -37,6 +42,14 @@ class VtkImageView : public QWidget {
   void request_render();
   /// Renders now (blocking) at the widget's current size in device pixels.
   void render_now();
+  /// Renders every point now, however long it takes (View ▸ Full detail now), even past the still budget.
+  void render_full_now() {
+    force_full_ = true;
+    render_now();
+  }
+  /// Whether the last still frame drew a subset (the scene is larger than a still frame's budget).
+  bool still_subset() const { return still_subset_; }
+  std::size_t still_budget() const { return still_budget_; }
   /// The last frame, in device pixels.
   const QImage& frame() const { return frame_; }
   /// Wall time of the last render + read-back, milliseconds.
@@ -61,6 +74,8 @@ class VtkImageView : public QWidget {
  private:
   void forward_mouse(QMouseEvent* event, unsigned long vtk_event);
   void adapt_budget(std::size_t drawn);
+  /// Points of the visible clouds at full detail.
+  std::size_t visible_points() const;
   void on_interactor_render();
   void on_interaction_start();
   void on_interaction_end();
@@ -69,6 +84,10 @@ class VtkImageView : public QWidget {
   QImage frame_;
   double last_frame_ms_ = 0;
   bool render_pending_ = false;
+  std::size_t interactive_budget_ = 0;  ///< the moving-camera budget (the scene's budget is lent to still frames)
+  std::size_t still_budget_ = kInitialStillPoints;
+  bool still_subset_ = false;
+  bool force_full_ = false;           ///< the last frame was a still frame drawn at still_budget_
   std::function<void(QPainter&, const QRect&)> overlay_;
   QTimer* settle_ = nullptr;
   unsigned long observer_tags_[3] = {0, 0, 0};

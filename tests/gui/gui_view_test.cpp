@@ -163,6 +163,72 @@ class GuiViewTest : public QObject {
     QCOMPARE(scene.points_drawn(), all);
   }
 
+  // The coarse copy follows recoloring and the morph (it holds its own points and colors).
+  void level_of_detail_follows_colors_and_the_morph() {
+    PointCloudScene scene;
+    two_discs(scene);
+    scene.set_visible(Layer::kTarget, false);
+    const std::size_t n = scene.point_count(Layer::kSource);
+    scene.set_interactive_budget(n / 8);
+    scene.set_interactive(true);
+    std::vector<std::uint8_t> green(n * 3, 0);
+    for (std::size_t i = 0; i < n; ++i) green[3 * i + 1] = 255;
+    scene.set_colors(Layer::kSource, green);
+    Counts c = count(scene.render());
+    QVERIFY(c.green > 0);
+    QCOMPARE(c.red, std::size_t{0});
+    // A morph from the left disc to the right: the coarse mapped points move with t.
+    std::vector<float> from, to;
+    std::vector<std::uint8_t> rgb, unused;
+    disc(-1.5f, 255, 0, 0, from, rgb);
+    disc(1.5f, 255, 0, 0, to, unused);
+    scene.set_visible(Layer::kSource, false);
+    scene.set_morph(from, to, rgb);
+    scene.set_interactive_budget(from.size() / 3 / 8);
+    QVERIFY(scene.points_drawn() < from.size() / 3);
+    auto red_left = [&] {
+      const Frame f = scene.render();
+      std::size_t left = 0, all = 0;
+      for (int y = 0; y < f.height; ++y)
+        for (int x = 0; x < f.width; ++x) {
+          const std::uint8_t* p = &f.rgb[3 * (static_cast<std::size_t>(y) * f.width + x)];
+          if (p[0] > 200 && p[1] < 60 && p[2] < 60) ++all, left += x < f.width / 2;
+        }
+      return all ? double(left) / double(all) : -1.0;
+    };
+    scene.set_morph_t(0);
+    QVERIFY(red_left() > 0.9);
+    scene.set_morph_t(1);
+    QVERIFY(red_left() < 0.1);
+  }
+
+  // Still frames of more points than the still budget draw a subset; Full detail now draws them all.
+  void still_frames_past_the_budget_draw_a_subset() {
+    PointCloudScene scene;
+    const std::size_t n = VtkImageView::kInitialStillPoints + 100'000;
+    std::vector<float> xyz(n * 3);
+    std::vector<std::uint8_t> rgb(n * 3, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      xyz[3 * i] = std::cos(0.001f * float(i)) * (1 + float(i) / float(n));
+      xyz[3 * i + 1] = std::sin(0.001f * float(i)) * (1 + float(i) / float(n));
+      rgb[3 * i] = 255;
+    }
+    scene.set_points(Layer::kSource, xyz, rgb);
+    scene.set_size(kWidth, kHeight);
+    scene.reset_camera();
+    VtkImageView view(scene);
+    view.resize(kWidth, kHeight);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    view.render_now();  // nothing measured yet: the initial still budget, below n
+    QVERIFY(view.still_subset());
+    QVERIFY(!scene.interactive());  // the lent budget is given back
+    QVERIFY(count(view.composed_image()).red > kMinCoverage * kWidth * kHeight);
+    view.render_full_now();
+    QVERIFY(!view.still_subset());
+    QVERIFY(view.still_budget() >= VtkImageView::kMinInteractivePoints);
+  }
+
   void links_are_drawn_between_clouds() {
     PointCloudScene scene;
     two_discs(scene);

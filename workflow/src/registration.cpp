@@ -56,6 +56,17 @@ double Transform::rotation_degrees() const {
   return std::acos(cosine) * 180.0 / M_PI;
 }
 
+std::array<double, 3> Transform::rotation_axis() const {
+  const Matrix3 a = Eigen::Map<const Eigen::Matrix<double, 3, 3, Eigen::RowMajor>>(linear.data());
+  Eigen::JacobiSVD<Matrix3> svd(a, Eigen::ComputeFullU | Eigen::ComputeFullV);
+  Matrix3 rotation = svd.matrixU() * svd.matrixV().transpose();
+  if (rotation.determinant() < 0) rotation = -rotation;  // an affine reflection: the axis of its rotation part
+  const Eigen::AngleAxisd angle_axis(rotation);
+  if (!(angle_axis.angle() > 1e-12)) return {0, 0, 1};
+  const Vector3 axis = angle_axis.axis().normalized();
+  return {axis.x(), axis.y(), axis.z()};
+}
+
 Transform fit_transform(std::span<const float> from, std::span<const float> to, std::span<const float> weights,
                         TransformModel model) {
   const std::size_t n = weights.size();

@@ -29,6 +29,8 @@ struct Transform {
   std::vector<float> apply(std::span<const float> points) const;  ///< (n×3) → (n×3)
   /// Angle of the rotation part (polar decomposition of `linear`), degrees in [0, 180].
   double rotation_degrees() const;
+  /// Unit axis of that rotation (right-handed with rotation_degrees); (0, 0, 1) when the angle is 0.
+  std::array<double, 3> rotation_axis() const;
 };
 
 /// Weighted least-squares fit of `model` mapping `from` (n×3) onto `to` (n×3), weights (n) ≥ 0 with a positive

@@ -1,6 +1,6 @@
 // Non-rigid OT registration (nonrigid.hpp): Gaussian-kernel displacement field over farthest-point control points,
 // fitted each round to the barycentric targets of an entropic plan.
-#include "nonrigid.hpp"
+#include "flashot/workflow/nonrigid.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -215,6 +215,7 @@ NonrigidResult register_nonrigid(PointsView source, PointsView target, const Non
     result.moved = std::move(moved);
     result.rounds.push_back(rr);
     result.rms = rr.rms;
+    result.transported_mass = total;  // the source's weights are uniform and sum to 1
     result.last_solve = std::move(s);
     const bool at_final = blur <= final_blur;
     if (progress && !progress(round + 1, o.max_rounds, rr.epsilon, rr.rms)) break;

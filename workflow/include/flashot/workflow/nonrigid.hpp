@@ -42,6 +42,7 @@ struct NonrigidResult {
   std::vector<RegistrationRound> rounds;
   double rms = 0;  ///< r-weighted RMS distance from the moved source to its barycentric targets
   double diameter = 0;
+  double transported_mass = 1;  ///< share of the source's mass the final plan transports (as RegistrationResult)
   bool converged = false;  ///< settled at the final blur within max_rounds
   SolveResult last_solve;
   int iterations = 0;  ///< Sinkhorn iterations, all rounds together
