@@ -23,7 +23,7 @@ __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOpe
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int row0 = blockIdx.x * kWgBlockRows + warp * 16;
   Core core;
-  core.load_rows(wg_smem, rop, blockIdx.x * kWgBlockRows, row0, rows.count);
+  core.load_rows(wg_smem, rop, blockIdx.x * kWgBlockRows, rows.count);
   // Screened: running max seeded at the row's best column of the last screened pass (lse_mma_kernel has the
   // reasons).
   float run_max[2] = {kNoMax, kNoMax}, run_sum[2] = {0.f, 0.f}, best[2] = {-INFINITY, -INFINITY};

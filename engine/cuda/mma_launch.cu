@@ -116,6 +116,9 @@ void launch_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperand
 
 ReductionPlan plan_symmetric_mma(const PointSet& x, const PointSet& y, const MmaOperands& op, int resident_blocks,
                                  int sms) {
+  // Two subtiles per warpgroup (wg_sums_subtiles): blocks of half the threads, two per SM, so twice the slots.
+  if (op.warpgroup && op.padded_d / 16 >= 1 && op.padded_d / 16 <= 8 && wg_sums_subtiles(op.padded_d / 16) == 2)
+    return plan_waves(x.count, y.count, kWgBlockRows, kMmaTile, 2 * sms, kWgOverheadTiles);
   return plan_lse_mma(x, y, op, resident_blocks, sms);
 }
 

@@ -34,6 +34,12 @@ constexpr int mma_shared_bytes(int ks, int terms) {
 constexpr int kWgThreads = 512;           // four warpgroups
 constexpr int kWgBlockRows = 256;         // 16 rows per warp
 constexpr int kWgWarps = kWgThreads / 32;
+/// m64 subtiles per warpgroup of the one-pass sums kernels (WgTileCore's MT): two at d ≤ 16 (KS = 1), whose
+/// per-entry work is the exponential and its sums alone, so that a tile's fixed costs and the column transpose-sum
+/// serve twice the entries (issue 21: 100k, d = 8, ncu: 10.3 instructions per entry at 2.0 per cycle, 4 warps per
+/// scheduler, 0.9 of them eligible); its blocks have kWgThreads / 2 threads and two share an SM. One beyond KS = 1,
+/// where the rows' A fragments of two subtiles would not fit the 128 registers two blocks per SM leave.
+constexpr int wg_sums_subtiles(int ks) { return ks == 1 ? 2 : 1; }
 
 }  // namespace
 
