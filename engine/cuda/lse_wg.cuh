@@ -95,12 +95,12 @@ __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOpe
 
 /// The dense kernel of a site that is not screened (a screened site launches lse_wg_site_kernel).
 template <int KS>
-__global__ void __launch_bounds__(kWgThreads / wg_sums_subtiles(KS), wg_sums_subtiles(KS))
+__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     lse_wg_kernel(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop, const float* __restrict__ h, Scale sc,
                   float alpha, int cols_per_split, float2* __restrict__ partials, const int* guard, int* seeds,
                   ScreenState* screen, float cut) {
   if (guard != nullptr && *guard == 0) return;
-  lse_wg_body<KS, false, wg_sums_subtiles(KS)>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, seeds,
+  lse_wg_body<KS, false, wg_subtiles(KS)>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, seeds,
                                                 screen, cut);
 }
 
@@ -108,17 +108,17 @@ __global__ void __launch_bounds__(kWgThreads / wg_sums_subtiles(KS), wg_sums_sub
 /// screened or the dense body, as the site's state says; the decision for the next launch is taken at the end of
 /// either (close_site).
 template <int KS>
-__global__ void __launch_bounds__(kWgThreads / wg_sums_subtiles(KS), wg_sums_subtiles(KS))
+__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     lse_wg_site_kernel(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop, const float* __restrict__ h,
                        Scale sc, float alpha, int cols_per_split, float2* __restrict__ partials, const int* guard,
                        int* seeds, ScreenState* screen, float cut) {
   if (guard != nullptr && *guard == 0) return;
   if (site_runs<true>(screen)) {
-    lse_wg_body<KS, true, wg_sums_subtiles(KS)>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, seeds,
+    lse_wg_body<KS, true, wg_subtiles(KS)>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, seeds,
                                                 screen, cut);
     close_site<false>(screen, false, TileCounts{});
   } else {
-    lse_wg_body<KS, false, wg_sums_subtiles(KS)>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials,
+    lse_wg_body<KS, false, wg_subtiles(KS)>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials,
                                                  seeds, screen, cut);
   }
 }
@@ -128,14 +128,14 @@ __global__ void __launch_bounds__(kWgThreads / wg_sums_subtiles(KS), wg_sums_sub
 template <int KS, bool SITE>
 void launch_lse_wg_kernel(const SiteLaunch& at, const LseSiteArgs& a) {
   if constexpr (SITE) {
-    constexpr int kMt = wg_sums_subtiles(KS);
+    constexpr int kMt = wg_subtiles(KS);
     launch_kernel<lse_wg_site_kernel<KS>>(
         at.grid, kWgThreads / kMt,
         std::max(WgTileCore<KS, true, kMt>::kSharedBytes, WgTileCore<KS, false, kMt>::kSharedBytes),
         at.stream, a.rows, a.cols, a.rop, a.cop, a.h, a.scale, a.alpha, a.cols_per_split, a.partials, a.guard,
         a.seeds, at.screen, at.cut);
   } else {
-    constexpr int kMt = wg_sums_subtiles(KS);
+    constexpr int kMt = wg_subtiles(KS);
     launch_kernel<lse_wg_kernel<KS>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes, at.stream,
                                      a.rows,
                                      a.cols, a.rop, a.cop, a.h, a.scale, a.alpha, a.cols_per_split, a.partials,

@@ -84,20 +84,20 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
 
 /// The dense kernel of a sums site that is not screened (a screened one launches sums_wg_site_kernel).
 template <int KS>
-__global__ void __launch_bounds__(kWgThreads / wg_sums_subtiles(KS), wg_sums_subtiles(KS))
+__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     sums_wg_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
                    const float* __restrict__ g, Scale sc, float alpha, int cols_per_split, float* __restrict__ rsum,
                    float* __restrict__ csum, const SumsForecast* forecast, ScreenState* screen, float cut) {
   const SumsStep step = forecast != nullptr ? sums_step(*forecast) : SumsStep{};
   if (step.skip != 0) return;
   const float shift = step.shift;
-  sums_wg_body<KS, false, wg_sums_subtiles(KS)>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, shift,
+  sums_wg_body<KS, false, wg_subtiles(KS)>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, shift,
                                                  screen, cut);
 }
 
 /// The sums of a screened site in one launch (lse_wg_site_kernel).
 template <int KS>
-__global__ void __launch_bounds__(kWgThreads / wg_sums_subtiles(KS), wg_sums_subtiles(KS))
+__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     sums_wg_site_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
                         const float* __restrict__ g, Scale sc, float alpha, int cols_per_split,
                         float* __restrict__ rsum, float* __restrict__ csum, const SumsForecast* forecast,
@@ -107,11 +107,11 @@ __global__ void __launch_bounds__(kWgThreads / wg_sums_subtiles(KS), wg_sums_sub
   const float shift = step.shift;
   if (site_runs<true>(screen)) {
     if (screen->paid == 0) cut += screen->floor_gap;  // ScreenState::paid
-    sums_wg_body<KS, true, wg_sums_subtiles(KS)>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum,
+    sums_wg_body<KS, true, wg_subtiles(KS)>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum,
                                                  shift, screen, cut);
     close_site<false>(screen, false, TileCounts{});
   } else {
-    sums_wg_body<KS, false, wg_sums_subtiles(KS)>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum,
+    sums_wg_body<KS, false, wg_subtiles(KS)>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum,
                                                   shift, screen, cut);
   }
 }
@@ -121,14 +121,14 @@ __global__ void __launch_bounds__(kWgThreads / wg_sums_subtiles(KS), wg_sums_sub
 template <int KS, bool SITE>
 void launch_sums_wg_kernel(const SiteLaunch& at, const SumsSiteArgs& a) {
   if constexpr (SITE) {
-    constexpr int kMt = wg_sums_subtiles(KS);
+    constexpr int kMt = wg_subtiles(KS);
     launch_kernel<sums_wg_site_kernel<KS>>(
         at.grid, kWgThreads / kMt,
         std::max(WgTileCore<KS, true, kMt>::kSharedBytes, WgTileCore<KS, false, kMt>::kSharedBytes),
         at.stream, a.x, a.y, a.xop, a.yop, a.f, a.g, a.scale, a.alpha, a.cols_per_split, a.rsum, a.csum,
         a.forecast, at.screen, at.cut);
   } else {
-    constexpr int kMt = wg_sums_subtiles(KS);
+    constexpr int kMt = wg_subtiles(KS);
     launch_kernel<sums_wg_kernel<KS>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes, at.stream,
                                       a.x, a.y,
                                       a.xop, a.yop, a.f, a.g, a.scale, a.alpha, a.cols_per_split, a.rsum, a.csum,

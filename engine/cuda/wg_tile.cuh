@@ -4,7 +4,8 @@
 // Why: on the H200 the screened mma.sync kernels (lse_mma.cuh, sums_mma.cuh) are bound by L2 → shared-memory traffic,
 // not by the tensor cores — every 128-row block streams all column tiles' hi and lo halves (2 × 12.8 MB at n = 100k,
 // d = 64: 20 GB per pass, L2 throughput at 90%, tests/bench/wgmma_probe.cu under ncu). These kernels give each column
-// tile to 256 rows (four warpgroups, 512 threads, one block per SM), which halves the traffic, and take the screen's
+// tile to 256 rows (four warpgroups, 512 threads, one block per SM; at d <= 16 two warpgroups of 128 rows, 256
+// threads, two blocks per SM: WgTileCore's MT, mma_launch.cuh wg_subtiles), which halves the traffic, and take the screen's
 // hi·hi product from wgmma (B from shared memory through a descriptor, A from registers), which leaves the issue slots
 // of mma.sync to the kept tiles. Each warp decides for its own 16 × 64 tile (a finer grain than the mma.sync kernels'
 // 32 × 64), adds the cross products of a kept tile with mma.sync (ldmatrix from the same core matrices) and sums it.
