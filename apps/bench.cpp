@@ -237,6 +237,19 @@ int bench_main(const std::vector<std::string>& args) {
                               format_ms(*min_it) + ", max " + format_ms(*max_it) + "), " +
                               format_ms(median_ms / double(iters)) + " ms/iteration, " + rate +
                               " kernel entries/s (2nm per iteration)";
+  // What the engine did over the warm-up and the timed solves (docs/engine.md: the one-pass steps' outcomes, the
+  // screened sites' kept tiles), on stderr: which path a timing measured.
+  const EngineStatistics st = problem.statistics();
+  const auto site = [](const ScreenSiteStatistics& s) {
+    return std::to_string(s.kept_tiles) + "/" + std::to_string(s.seen_tiles);
+  };
+  std::cerr << "statistics over " << (repeats + 1) << " solves: one-pass steps " << st.one_pass_steps
+            << " (shifted " << st.shifted_steps << "), skipped " << st.skipped_steps << ", redone "
+            << st.redone_steps;
+  if (st.screened)
+    std::cerr << "; screened tiles kept/seen: rows " << site(st.rows_lse) << ", columns " << site(st.columns_lse)
+              << ", sums " << site(st.sums);
+  std::cerr << std::endl;
   if (vm.count("csv")) {
     std::cerr << summary << std::endl;
     std::cout << method << ',' << n << ',' << m << ',' << d << ',' << format_double(eps) << ',' << iters << ','

@@ -12,31 +12,41 @@ namespace {
 
 /// The log-sum-exp of split operands on warpgroups, 256 rows per block: lse_mma_kernel<KS, 3, false, SCREEN>'s
 /// contract (SCREEN: each warp screens its 16 × 64 tile; otherwise every entry is summed, three wgmma products).
-template <int KS, bool SCREEN>
+template <int KS, bool SCREEN, int MT>
 __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop,
                                             const float* __restrict__ h, Scale sc, float alpha, int cols_per_split,
                                             float2* __restrict__ partials, int* seeds, ScreenState* screen,
                                             float cut) {
-  using Core = WgTileCore<KS, SCREEN>;
+  using Core = WgTileCore<KS, SCREEN, MT>;
   extern __shared__ __align__(128) std::uint8_t wg_smem[];
   TileCounts counts;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-  const int row0 = blockIdx.x * kWgBlockRows + warp * 16;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int block_row0 = blockIdx.x * kWgBlockRows;
   Core core;
-  core.load_rows(wg_smem, rop, blockIdx.x * kWgBlockRows, row0, rows.count);
-  // Screened: running max seeded at the row's best column of the last screened pass (lse_mma_kernel has the
-  // reasons).
-  float run_max[2] = {kNoMax, kNoMax}, run_sum[2] = {0.f, 0.f}, best[2] = {-INFINITY, -INFINITY};
-  int best_col[2] = {-1, -1};
+  core.load_rows(wg_smem, rop, block_row0, rows.count);
+  // (m16, row g / g + 8). Screened: running max seeded at the row's best column of the last screened pass
+  // (lse_mma_kernel has the reasons).
+  float run_max[MT][2], run_sum[MT][2], best[MT][2];
+  int best_col[MT][2];
 #pragma unroll
-  for (int hh = 0; hh < 2 && SCREEN; ++hh) run_max[hh] = seeded_max(rows, cols, h, sc, seeds, row0 + g + hh * 8, t);
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      run_max[mt][hh] = SCREEN ? seeded_max(rows, cols, h, sc, seeds, block_row0 + Core::subtile_row(mt) + g + hh * 8, t)
+                               : kNoMax;
+      run_sum[mt][hh] = 0.f;
+      best[mt][hh] = -INFINITY;
+      best_col[mt][hh] = -1;
+    }
   const int j_begin = blockIdx.y * cols_per_split;
   const int j_end = min(cols.count, j_begin + cols_per_split);
   const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
   const auto tile_start = [&](int it) { return j_begin + it * kMmaTile; };
-  const auto epilogue = [&](float (&s)[1][8][4], const float* vt, int, int it, const std::uint8_t* stage) {
+  const auto epilogue = [&](float (&s)[MT][8][4], const float* vt, int, int it, const std::uint8_t* stage) {
     if constexpr (SCREEN) {
-      const float floor[1][2] = {{run_max[0] - cut, run_max[1] - cut}};
+      float floor[MT][2];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) floor[mt][0] = run_max[mt][0] - cut, floor[mt][1] = run_max[mt][1] - cut;
       const bool keep = screen_keeps(s, vt, alpha, floor);
       counts.add(keep);
       if (!keep) return;
@@ -46,61 +56,70 @@ __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOpe
     for (int nt = 0; nt < 8; ++nt) {
       const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        s[0][nt][2 * hh] = fmaf(alpha, s[0][nt][2 * hh], b2.x);
-        s[0][nt][2 * hh + 1] = fmaf(alpha, s[0][nt][2 * hh + 1], b2.y);
-      }
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          s[mt][nt][2 * hh] = fmaf(alpha, s[mt][nt][2 * hh], b2.x);
+          s[mt][nt][2 * hh + 1] = fmaf(alpha, s[mt][nt][2 * hh + 1], b2.y);
+        }
     }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float top = kNoMax;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const float v = s[mt][nt][2 * hh + q];
+            if (SCREEN && v > best[mt][hh]) best[mt][hh] = v, best_col[mt][hh] = tile_start(it) + nt * 8 + 2 * t + q;
+            top = fmaxf(top, v);
+          }
+        online_lse_row(top, [&](int e) { return s[mt][e / 2][2 * hh + e % 2]; }, run_max[mt][hh], run_sum[mt][hh]);
+      }
+  };
+  core.template run<!SCREEN && KS <= 4 && MT == 1>(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      float top = kNoMax;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const float v = s[0][nt][2 * hh + q];
-          if (SCREEN && v > best[hh]) best[hh] = v, best_col[hh] = tile_start(it) + nt * 8 + 2 * t + q;
-          top = fmaxf(top, v);
-        }
-      online_lse_row(top, [&](int e) { return s[0][e / 2][2 * hh + e % 2]; }, run_max[hh], run_sum[hh]);
+      const float sum = quad_sum(run_sum[mt][hh]);
+      const int r = block_row0 + Core::subtile_row(mt) + g + hh * 8;
+      if (t == 0 && r < rows.count)
+        partials[std::size_t(blockIdx.y) * rows.count + r] = make_float2(run_max[mt][hh], sum);
+      if constexpr (SCREEN) store_seed(best[mt][hh], best_col[mt][hh], r, rows.count, t, seeds);
     }
-  };
-  core.template run<!SCREEN && KS <= 4>(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const float sum = quad_sum(run_sum[hh]);
-    const int r = row0 + g + hh * 8;
-    if (t == 0 && r < rows.count)
-      partials[std::size_t(blockIdx.y) * rows.count + r] = make_float2(run_max[hh], sum);
-    if constexpr (SCREEN) store_seed(best[hh], best_col[hh], r, rows.count, t, seeds);
-  }
   close_site<SCREEN>(screen, true, counts);
 }
 
 /// The dense kernel of a site that is not screened (a screened site launches lse_wg_site_kernel).
 template <int KS>
-__global__ void __launch_bounds__(kWgThreads, 1)
+__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     lse_wg_kernel(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop, const float* __restrict__ h, Scale sc,
                   float alpha, int cols_per_split, float2* __restrict__ partials, const int* guard, int* seeds,
                   ScreenState* screen, float cut) {
   if (guard != nullptr && *guard == 0) return;
-  lse_wg_body<KS, false>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, seeds, screen, cut);
+  lse_wg_body<KS, false, wg_subtiles(KS)>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, seeds,
+                                                screen, cut);
 }
 
 /// A screened site in one launch (rather than a screened and a dense launch of which one returns at once): the
 /// screened or the dense body, as the site's state says; the decision for the next launch is taken at the end of
 /// either (close_site).
 template <int KS>
-__global__ void __launch_bounds__(kWgThreads, 1)
+__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     lse_wg_site_kernel(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop, const float* __restrict__ h,
                        Scale sc, float alpha, int cols_per_split, float2* __restrict__ partials, const int* guard,
                        int* seeds, ScreenState* screen, float cut) {
   if (guard != nullptr && *guard == 0) return;
   if (site_runs<true>(screen)) {
-    lse_wg_body<KS, true>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, seeds, screen, cut);
+    lse_wg_body<KS, true, wg_subtiles(KS)>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, seeds,
+                                                screen, cut);
     close_site<false>(screen, false, TileCounts{});
   } else {
-    lse_wg_body<KS, false>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, seeds, screen, cut);
+    lse_wg_body<KS, false, wg_subtiles(KS)>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials,
+                                                 seeds, screen, cut);
   }
 }
 
@@ -109,12 +128,16 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 template <int KS, bool SITE>
 void launch_lse_wg_kernel(const SiteLaunch& at, const LseSiteArgs& a) {
   if constexpr (SITE) {
+    constexpr int kMt = wg_subtiles(KS);
     launch_kernel<lse_wg_site_kernel<KS>>(
-        at.grid, kWgThreads, std::max(WgTileCore<KS, true>::kSharedBytes, WgTileCore<KS, false>::kSharedBytes),
+        at.grid, kWgThreads / kMt,
+        std::max(WgTileCore<KS, true, kMt>::kSharedBytes, WgTileCore<KS, false, kMt>::kSharedBytes),
         at.stream, a.rows, a.cols, a.rop, a.cop, a.h, a.scale, a.alpha, a.cols_per_split, a.partials, a.guard,
         a.seeds, at.screen, at.cut);
   } else {
-    launch_kernel<lse_wg_kernel<KS>>(at.grid, kWgThreads, WgTileCore<KS, false>::kSharedBytes, at.stream, a.rows,
+    constexpr int kMt = wg_subtiles(KS);
+    launch_kernel<lse_wg_kernel<KS>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes, at.stream,
+                                     a.rows,
                                      a.cols, a.rop, a.cop, a.h, a.scale, a.alpha, a.cols_per_split, a.partials,
                                      a.guard, a.seeds, at.screen, at.cut);
   }

@@ -51,7 +51,13 @@ constexpr int kWgOverheadTiles = 2;
 
 ReductionPlan plan_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperands& op, int resident_blocks,
                            int sms) {
-  if (op.warpgroup) return plan_waves(rows.count, cols.count, kWgBlockRows, kMmaTile, sms, kWgOverheadTiles);
+  if (op.warpgroup) {
+    // Two subtiles per warpgroup (wg_subtiles, the LSE and the sums kernels alike): blocks of half the threads,
+    // two per SM, so twice the slots.
+    const int ks = op.padded_d / 16;
+    const int per_sm = ks >= 1 && ks <= 8 ? wg_subtiles(ks) : 1;
+    return plan_waves(rows.count, cols.count, kWgBlockRows, kMmaTile, per_sm * sms, kWgOverheadTiles);
+  }
   return plan_reduction(rows.count, cols.count, kMmaBlockRows, kMmaTile, resident_blocks);
 }
 

@@ -34,6 +34,13 @@ constexpr int mma_shared_bytes(int ks, int terms) {
 constexpr int kWgThreads = 512;           // four warpgroups
 constexpr int kWgBlockRows = 256;         // 16 rows per warp
 constexpr int kWgWarps = kWgThreads / 32;
+/// m64 subtiles per warpgroup of the warpgroup kernels (WgTileCore's MT; the LSE and the one-pass sums alike): two
+/// at d <= 16 (KS = 1), whose per-entry work is the exponential and its sums alone, so that a tile's fixed costs
+/// and the sums' column transpose-sum serve twice the entries (issue 21: 100k, d = 8, ncu, one sums pass 6.95 ->
+/// 5.01 ms, 10.3 -> 7.7 instructions per entry; before, 2.0 issued per cycle with 4 warps per scheduler, 0.9 of them
+/// eligible); their blocks have kWgThreads / 2 threads and two share an SM. One beyond KS = 1, where the rows' A
+/// fragments of two subtiles would not fit the 128 registers that two blocks per SM leave.
+constexpr int wg_subtiles(int ks) { return ks == 1 ? 2 : 1; }
 
 }  // namespace
 

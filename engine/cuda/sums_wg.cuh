@@ -13,43 +13,48 @@ namespace {
 
 /// The one-pass sums of split operands on warpgroups, 256 rows per block: sums_mma_kernel<KS, 3, false, SCREEN>'s
 /// contract.
-template <int KS, bool SCREEN>
+template <int KS, bool SCREEN, int MT>
 __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop,
                                              const float* __restrict__ f, const float* __restrict__ g, Scale sc,
                                              float alpha, int cols_per_split, float* __restrict__ rsum,
                                              float* __restrict__ csum, float shift, ScreenState* screen,
                                              float cut) {
-  using Core = WgTileCore<KS, SCREEN>;
+  using Core = WgTileCore<KS, SCREEN, MT>;
   extern __shared__ __align__(128) std::uint8_t wg_smem[];
   // (stage, BN): the column sums of the stage's tile, added by every warp (shared atomics), taken by drain.
   __shared__ float colacc[Core::kStages][kMmaTile];
-  for (int e = threadIdx.x; e < Core::kStages * kMmaTile; e += kWgThreads) colacc[e / kMmaTile][e % kMmaTile] = 0.f;
+  for (int e = threadIdx.x; e < Core::kStages * kMmaTile; e += Core::kThreads)
+    colacc[e / kMmaTile][e % kMmaTile] = 0.f;
   TileCounts counts;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gr = lane / 4, t = lane % 4;
-  const int row0 = blockIdx.x * kWgBlockRows + warp * 16;
+  const int lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
+  const int block_row0 = blockIdx.x * kWgBlockRows;
   Core core;
-  core.load_rows(wg_smem, xop, blockIdx.x * kWgBlockRows, row0, x.count);
-  float u[1][2], ar[1][2], rs[1][2] = {};  // (m16, row g / g + 8)
+  core.load_rows(wg_smem, xop, block_row0, x.count);
+  float u[MT][2], ar[MT][2], rs[MT][2] = {};  // (m16, row g / g + 8)
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int i = row0 + gr + hh * 8;
-    const bool valid = i < x.count;
-    u[0][hh] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) + shift : -INFINITY;
-    ar[0][hh] = valid ? x.weight[i] : 0.f;
-  }
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int i = block_row0 + Core::subtile_row(mt) + gr + hh * 8;
+      const bool valid = i < x.count;
+      u[mt][hh] = valid ? sc.c1 * (f[i] - sc.s * x.norm2[i]) + shift : -INFINITY;
+      ar[mt][hh] = valid ? x.weight[i] : 0.f;
+    }
   const int j_begin = blockIdx.y * cols_per_split;
   const int j_end = min(y.count, j_begin + cols_per_split);
   const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
   const auto tile_start = [&](int it) { return j_begin + ((it + blockIdx.x) % tiles) * kMmaTile; };
-  const auto epilogue = [&](float (&s)[1][8][4], const float* vt, int slot, int, const std::uint8_t* stage) {
+  const auto epilogue = [&](float (&s)[MT][8][4], const float* vt, int slot, int, const std::uint8_t* stage) {
     if constexpr (SCREEN) {
-      const float floor[1][2] = {{-cut - u[0][0], -cut - u[0][1]}};  // an invalid row (u = −∞) is never kept
+      float floor[MT][2];  // an invalid row (u = −∞) is never kept
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) floor[mt][0] = -cut - u[mt][0], floor[mt][1] = -cut - u[mt][1];
       const bool keep = screen_keeps(s, vt, alpha, floor);
       counts.add(keep);
       if (!keep) return;
       core.add_cross(stage, wg_smem, s);
     }
-    float col[16] = {};  // (n8, 2): Σ over this lane's two rows of a_i E_ij, columns nt·8 + 2t + q
+    float col[16] = {};  // (n8, 2): Σ over this lane's 2·MT rows of a_i E_ij, columns nt·8 + 2t + q
     add_entries(s, vt, alpha, u, ar, rs, col);
     total_column_sums(col);
     atomicAdd(&colacc[slot][gr * 8 + 2 * t], col[0]);
@@ -65,31 +70,34 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
       if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
     }
   };
-  core.template run<!SCREEN && KS <= 4>(wg_smem, yop, tiles, tile_start, epilogue, drain);
+  core.template run<!SCREEN && KS <= 4 && MT == 1>(wg_smem, yop, tiles, tile_start, epilogue, drain);
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const float sum = quad_sum(rs[0][hh]);
-    const int i = row0 + gr + hh * 8;
-    if (t == 0 && i < x.count) atomicAdd(&rsum[i], sum);
-  }
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float sum = quad_sum(rs[mt][hh]);
+      const int i = block_row0 + Core::subtile_row(mt) + gr + hh * 8;
+      if (t == 0 && i < x.count) atomicAdd(&rsum[i], sum);
+    }
   close_site<SCREEN>(screen, true, counts);
 }
 
 /// The dense kernel of a sums site that is not screened (a screened one launches sums_wg_site_kernel).
 template <int KS>
-__global__ void __launch_bounds__(kWgThreads, 1)
+__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     sums_wg_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
                    const float* __restrict__ g, Scale sc, float alpha, int cols_per_split, float* __restrict__ rsum,
                    float* __restrict__ csum, const SumsForecast* forecast, ScreenState* screen, float cut) {
   const SumsStep step = forecast != nullptr ? sums_step(*forecast) : SumsStep{};
   if (step.skip != 0) return;
   const float shift = step.shift;
-  sums_wg_body<KS, false>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, shift, screen, cut);
+  sums_wg_body<KS, false, wg_subtiles(KS)>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, shift,
+                                                 screen, cut);
 }
 
 /// The sums of a screened site in one launch (lse_wg_site_kernel).
 template <int KS>
-__global__ void __launch_bounds__(kWgThreads, 1)
+__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     sums_wg_site_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
                         const float* __restrict__ g, Scale sc, float alpha, int cols_per_split,
                         float* __restrict__ rsum, float* __restrict__ csum, const SumsForecast* forecast,
@@ -99,10 +107,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const float shift = step.shift;
   if (site_runs<true>(screen)) {
     if (screen->paid == 0) cut += screen->floor_gap;  // ScreenState::paid
-    sums_wg_body<KS, true>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, shift, screen, cut);
+    sums_wg_body<KS, true, wg_subtiles(KS)>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum,
+                                                 shift, screen, cut);
     close_site<false>(screen, false, TileCounts{});
   } else {
-    sums_wg_body<KS, false>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, shift, screen, cut);
+    sums_wg_body<KS, false, wg_subtiles(KS)>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum,
+                                                  shift, screen, cut);
   }
 }
 
@@ -111,12 +121,16 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 template <int KS, bool SITE>
 void launch_sums_wg_kernel(const SiteLaunch& at, const SumsSiteArgs& a) {
   if constexpr (SITE) {
+    constexpr int kMt = wg_subtiles(KS);
     launch_kernel<sums_wg_site_kernel<KS>>(
-        at.grid, kWgThreads, std::max(WgTileCore<KS, true>::kSharedBytes, WgTileCore<KS, false>::kSharedBytes),
+        at.grid, kWgThreads / kMt,
+        std::max(WgTileCore<KS, true, kMt>::kSharedBytes, WgTileCore<KS, false, kMt>::kSharedBytes),
         at.stream, a.x, a.y, a.xop, a.yop, a.f, a.g, a.scale, a.alpha, a.cols_per_split, a.rsum, a.csum,
         a.forecast, at.screen, at.cut);
   } else {
-    launch_kernel<sums_wg_kernel<KS>>(at.grid, kWgThreads, WgTileCore<KS, false>::kSharedBytes, at.stream, a.x, a.y,
+    constexpr int kMt = wg_subtiles(KS);
+    launch_kernel<sums_wg_kernel<KS>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes, at.stream,
+                                      a.x, a.y,
                                       a.xop, a.yop, a.f, a.g, a.scale, a.alpha, a.cols_per_split, a.rsum, a.csum,
                                       a.forecast, at.screen, at.cut);
   }

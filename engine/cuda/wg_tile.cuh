@@ -4,7 +4,8 @@
 // Why: on the H200 the screened mma.sync kernels (lse_mma.cuh, sums_mma.cuh) are bound by L2 → shared-memory traffic,
 // not by the tensor cores — every 128-row block streams all column tiles' hi and lo halves (2 × 12.8 MB at n = 100k,
 // d = 64: 20 GB per pass, L2 throughput at 90%, tests/bench/wgmma_probe.cu under ncu). These kernels give each column
-// tile to 256 rows (four warpgroups, 512 threads, one block per SM), which halves the traffic, and take the screen's
+// tile to 256 rows (four warpgroups, 512 threads, one block per SM; at d <= 16 two warpgroups of 128 rows, 256
+// threads, two blocks per SM: WgTileCore's MT, mma_launch.cuh wg_subtiles), which halves the traffic, and take the screen's
 // hi·hi product from wgmma (B from shared memory through a descriptor, A from registers), which leaves the issue slots
 // of mma.sync to the kept tiles. Each warp decides for its own 16 × 64 tile (a finer grain than the mma.sync kernels'
 // 32 × 64), adds the cross products of a kept tile with mma.sync (ldmatrix from the same core matrices) and sums it.
@@ -27,8 +28,16 @@ namespace {
 /// biases) in four stages filled by bulk copies (run), and the products: SCREEN, the wgmma hi·hi product and, for kept tiles, the
 /// mma.sync cross products (rows' lo from shared memory); otherwise (the dense kernels) all three products by
 /// wgmma, the rows' lo halves in registers.
-template <int KS, bool SCREEN>
+///
+/// MT: m64 subtiles per warpgroup (issue 21). Every block has kWgBlockRows rows; with MT = 2 it has half the warps
+/// (two warpgroups of 128 rows, each warp 2 × 16 rows: rows mt·64 + (warp % 4)·16 of its warpgroup's 128), so that
+/// a lane sums four rows per column before the column transpose-sum and a tile's fixed costs (its arrival, the
+/// wgmma fence and wait, the stage count) serve 64 entries per lane instead of 32, and two blocks share an SM.
+template <int KS, bool SCREEN, int MT = 1>
 struct WgTileCore {
+  static_assert(MT == 1 || MT == 2, "one or two m64 subtiles per warpgroup");
+  static constexpr int kThreads = kWgThreads / MT;                    // the block's threads
+  static constexpr int kWarps = kThreads / 32;
   static constexpr int kChunks = 2 * KS;                              // 16-byte chunks per point
   static constexpr int kArrayBytes = kMmaTile * kChunks * 16;         // one array of one column tile
   static constexpr int kStageBytes = 2 * kArrayBytes + kMmaTile * 4;  // hi, lo, biases
@@ -40,26 +49,34 @@ struct WgTileCore {
   static constexpr int kSharedBytes = kCountersAt + 4 * kStages;
   static_assert(2 * kArrayBytes == int(tile_bytes(16 * KS)), "a stage holds one tile of launch_tile_operands");
 
-  std::uint32_t a_hi[KS][4], a_lo[SCREEN ? 1 : KS][4];
+  std::uint32_t a_hi[MT][KS][4], a_lo[MT][SCREEN ? 1 : KS][4];
 
-  /// This warp's rows (row0 .. row0 + 15) into registers (hi; lo too for the dense kernels) and, SCREEN, the
-  /// block's rows' lo halves (kWgBlockRows rows from block_row0, zeros past count) into shared memory as core
-  /// matrices: cp.async, waited for by run() before its first barrier.
-  __device__ __forceinline__ void load_rows(std::uint8_t* smem, const MmaOperands& rop, int block_row0, int row0,
-                                            int count) {
+  /// The first of the 16 rows of this warp's subtile mt, relative to the block's first row.
+  __device__ __forceinline__ static int subtile_row(int mt) {
+    const int warp = threadIdx.x / 32;
+    return (warp / 4) * 64 * MT + mt * 64 + (warp % 4) * 16;
+  }
+
+  /// This warp's rows (block_row0 + subtile_row(mt) .. + 15 for each subtile) into registers (hi; lo too for the
+  /// dense kernels) and, SCREEN, the block's rows' lo halves (kWgBlockRows rows from block_row0, zeros past count)
+  /// into shared memory as core matrices: cp.async, waited for by run() before its first barrier.
+  __device__ __forceinline__ void load_rows(std::uint8_t* smem, const MmaOperands& rop, int block_row0, int count) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int r = row0 + g + (q & 1) * 8, k = ks * 16 + 2 * t + (q >> 1) * 8;
-        const std::size_t at = std::size_t(r) * 16 * KS + k;
-        a_hi[ks][q] = r < count ? *reinterpret_cast<const std::uint32_t*>(rop.hi + at) : 0u;
-        if constexpr (!SCREEN) a_lo[ks][q] = r < count ? *reinterpret_cast<const std::uint32_t*>(rop.lo + at) : 0u;
-      }
+      for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int r = block_row0 + subtile_row(mt) + g + (q & 1) * 8, k = ks * 16 + 2 * t + (q >> 1) * 8;
+          const std::size_t at = std::size_t(r) * 16 * KS + k;
+          a_hi[mt][ks][q] = r < count ? *reinterpret_cast<const std::uint32_t*>(rop.hi + at) : 0u;
+          if constexpr (!SCREEN)
+            a_lo[mt][ks][q] = r < count ? *reinterpret_cast<const std::uint32_t*>(rop.lo + at) : 0u;
+        }
     if constexpr (SCREEN) {
       constexpr int kQuads = (kChunks + 3) / 4, kUnits = (kWgBlockRows / 8) * kQuads;
-      for (int u = threadIdx.x / 32; u < kUnits; u += kWgWarps) {
+      for (int u = threadIdx.x / 32; u < kUnits; u += kWarps) {
         const int p = (u / kQuads) * 8 + lane % 8, c = (u % kQuads) * 4 + lane / 8, r = block_row0 + p;
         if (c < kChunks)
           copy_async16(smem + kRowsLoAt + wgmma::core_offset(p, c, kChunks),
@@ -68,19 +85,23 @@ struct WgTileCore {
     }
   }
 
-  /// Issues d = ⟨row, column⟩ of the warpgroup's 64 rows × the stage's 64 columns (this warp's 16 rows in d, one
-  /// m16 subtile in MmaTileCore's (m16, n8, C fragment) layout) as one wgmma group: hi·hi alone (SCREEN), else
-  /// hi·hi + hi·lo + lo·hi.
-  __device__ __forceinline__ void issue_product(std::uint32_t stage_address, float (&d)[1][8][4]) const {
+  /// Issues d = ⟨row, column⟩ of the warpgroup's 64·MT rows × the stage's 64 columns (this warp's 16 rows of
+  /// subtile mt in d[mt], in MmaTileCore's (m16, n8, C fragment) layout) as one wgmma group: hi·hi alone (SCREEN),
+  /// else hi·hi + hi·lo + lo·hi.
+  __device__ __forceinline__ void issue_product(std::uint32_t stage_address, float (&d)[MT][8][4]) const {
     wgmma::fence();
 #pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
-      wgmma::mma_n64(d[0], a_hi[ks], wgmma::descriptor(stage_address + ks * 256, kChunks), ks > 0);
-    if constexpr (!SCREEN) {
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) {
-        wgmma::mma_n64(d[0], a_hi[ks], wgmma::descriptor(stage_address + kArrayBytes + ks * 256, kChunks), true);
-        wgmma::mma_n64(d[0], a_lo[ks], wgmma::descriptor(stage_address + ks * 256, kChunks), true);
+      for (int ks = 0; ks < KS; ++ks)
+        wgmma::mma_n64(d[mt], a_hi[mt][ks], wgmma::descriptor(stage_address + ks * 256, kChunks), ks > 0);
+      if constexpr (!SCREEN) {
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+          wgmma::mma_n64(d[mt], a_hi[mt][ks], wgmma::descriptor(stage_address + kArrayBytes + ks * 256, kChunks),
+                         true);
+          wgmma::mma_n64(d[mt], a_lo[mt][ks], wgmma::descriptor(stage_address + ks * 256, kChunks), true);
+        }
       }
     }
     wgmma::commit();
@@ -90,15 +111,18 @@ struct WgTileCore {
   /// the block's rows_lo (load_rows), the columns' hi and lo B fragments by one ldmatrix.x4 per (column group, k16
   /// step) from the stage's core matrices.
   __device__ __forceinline__ void add_cross(const std::uint8_t* stage, const std::uint8_t* smem,
-                                            float (&d)[1][8][4]) const {
-    const int lane = threadIdx.x % 32, q = lane / 8, warp = threadIdx.x / 32;
+                                            float (&d)[MT][8][4]) const {
+    const int lane = threadIdx.x % 32, q = lane / 8;
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
       __syncwarp();  // as in MmaTileCore::add_cross: keeps ptxas from hoisting every step's loads
-      // A matrices: rows 0-7 / 8-15 of the warp (q & 1) × chunk 2ks / 2ks + 1 (q >> 1): a0 .. a3 of m16n8k16.
-      const int a_at = wgmma::core_offset(warp * 16 + (q & 1) * 8 + lane % 8, 2 * ks + (q >> 1), kChunks);
-      std::uint32_t alo[4];
-      load_matrices_x4(reinterpret_cast<const std::uint16_t*>(smem + kRowsLoAt + a_at), alo);
+      // A matrices: rows 0-7 / 8-15 of the subtile (q & 1) × chunk 2ks / 2ks + 1 (q >> 1): a0 .. a3 of m16n8k16.
+      std::uint32_t alo[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int a_at = wgmma::core_offset(subtile_row(mt) + (q & 1) * 8 + lane % 8, 2 * ks + (q >> 1), kChunks);
+        load_matrices_x4(reinterpret_cast<const std::uint16_t*>(smem + kRowsLoAt + a_at), alo[mt]);
+      }
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         // B matrices: hi chunk 2ks, hi chunk 2ks + 1, lo chunk 2ks, lo chunk 2ks + 1 of column group nt.
@@ -107,8 +131,11 @@ struct WgTileCore {
                              stage + (q >> 1) * kArrayBytes +
                              wgmma::core_offset(nt * 8 + lane % 8, 2 * ks + (q & 1), kChunks)),
                          b);
-        mma_16816(d[0][nt], a_hi[ks], b[2], b[3], false);
-        mma_16816(d[0][nt], alo, b[0], b[1], false);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816(d[mt][nt], a_hi[mt][ks], b[2], b[3], false);
+          mma_16816(d[mt][nt], alo[mt], b[0], b[1], false);
+        }
       }
     }
   }
@@ -127,6 +154,7 @@ struct WgTileCore {
   __device__ __forceinline__ void run(std::uint8_t* smem, const MmaOperands& cop, int tiles, TileStart tile_start,
                                       Epilogue epilogue, Drain drain) const {
     static_assert(!(OVERLAP && SCREEN), "the screened kernels change their scores on some paths only (kept tiles)");
+    static_assert(!(OVERLAP && MT > 1), "two accumulators of two subtiles exceed the registers");
     asm volatile("cp.async.commit_group;\n" ::: "memory");  // the rows' lo halves (SCREEN, load_rows)
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     if (tiles <= 0) return;
@@ -159,7 +187,7 @@ struct WgTileCore {
       const int s = it % kStages;
       __syncwarp();
       const bool leader = wgmma::elect_one();
-      const bool mine = leader && wgmma::count_in(done_address + 4 * s) == kWgWarps - 1;
+      const bool mine = leader && wgmma::count_in(done_address + 4 * s) == kWarps - 1;
       if (__any_sync(0xffffffffu, mine)) {
         __syncwarp();  // the leader's acquire, for every lane's reads in drain
         drain(s, it);
@@ -170,7 +198,7 @@ struct WgTileCore {
         }
       }
     };
-    const auto consume = [&](float (&d)[1][8][4], int it) {
+    const auto consume = [&](float (&d)[MT][8][4], int it) {
       const int s = it % kStages;
       const std::uint8_t* stage = smem + s * kStageBytes;
       epilogue(d, reinterpret_cast<const float*>(stage + 2 * kArrayBytes), s, it, stage);
@@ -182,10 +210,10 @@ struct WgTileCore {
       // intra-warpgroup overlap). Unrolled by two so that they swap roles without moves, and every group is waited
       // for within the body (a group in flight across the back edge makes ptxas serialise every wgmma: C7514).
       // Past the last tile the product reads a stage that no copy writes any more, and its result is not used.
-      float da[1][8][4], db[1][8][4];
+      float da[MT][8][4], db[MT][8][4];
       arrived(0);
       issue_product(stage_address(0), da);
-      const auto step = [&](float (&cur)[1][8][4], float (&next)[1][8][4], int it) {
+      const auto step = [&](float (&cur)[MT][8][4], float (&next)[MT][8][4], int it) {
         if (it + 1 < tiles) arrived(it + 1);
         issue_product(stage_address(it + 1), next);
         wgmma::wait<1>();  // tile it's product
@@ -204,10 +232,11 @@ struct WgTileCore {
     } else {
       for (int it = 0; it < tiles; ++it) {
         arrived(it);
-        float d[1][8][4];
+        float d[MT][8][4];
         issue_product(stage_address(it), d);
         wgmma::wait<0>();
-        wgmma::fence_operands(d[0]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) wgmma::fence_operands(d[mt]);
         consume(d, it);
       }
     }
