@@ -33,6 +33,8 @@ constexpr double kMarginalTolerance = 2e-3;   // of the total mass, per plan row
 constexpr double kRotationToleranceDegrees = 1.0;
 constexpr double kTranslationTolerance = 0.01;  // of the slice width
 constexpr double kLabelAccuracy = 0.95;
+// Unbalanced alignment onto a cropped slice: reach in the units of `align --spatial` (mean squared distance 1).
+constexpr double kCroppedReach = 0.3;
 
 std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
@@ -264,6 +266,85 @@ TEST_P(GromovSlices, RecoverRotationTranslationAndLabels) {
   std::cout << "[ slices   ] " << GetParam() << ": rotation " << degrees << "° (true " << so.rotation_degrees
             << "°), translation (" << t[0] << ", " << t[1] << ") (true (" << s.translation[0] << ", "
             << s.translation[1] << ")), labels " << accuracy << ", " << r.outer_iterations << " outer / "
+            << r.inner_iterations << " inner iterations, " << r.seconds << " s\n";
+}
+
+// A target slice of smaller extent and higher density (a centred sub-square 0.6 of the tissue's side, 1000 cells)
+// against the whole source (800 cells): unbalanced, as `align --spatial --reach` runs it. Source cells outside the
+// target's extent lose their mass; the motion is fitted on the rows that keep it, weighted by their mass, and
+// the labels are checked on the cells whose true image lies inside the target.
+// DISABLED: not met yet (docs/gromov-wasserstein.md §5). Measured on the CPU: labels inside 100%, translation
+// (359.8, −201.2) of 1000 (within 1%), but rotation 38.61° for the true 37° (a fit on the inside cells alone:
+// 37.86°); reach 0.15 is worse (40.77°). Run with --gtest_also_run_disabled_tests.
+TEST_P(GromovSlices, DISABLED_RecoverTheMotionOntoACroppedTargetUnbalanced) {
+  FLASHOT_REQUIRE_BACKEND(GetParam());
+  SliceOptions so;
+  so.n_source = 800;
+  so.n_target = 1000;
+  so.width = 1000;
+  so.rotation_degrees = 37;
+  so.translation_x = 0.35;
+  so.translation_y = -0.2;
+  so.deformation = 0.01;
+  so.target_extent = 0.6;
+  const SlicePair s = make_slice_pair(so);
+  std::vector<float> x(s.x), y(s.y), u(s.u), v(s.v);
+  const float coordinate_scale = static_cast<float>(std::sqrt(3.0) / so.width);
+  for (float& c : x) c *= coordinate_scale;
+  for (float& c : y) c *= coordinate_scale;
+  double mean_cost = 0;
+  for (std::size_t i = 0; i < s.n; i += 7)
+    for (std::size_t j = 0; j < s.m; j += 7)
+      for (std::size_t c = 0; c < s.e; ++c) mean_cost += std::pow(u[i * s.e + c] - v[j * s.e + c], 2);
+  mean_cost /= static_cast<double>(((s.n + 6) / 7) * ((s.m + 6) / 7));
+  for (float& c : u) c /= static_cast<float>(std::sqrt(mean_cost));
+  for (float& c : v) c /= static_cast<float>(std::sqrt(mean_cost));
+  BackendOptions bo;
+  bo.backend = parse_backend(GetParam());
+  GromovProblem problem({{x, s.n, 2}, {y, s.m, 2}, {u, s.n, s.e}, {v, s.m, s.e}, {}, {}}, bo);
+  GromovOptions o;
+  o.alpha = 0.5;
+  o.epsilon = 0.05 * 0.05;
+  o.reach = kCroppedReach;
+  o.max_outer = 100;
+  o.outer_tolerance = 1e-5;
+  o.inner_tolerance = 1e-4;
+  const GromovResult r = problem.solve(o);
+  EXPECT_TRUE(r.converged) << r.message;
+  std::vector<float> mapped = problem.map_coordinates(r);
+  for (float& c : mapped) c /= coordinate_scale;
+  const std::vector<float> mass = problem.problem().row_marginal(r.plan);
+  // Which source cells have a true image inside the target's extent (the sub-square, before the motion).
+  const double half = 0.5 * so.target_extent * so.width;
+  std::vector<float> w(s.n, 0.0f);
+  std::size_t inside = 0;
+  double mass_inside = 0, mass_outside = 0;
+  for (std::size_t i = 0; i < s.n; ++i) {
+    const bool in = std::abs(s.x[2 * i]) < half && std::abs(s.x[2 * i + 1]) < half;
+    inside += in;
+    (in ? mass_inside : mass_outside) += mass[i];
+    w[i] = std::isfinite(mapped[2 * i]) ? mass[i] : 0.0f;
+  }
+  double angle = 0, t[2];
+  rigid_fit(s.x, mapped, w, angle, t);
+  const double degrees = angle * 180 / std::numbers::pi;
+  EXPECT_NEAR(degrees, so.rotation_degrees, kRotationToleranceDegrees);
+  EXPECT_NEAR(t[0], s.translation[0], kTranslationTolerance * so.width);
+  EXPECT_NEAR(t[1], s.translation[1], kTranslationTolerance * so.width);
+  const LabelTransfer lt = problem.problem().transfer_labels(r.plan, Side::kTarget, s.label_y, s.classes);
+  std::size_t right = 0;
+  for (std::size_t i = 0; i < s.n; ++i)
+    right += std::abs(s.x[2 * i]) < half && std::abs(s.x[2 * i + 1]) < half && lt.label[i] == s.label_x[i];
+  const double accuracy = static_cast<double>(right) / static_cast<double>(inside);
+  EXPECT_GE(accuracy, kLabelAccuracy);
+  // Cells with no counterpart keep little mass: per cell, far less than those inside.
+  const double per_in = mass_inside / static_cast<double>(inside);
+  const double per_out = mass_outside / static_cast<double>(s.n - inside);
+  EXPECT_LT(per_out, 0.25 * per_in);
+  std::cout << "[ cropped  ] " << GetParam() << ": rotation " << degrees << "° (true " << so.rotation_degrees
+            << "°), translation (" << t[0] << ", " << t[1] << ") (true (" << s.translation[0] << ", "
+            << s.translation[1] << ")), labels inside " << accuracy << " (" << inside << " cells), mass per cell "
+            << per_in << " inside / " << per_out << " outside, " << r.outer_iterations << " outer / "
             << r.inner_iterations << " inner iterations, " << r.seconds << " s\n";
 }
 
