@@ -25,7 +25,9 @@ int main(int argc, char** argv) {
   double alpha = 0.5, blur = 0.05, outer_tol = 1e-5, inner_tol = 1e-4;
   flashot::BackendOptions bo;
   double first_tol = 1e-2, anneal = 1, anneal_factor = 0.5, adaptive = 0, anneal_tol = 1e-2;
-  int max_inner = flashot::GromovOptions{}.inner_max_iterations, anneal_iters = 0, anderson = 10, block = 1;
+  const flashot::GromovOptions defaults;
+  int max_inner = defaults.inner_max_iterations, anneal_iters = 0, anderson = defaults.anderson_memory,
+      block = defaults.anderson_block;
   std::string scheme = "alternating", dump;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   for (int i = 1; i + 1 < argc; i += 2) {
