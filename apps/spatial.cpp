@@ -84,7 +84,9 @@ int align_spatial_main(const po::variables_map& vm) {
   if (max_outer > 1'000'000) throw UsageError("--max-outer is too large (got " + std::to_string(max_outer) + ")");
   if (max_iters > 100'000'000) throw UsageError("--max-iters is too large (got " + std::to_string(max_iters) + ")");
   so.max_outer = int(max_outer);
-  so.inner_max_iterations = int(max_iters);
+  // The plain align's default budget (one solve to convergence) is not the loop's: left at its default, each
+  // inner solve gets GromovOptions' per-outer-iteration budget (docs/gromov-wasserstein.md §6).
+  so.inner_max_iterations = vm["max-iters"].defaulted() ? GromovOptions{}.inner_max_iterations : int(max_iters);
   so.backend = backend_options(vm);
   const long long coupling_k = require_positive(vm, "coupling-k");
   const bool quiet = vm.count("quiet") > 0 || vm["progress"].as<std::string>() == "none";

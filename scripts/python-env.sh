@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates the Python environment the io tests use as an oracle (files nobody here wrote):
-#   DIR/bin/python with the latest PyPI anndata, h5py, pandas, numpy, scipy and plyfile, and
+#   DIR/bin/python with the latest PyPI anndata, h5py, pandas, numpy, scipy, plyfile and POT (the fused GW
+#   oracle of tests/engine/gromov_test.cpp), and
 #   DIR/data/10x_pbmc68k_reduced.h5ad taken from a scanpy wheel (1.12.x up to 1.12.3: newer wheels ship it as
 #   .zarr.zip). The wheel is downloaded, not installed: scanpy itself is not needed.
 #   DIR/pandas3/bin/python with anndata >= 0.13 and pandas >= 3, used only by the tests that read files written by
@@ -22,7 +23,7 @@ python=${PYTHON:-python3}
 "$python" -m venv "$dir"
 "$dir/bin/python" -m pip install --quiet --upgrade pip
 # zarr >= 3 and numcodecs: the zarr store tests (tests/io/python/zarr_fixtures.py) write format 2 and 3 stores
-"$dir/bin/python" -m pip install --quiet --upgrade anndata h5py pandas numpy scipy plyfile 'zarr>=3' numcodecs
+"$dir/bin/python" -m pip install --quiet --upgrade anndata h5py pandas numpy scipy plyfile 'zarr>=3' numcodecs pot
 
 mkdir -p "$dir/data"
 if [[ ! -s "$dir/data/10x_pbmc68k_reduced.h5ad" ]]; then
@@ -46,9 +47,9 @@ PY
 fi
 
 "$dir/bin/python" - <<'PY'
-import anndata, h5py, numpy, pandas, scipy, plyfile, zarr
+import anndata, h5py, numpy, pandas, scipy, plyfile, zarr, ot
 print(f"python-env: anndata {anndata.__version__}, h5py {h5py.__version__}, pandas {pandas.__version__}, "
-      f"numpy {numpy.__version__}, scipy {scipy.__version__}, zarr {zarr.__version__}")
+      f"numpy {numpy.__version__}, scipy {scipy.__version__}, zarr {zarr.__version__}, POT {ot.__version__}")
 PY
 
 # A Python >= 3.12 for anndata 0.13 + pandas 3: the first candidate that runs and is new enough.

@@ -44,6 +44,211 @@ std::vector<double> centred(const PointsView& v, std::span<const float> w, std::
   return mean;
 }
 
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+/// Solves `k`×`k` G γ = rhs in place (Gaussian elimination with partial pivoting); false when singular.
+bool solve_small(std::vector<double>& g, std::vector<double>& rhs, std::size_t k) {
+  for (std::size_t c = 0; c < k; ++c) {
+    std::size_t piv = c;
+    for (std::size_t r = c + 1; r < k; ++r)
+      if (std::abs(g[r * k + c]) > std::abs(g[piv * k + c])) piv = r;
+    if (!(std::abs(g[piv * k + c]) > 0)) return false;
+    if (piv != c) {
+      for (std::size_t j = 0; j < k; ++j) std::swap(g[c * k + j], g[piv * k + j]);
+      std::swap(rhs[c], rhs[piv]);
+    }
+    for (std::size_t r = c + 1; r < k; ++r) {
+      const double f = g[r * k + c] / g[c * k + c];
+      for (std::size_t j = c; j < k; ++j) g[r * k + j] -= f * g[c * k + j];
+      rhs[r] -= f * rhs[c];
+    }
+  }
+  for (std::size_t c = k; c-- > 0;) {
+    for (std::size_t j = c + 1; j < k; ++j) rhs[c] -= g[c * k + j] * rhs[j];
+    rhs[c] /= g[c * k + c];
+  }
+  return true;
+}
+
+/// One inner solve with Anderson acceleration of the Sinkhorn map (docs/gromov-wasserstein.md §4, "Inner
+/// solves"). `so` carries ε (or an ε-scaling schedule for a cold start), the start, the tolerance, check cadence
+/// and budget. The engine runs `block` Sinkhorn iterations per call; the potentials z = [f; g] between calls are
+/// extrapolated from the last `memory` residuals r = S(z) − z (type-II Anderson mixing), with a restart whenever
+/// the residual grows. The answer is always the engine's own iterate S(z) and its own marginal-error check, so
+/// the acceleration changes the path, never the fixed point or the stopping rule.
+SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int block, bool balanced) {
+  const std::size_t n = problem.n(), m = problem.m(), len = n + m;
+  const double tol = so.tolerance;
+  const int budget = so.max_iterations, check_every = so.check_every;
+  ProgressCallback progress = std::move(so.progress);
+  so.progress = {};
+  so.diagnostics = false;
+  std::vector<double> z(len, 0.0), z_prev, r(len), r_prev;
+  std::vector<std::vector<double>> dz, dr, gram;  // differences of iterates and residuals, Gram matrix of dr
+  double best = std::numeric_limits<double>::infinity();
+  double best_check = std::numeric_limits<double>::infinity();
+  int stalled = 0;
+  int done = 0, since_check = 0;
+  SolveResult last;
+  bool have_z = false;
+  if (so.epsilon == 0) {  // a cold start's ε-scaling: its stages first, then fixed ε
+    so.tolerance = 0;
+    so.max_iterations = block;
+    last = problem.solve(so);
+    done += last.iterations;
+    since_check += block;
+    if (last.reason == StopReason::kNonFinite) return last;
+    so.epsilon = last.epsilon;
+    for (std::size_t i = 0; i < n; ++i) z[i] = last.f[i];
+    for (std::size_t j = 0; j < m; ++j) z[n + j] = last.g[j];
+    have_z = true;
+  } else {
+    for (std::size_t i = 0; i < so.initial_f.size(); ++i) z[i] = so.initial_f[i];
+    for (std::size_t j = 0; j < so.initial_g.size(); ++j) z[n + j] = so.initial_g[j];
+    have_z = true;
+  }
+  (void)have_z;
+  so.initial_f.resize(n);
+  so.initial_g.resize(m);
+  std::vector<double> fallback;  // the last plain iterate, where a failed extrapolation restarts
+  int failures = 0;
+  while (done < budget) {
+    for (std::size_t i = 0; i < n; ++i) so.initial_f[i] = static_cast<float>(z[i]);
+    for (std::size_t j = 0; j < m; ++j) so.initial_g[j] = static_cast<float>(z[n + j]);
+    const int step = std::min(block, budget - done);
+    const bool check = since_check + step >= check_every || done + step >= budget;
+    so.max_iterations = step;
+    so.check_every = step;
+    so.tolerance = check ? tol : 0;
+    SolveResult s = problem.solve(so);
+    done += step;
+    since_check = check ? 0 : since_check + step;
+    if (s.reason == StopReason::kNonFinite) {
+      if (fallback.empty() || ++failures > 3) {
+        s.iterations = done;
+        return s;
+      }
+      z = fallback;  // the extrapolation went too far: back to the last plain iterate, memory cleared
+      dz.clear();
+      dr.clear();
+      gram.clear();
+      z_prev.clear();
+      continue;
+    }
+    double norm = 0;
+    for (std::size_t i = 0; i < n; ++i) r[i] = s.f[i] - z[i];
+    for (std::size_t j = 0; j < m; ++j) r[n + j] = s.g[j] - z[n + j];
+    for (double v : r) norm = std::max(norm, std::abs(v));
+    s.iterations = done;
+    if (check) {
+      if (progress && !progress(Progress{0, 1, so.epsilon, done, budget, s.marginal_error})) {
+        s.reason = StopReason::kCancelled;
+        s.message = "cancelled by the progress callback after " + std::to_string(done) + " iterations";
+        return s;
+      }
+      if (s.converged) {
+        s.message = "converged: marginal error " + show(s.marginal_error) + " ≤ tolerance " + show(tol) + " after " +
+                    std::to_string(done) + " iterations (Anderson-accelerated)";
+        return s;
+      }
+      // Five checks in a row without a new best mean the extrapolation has stalled (near fp32's resolution of
+      // the potentials, typically): the rest of the solve runs plain Sinkhorn iterations.
+      if (s.marginal_error < best_check) {
+        best_check = s.marginal_error;
+        stalled = 0;
+      } else if (++stalled >= 5) {
+        memory = 0;
+      }
+    }
+    if (norm == 0 && check) {
+      // S(z) = z in fp32: the iteration cannot move any more, so more of it only burns the budget.
+      s.converged = false;
+      s.reason = StopReason::kIterationBudget;
+      s.message = "not converged: the fp32 potentials reached a fixed point of the iteration with marginal error " +
+                  show(s.marginal_error) + " > tolerance " + show(tol) + " after " + std::to_string(done) +
+                  " iterations";
+      return s;
+    }
+    last = std::move(s);
+    fallback.resize(len);
+    for (std::size_t i = 0; i < n; ++i) fallback[i] = last.f[i];
+    for (std::size_t j = 0; j < m; ++j) fallback[n + j] = last.g[j];
+    if (memory <= 0) {
+      z = fallback;
+      continue;
+    }
+    if (norm > 4 * best) {  // diverging extrapolation: restart from the plain iterate
+      dz.clear();
+      dr.clear();
+      gram.clear();
+      z_prev.clear();
+      best = norm;
+      z = fallback;
+      continue;
+    }
+    best = std::min(best, norm);
+    if (!z_prev.empty()) {
+      std::vector<double> a(len), b(len);
+      for (std::size_t i = 0; i < len; ++i) {
+        a[i] = z[i] - z_prev[i];
+        b[i] = r[i] - r_prev[i];
+      }
+      if (dz.size() == static_cast<std::size_t>(memory)) {  // the oldest pair leaves, with its Gram row
+        dz.erase(dz.begin());
+        dr.erase(dr.begin());
+        gram.erase(gram.begin());
+        for (auto& row : gram) row.erase(row.begin());
+      }
+      std::vector<double> row(dr.size() + 1);
+      for (std::size_t c = 0; c < dr.size(); ++c) row[c] = dot(dr[c], b);
+      row.back() = dot(b, b);
+      for (std::size_t c = 0; c < gram.size(); ++c) gram[c].push_back(row[c]);
+      gram.push_back(std::move(row));
+      dz.push_back(std::move(a));
+      dr.push_back(std::move(b));
+    }
+    z_prev = z;
+    r_prev = r;
+    const std::size_t k = dr.size();
+    std::vector<double> gamma;
+    if (k > 0) {
+      std::vector<double> g(k * k), rhs(k);
+      double trace = 0;
+      for (std::size_t a = 0; a < k; ++a) {
+        for (std::size_t b = 0; b < k; ++b) g[a * k + b] = gram[a][b];
+        rhs[a] = dot(dr[a], r);
+        trace += g[a * k + a];
+      }
+      for (std::size_t a = 0; a < k; ++a) g[a * k + a] += 1e-10 * trace + 1e-300;
+      if (solve_small(g, rhs, k)) gamma = std::move(rhs);
+    }
+    for (std::size_t i = 0; i < len; ++i) {
+      double v = z[i] + r[i];
+      for (std::size_t a = 0; a < gamma.size(); ++a) v -= gamma[a] * (dz[a][i] + dr[a][i]);
+      z[i] = v;
+    }
+    if (balanced) {
+      // (f + c, g − c) is the same plan: the residuals cannot see c, so the extrapolation may drift along it and
+      // cost the fp32 potentials their resolution. Keep g's mean that of the plain iterate.
+      double c = 0;
+      for (std::size_t j = 0; j < m; ++j) c += z[n + j] - fallback[n + j];
+      c /= static_cast<double>(m);
+      for (std::size_t i = 0; i < n; ++i) z[i] += c;
+      for (std::size_t j = 0; j < m; ++j) z[n + j] -= c;
+    }
+  }
+  last.iterations = done;
+  last.converged = false;
+  last.reason = StopReason::kIterationBudget;
+  last.message = "not converged: marginal error " + show(last.marginal_error) + " > tolerance " + show(tol) +
+                 " after max_iterations = " + std::to_string(budget);
+  return last;
+}
 }  // namespace
 
 struct GromovProblem::Impl {
@@ -135,6 +340,19 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
   require(o.inner_max_iterations >= 1, "inner_max_iterations must be ≥ 1", o.inner_max_iterations);
   require(o.check_every >= 1, "check_every must be ≥ 1", o.check_every);
   require(o.scaling > 0 && o.scaling < 1, "scaling must be in (0, 1)", o.scaling);
+  require(o.anderson_memory >= -1, "anderson_memory must be ≥ −1 (−1 = plain solves)", o.anderson_memory);
+  require(o.anderson_block >= 1, "anderson_block must be ≥ 1", o.anderson_block);
+  require(std::isfinite(o.adaptive_tolerance) && o.adaptive_tolerance >= 0, "adaptive_tolerance must be ≥ 0",
+          o.adaptive_tolerance);
+  require(std::isfinite(o.first_tolerance) && o.first_tolerance > 0, "first_tolerance must be > 0",
+          o.first_tolerance);
+  require(o.annealing_start == 0 || (std::isfinite(o.annealing_start) && o.annealing_start >= 1),
+          "annealing_start must be 0 (from the diameter) or ≥ 1 (1 = no annealing)", o.annealing_start);
+  require(o.annealing_factor > 0 && o.annealing_factor < 1, "annealing_factor must be in (0, 1)",
+          o.annealing_factor);
+  require(std::isfinite(o.annealing_tolerance) && o.annealing_tolerance > 0, "annealing_tolerance must be > 0",
+          o.annealing_tolerance);
+  require(o.annealing_iterations >= 0, "annealing_iterations must be ≥ 0", o.annealing_iterations);
 
   const auto start = std::chrono::steady_clock::now();
   const double eps = o.epsilon;
@@ -142,8 +360,6 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
   const double rho_y = side_rho(o.reach, o.reach_target);
   // docs/gromov-wasserstein.md §4: a separable term A_i of the cost moves into the weights as a_i·e^{−κA_i},
   // κ = 1/(ε + ρ), on an unbalanced side; on a balanced side the potentials absorb it (κ = 0).
-  const double kappa_x = rho_x > 0 ? 1.0 / (eps + rho_x) : 0.0;
-  const double kappa_y = rho_y > 0 ? 1.0 / (eps + rho_y) : 0.0;
   const bool features = o.alpha < 1;
   const bool gw = o.alpha > 0;
   const std::size_t fe = features ? p.e : 0;
@@ -191,6 +407,9 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
   std::vector<double> sep_a(p.n), sep_b(p.m);
   bool stop = false;
 
+  double eps_t = eps * std::max(1.0, o.annealing_start);
+  bool previous_final = false;
+  double adaptive_cap = o.first_tolerance;
   for (int t = 1; t <= o.max_outer && !stop; ++t) {
     const auto t_start = std::chrono::steady_clock::now();
     // ---- The linearized cost at the current plan as ‖Φ_i − Ψ_j‖² + A_i + B_j. ----------------------------------
@@ -231,6 +450,29 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
       for (std::size_t i = 0; i < p.n; ++i) sep_a[i] += o.alpha * lin.sep_x[i];
       for (std::size_t j = 0; j < p.m; ++j) sep_b[j] += o.alpha * lin.sep_y[j];
     }
+    if (t == 1 && o.annealing_start == 0) {
+      // ε_1 = the squared diameter of the augmented points' union (what ε-scaling would start from).
+      double d2 = 0;
+      for (std::size_t c = 0; c < dim; ++c) {
+        double lo = phi[c], hi = phi[c];
+        for (std::size_t i = 0; i < p.n; ++i) lo = std::min<double>(lo, phi[i * dim + c]), hi = std::max<double>(hi, phi[i * dim + c]);
+        for (std::size_t j = 0; j < p.m; ++j) lo = std::min<double>(lo, psi[j * dim + c]), hi = std::max<double>(hi, psi[j * dim + c]);
+        d2 += (hi - lo) * (hi - lo);
+      }
+      eps_t = std::max(eps, d2);
+    }
+    if (t > 1) eps_t = std::max(eps, eps_t * o.annealing_factor);
+    const bool at_final = eps_t <= eps;
+    const double kappa_x = rho_x > 0 ? 1.0 / (eps_t + rho_x) : 0.0;
+    const double kappa_y = rho_y > 0 ? 1.0 / (eps_t + rho_y) : 0.0;
+    double tol_t = o.inner_tolerance;
+    if (!at_final) tol_t = o.annealing_iterations > 0 ? 0.0 : std::max(tol_t, o.annealing_tolerance);
+    else if (o.adaptive_tolerance > 0) {
+      // Inexact inner solves: loose while the outer iterates move, tightened with the outer change, never loosened.
+      const double proposal = std::isfinite(last_change) ? o.adaptive_tolerance * last_change : o.first_tolerance;
+      tol_t = std::max(tol_t, std::min(adaptive_cap, proposal));
+      adaptive_cap = tol_t;
+    }
     // A constant may move between A and B (C is unchanged): pick it so that the largest weight factor e^{−κA}
     // is the same on both sides (and 1 on a lone unbalanced side), far from fp32 overflow.
     const double min_a = *std::min_element(sep_a.begin(), sep_a.end());
@@ -249,35 +491,47 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
     p.problem = std::make_unique<Problem>(PointsView{phi, p.n, dim}, PointsView{psi, p.m, dim}, wa, wb, p.backend);
     SolveOptions so;
     so.scheme = o.scheme;
-    so.tolerance = o.inner_tolerance;
+    so.tolerance = tol_t;
     so.check_every = o.check_every;
-    so.max_iterations = o.inner_max_iterations;
+    so.max_iterations = tol_t == 0 ? o.annealing_iterations : o.inner_max_iterations;
     so.reach = o.reach;
     so.reach_source = o.reach_source;
     so.reach_target = o.reach_target;
     so.diagnostics = false;
     const bool warm = o.warm_start && !f_true.empty();
-    if (warm) {
-      so.epsilon = eps;
+    if (tol_t == 0) so.epsilon = eps_t;
+    if (tol_t == 0) {
+      if (warm) {
+        so.initial_f.resize(p.n);
+        so.initial_g.resize(p.m);
+        for (std::size_t i = 0; i < p.n; ++i)
+          so.initial_f[i] = static_cast<float>(f_true[i] - (1 - eps_t * kappa_x) * sep_a[i]);
+        for (std::size_t j = 0; j < p.m; ++j)
+          so.initial_g[j] = static_cast<float>(g_true[j] - (1 - eps_t * kappa_y) * sep_b[j]);
+      }
+    } else if (warm) {
+      so.epsilon = eps_t;
       // f = f^E + (1 − εκ)A  (docs/gromov-wasserstein.md §4), so the engine's f^E for the new A follows.
       so.initial_f.resize(p.n);
       so.initial_g.resize(p.m);
       for (std::size_t i = 0; i < p.n; ++i)
-        so.initial_f[i] = static_cast<float>(f_true[i] - (1 - eps * kappa_x) * sep_a[i]);
+        so.initial_f[i] = static_cast<float>(f_true[i] - (1 - eps_t * kappa_x) * sep_a[i]);
       for (std::size_t j = 0; j < p.m; ++j)
-        so.initial_g[j] = static_cast<float>(g_true[j] - (1 - eps * kappa_y) * sep_b[j]);
+        so.initial_g[j] = static_cast<float>(g_true[j] - (1 - eps_t * kappa_y) * sep_b[j]);
     } else if (o.epsilon_scaling) {
-      so.blur = std::sqrt(eps);
+      so.blur = std::sqrt(eps_t);
       so.scaling = o.scaling;
     } else {
-      so.epsilon = eps;
+      so.epsilon = eps_t;
     }
     if (o.progress) {
       so.progress = [&, t](const Progress& pr) {
         return o.progress(GromovProgress{t, o.max_outer, pr.iteration, pr.marginal_error, previous, last_change});
       };
     }
-    SolveResult s = p.problem->solve(so);
+    SolveResult s = (o.anderson_memory >= 0 && tol_t > 0)
+                        ? anderson_solve(*p.problem, so, o.anderson_memory, o.anderson_block, rho_x == 0 && rho_y == 0)
+                        : p.problem->solve(so);
     result.inner_iterations += s.iterations;
     result.outer_iterations = t;
     if (s.reason == StopReason::kNonFinite || s.reason == StopReason::kCancelled) {
@@ -288,8 +542,8 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
     }
     f_true.resize(p.n);
     g_true.resize(p.m);
-    for (std::size_t i = 0; i < p.n; ++i) f_true[i] = s.f[i] + (1 - eps * kappa_x) * sep_a[i];
-    for (std::size_t j = 0; j < p.m; ++j) g_true[j] = s.g[j] + (1 - eps * kappa_y) * sep_b[j];
+    for (std::size_t i = 0; i < p.n; ++i) f_true[i] = s.f[i] + (1 - eps_t * kappa_x) * sep_a[i];
+    for (std::size_t j = 0; j < p.m; ++j) g_true[j] = s.g[j] + (1 - eps_t * kappa_y) * sep_b[j];
 
     // ---- The new plan's moments, energy and feature cost: one plan application. ------------------------------
     const std::vector<float> rows = p.problem->apply_plan(s, values, k);
@@ -324,12 +578,16 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
     it.inner_converged = s.converged;
     it.marginal_error = s.marginal_error;
     it.mass = moments.mass;
+    it.epsilon = eps_t;
+    it.inner_tolerance = tol_t;
     it.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     result.history.push_back(it);
+    if (o.report) o.report(it);
     result.objective = objective;
     result.feature_cost = feature_cost;
     result.gw_cost = energy;
     const bool inner_ok = s.converged;
+    const bool s_tol_final = tol_t <= o.inner_tolerance && previous_final;
     result.plan = std::move(s);
     if (!std::isfinite(objective)) {
       result.reason = StopReason::kNonFinite;
@@ -338,7 +596,8 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
     }
     previous = objective;
     last_change = change;
-    if (std::isfinite(change) && change <= o.outer_tolerance && inner_ok) {
+    previous_final = at_final;
+    if (at_final && std::isfinite(change) && change <= o.outer_tolerance && inner_ok && s_tol_final) {
       result.converged = true;
       result.reason = StopReason::kTolerance;
       result.message = "converged: relative objective change " + show(change) + " ≤ " + show(o.outer_tolerance) +

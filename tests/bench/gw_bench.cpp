@@ -1,7 +1,11 @@
 // flashot_gw_bench: times entropic fused Gromov–Wasserstein on synthetic tissue slices (tests/support/slices.cpp)
 // at a given size: wall time, outer and inner iterations, peak device memory. Prints figures, asserts nothing.
 //   flashot_gw_bench [--n N] [--m M] [--e E] [--alpha A] [--blur B] [--backend cpu|cuda|auto] [--threads T]
-//                    [--outer-tol T] [--inner-tol T]
+//                    [--outer-tol T] [--inner-tol T] [--anderson MEMORY] [--block B] [--adaptive C]
+//                    [--first-tol T] [--anneal R] [--anneal-factor F] [--anneal-tol T] [--anneal-iters K]
+//                    [--scheme symmetric|alternating] [--max-inner N] [--dump DIR]
+// Every outer iteration is printed (and flushed) as it finishes; then the totals and the recovery of the known
+// rotation, translation and cell types. --dump writes the normalized inputs to DIR (tests/bench/gw_pot_bench.py).
 // Coordinates and embedding are normalized as `flashot align --spatial` does (workflow/spatial.cpp): ε = blur².
 #include <chrono>
 #include <cmath>
@@ -14,10 +18,18 @@
 #include "flashot/gromov.hpp"
 #include "slices.hpp"
 
+using flashot::test::rigid_fit;
+
 int main(int argc, char** argv) {
   std::size_t n = 20000, m = 20000, e = 50;
   double alpha = 0.5, blur = 0.05, outer_tol = 1e-5, inner_tol = 1e-4;
   flashot::BackendOptions bo;
+  double first_tol = 1e-2, anneal = 1, anneal_factor = 0.5, adaptive = 0, anneal_tol = 1e-2;
+  const flashot::GromovOptions defaults;
+  int max_inner = defaults.inner_max_iterations, anneal_iters = 0, anderson = defaults.anderson_memory,
+      block = defaults.anderson_block;
+  std::string scheme = "alternating", dump;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--n") n = std::stoull(v);
@@ -29,6 +41,17 @@ int main(int argc, char** argv) {
     else if (k == "--inner-tol") inner_tol = std::stod(v);
     else if (k == "--backend") bo.backend = flashot::parse_backend(v);
     else if (k == "--threads") bo.threads = std::stoi(v);
+    else if (k == "--anneal") anneal = std::stod(v);
+    else if (k == "--anneal-factor") anneal_factor = std::stod(v);
+    else if (k == "--adaptive") adaptive = std::stod(v);
+    else if (k == "--anneal-tol") anneal_tol = std::stod(v);
+    else if (k == "--scheme") scheme = v;
+    else if (k == "--anneal-iters") anneal_iters = std::stoi(v);
+    else if (k == "--anderson") anderson = std::stoi(v);
+    else if (k == "--block") block = std::stoi(v);
+    else if (k == "--first-tol") first_tol = std::stod(v);
+    else if (k == "--dump") dump = v;
+    else if (k == "--max-inner") max_inner = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -57,6 +80,21 @@ int main(int argc, char** argv) {
     return v;
   };
   const std::vector<float> x = scale(s.x, 2), y = scale(s.y, 2), u = scale(s.u, e), v = scale(s.v, e);
+  if (!dump.empty()) {  // the normalized inputs as text, for tests/bench/gw_pot_bench.py
+    const auto write = [&](const char* name, const std::vector<float>& values, std::size_t cols) {
+      std::FILE* f = std::fopen((dump + "/" + name).c_str(), "w");
+      if (!f) throw std::runtime_error("cannot write " + dump + "/" + name);
+      for (std::size_t i = 0; i < values.size(); ++i) std::fprintf(f, "%.9g%c", values[i], (i + 1) % cols ? ' ' : '\n');
+      std::fclose(f);
+    };
+    write("x.txt", x, 2);
+    write("y.txt", y, 2);
+    write("u.txt", u, e);
+    write("v.txt", v, e);
+  }
+  const double y_factor = s.y.empty() ? 1.0 : static_cast<double>(y[0]) / s.y[0];
+  std::printf("fused GW n=%zu m=%zu e=%zu spatial d=2 alpha=%g eps=%g backend=%s\n", n, m, e, alpha, blur * blur,
+              flashot::to_string(bo.backend).c_str());
   const auto t0 = std::chrono::steady_clock::now();
   flashot::GromovProblem problem({{x, n, 2}, {y, m, 2}, {u, n, e}, {v, m, e}, {}, {}}, bo);
   flashot::GromovOptions o;
@@ -64,16 +102,40 @@ int main(int argc, char** argv) {
   o.epsilon = blur * blur;
   o.outer_tolerance = outer_tol;
   o.inner_tolerance = inner_tol;
+  o.annealing_start = anneal;
+  o.annealing_factor = anneal_factor;
+  o.adaptive_tolerance = adaptive;
+  o.annealing_tolerance = anneal_tol;
+  o.annealing_iterations = anneal_iters;
+  o.anderson_memory = anderson;
+  o.anderson_block = block;
+  o.first_tolerance = first_tol;
+  o.inner_max_iterations = max_inner;
+  o.scheme = scheme == "symmetric" ? flashot::Scheme::kSymmetric : flashot::Scheme::kAlternating;
+  o.report = [](const flashot::GromovIteration& it) {
+    std::printf("  outer %3d  eps %.3g  tol %.2g  objective %.6g  change %.3g  inner %5d  marginal error %.2g  %.3f s\n",
+                it.outer, it.epsilon, it.inner_tolerance, it.objective, it.change, it.inner_iterations,
+                it.marginal_error, it.seconds);
+  };
   const flashot::GromovResult r = problem.solve(o);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const flashot::DeviceMemory mem = flashot::device_memory();
-  std::printf("fused GW n=%zu m=%zu e=%zu spatial d=2 alpha=%g eps=%g backend=%s (%s)\n", n, m, e, alpha,
-              o.epsilon, r.plan.backend.c_str(), r.plan.device.c_str());
-  for (const flashot::GromovIteration& it : r.history)
-    std::printf("  outer %3d  objective %.6g  change %.3g  inner %5d  marginal error %.2g  %.3f s\n", it.outer,
-                it.objective, it.change, it.inner_iterations, it.marginal_error, it.seconds);
+  std::printf("backend %s (%s)\n", r.plan.backend.c_str(), r.plan.device.c_str());
   std::printf("wall %.3f s (solve %.3f s), outer %d, inner %d, converged %s, peak device memory %.1f MB\n%s\n",
               wall, r.seconds, r.outer_iterations, r.inner_iterations, r.converged ? "yes" : "no",
               mem.peak_bytes / 1e6, r.message.c_str());
+  // Recovery of the known motion and cell types (the test GromovSlices checks these at 800 × 1000).
+  std::vector<float> mapped = problem.map_coordinates(r);
+  for (float& c : mapped) c = static_cast<float>(c / y_factor);
+  double angle = 0, t[2];
+  rigid_fit(s.x, mapped, std::vector<float>(n, 1.0f), angle, t);
+  const flashot::LabelTransfer lt =
+      problem.problem().transfer_labels(r.plan, flashot::Side::kTarget, s.label_y, s.classes);
+  std::size_t right = 0;
+  for (std::size_t i = 0; i < n; ++i) right += lt.label[i] == s.label_x[i];
+  std::printf("recovery: rotation %.3f deg (true %.3f), translation (%.4f, %.4f) (true (%.4f, %.4f)) of the width, "
+              "labels %.4f\n",
+              angle * 180 / 3.14159265358979, so.rotation_degrees, t[0], t[1], s.translation[0], s.translation[1],
+              static_cast<double>(right) / static_cast<double>(n));
   return 0;
 }

@@ -2,8 +2,12 @@
 // against a dense fp64 solver (balanced, unbalanced, semi-unbalanced, pure GW, coordinates of different
 // dimension), and recovery of a known rigid motion and of cell types on synthetic tissue slices.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <numbers>
 #include <random>
@@ -29,6 +33,8 @@ constexpr double kMarginalTolerance = 2e-3;   // of the total mass, per plan row
 constexpr double kRotationToleranceDegrees = 1.0;
 constexpr double kTranslationTolerance = 0.01;  // of the slice width
 constexpr double kLabelAccuracy = 0.95;
+// Unbalanced alignment onto a cropped slice: reach in the units of `align --spatial` (mean squared distance 1).
+constexpr double kCroppedReach = 0.3;
 
 std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
@@ -141,7 +147,9 @@ TEST_P(GromovLoop, MatchesTheDenseSolver) {
   o.reach_source = c.reach_x;
   o.reach_target = c.reach_y;
   o.outer_tolerance = 1e-6;  // fp32 plans: the objective's last digits move by ~1e-7 between iterations
-  o.inner_tolerance = 1e-6;
+  // fp32 potentials resolve the marginals to ~1e-6 here (pure GW balanced stalls at 1.24e-6, S(z) = z exactly):
+  // 1e-5 is the tightest tolerance every case reaches on every path; the checks below are 100× coarser.
+  o.inner_tolerance = 1e-5;
   o.max_outer = 500;
   o.inner_max_iterations = 20000;
   const GromovResult r = problem.solve(o);
@@ -203,34 +211,6 @@ INSTANTIATE_TEST_SUITE_P(Cases, GromovLoop,
 
 // ---- Synthetic slices: a known rigid motion and known cell types. -------------------------------------------------
 
-/// Weighted 2-D Procrustes: the rotation angle and translation that best map src onto dst.
-void rigid_fit(const std::vector<float>& src, const std::vector<float>& dst, const std::vector<float>& w,
-               double& angle, double t[2]) {
-  double total = 0, ms[2] = {0, 0}, md[2] = {0, 0};
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    total += w[i];
-    for (int c = 0; c < 2; ++c) {
-      ms[c] += w[i] * src[2 * i + c];
-      md[c] += w[i] * dst[2 * i + c];
-    }
-  }
-  for (int c = 0; c < 2; ++c) {
-    ms[c] /= total;
-    md[c] /= total;
-  }
-  double sc = 0, ss = 0;
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    const double ax = src[2 * i] - ms[0], ay = src[2 * i + 1] - ms[1];
-    const double bx = dst[2 * i] - md[0], by = dst[2 * i + 1] - md[1];
-    sc += w[i] * (ax * bx + ay * by);
-    ss += w[i] * (ax * by - ay * bx);
-  }
-  angle = std::atan2(ss, sc);
-  const double cs = std::cos(angle), sn = std::sin(angle);
-  t[0] = md[0] - (cs * ms[0] - sn * ms[1]);
-  t[1] = md[1] - (sn * ms[0] + cs * ms[1]);
-}
-
 class GromovSlices : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GromovSlices, RecoverRotationTranslationAndLabels) {
@@ -289,8 +269,168 @@ TEST_P(GromovSlices, RecoverRotationTranslationAndLabels) {
             << r.inner_iterations << " inner iterations, " << r.seconds << " s\n";
 }
 
+// A target slice of smaller extent and higher density (a centred sub-square 0.6 of the tissue's side, 1000 cells)
+// against the whole source (800 cells): unbalanced, as `align --spatial --reach` runs it. Source cells outside the
+// target's extent lose their mass; the motion is fitted on the rows that keep it, weighted by their mass, and
+// the labels are checked on the cells whose true image lies inside the target.
+// DISABLED: not met yet (docs/gromov-wasserstein.md §5). Measured on the CPU: labels inside 100%, translation
+// (359.8, −201.2) of 1000 (within 1%), but rotation 38.61° for the true 37° (a fit on the inside cells alone:
+// 37.86°); reach 0.15 is worse (40.77°). Run with --gtest_also_run_disabled_tests.
+TEST_P(GromovSlices, DISABLED_RecoverTheMotionOntoACroppedTargetUnbalanced) {
+  FLASHOT_REQUIRE_BACKEND(GetParam());
+  SliceOptions so;
+  so.n_source = 800;
+  so.n_target = 1000;
+  so.width = 1000;
+  so.rotation_degrees = 37;
+  so.translation_x = 0.35;
+  so.translation_y = -0.2;
+  so.deformation = 0.01;
+  so.target_extent = 0.6;
+  const SlicePair s = make_slice_pair(so);
+  std::vector<float> x(s.x), y(s.y), u(s.u), v(s.v);
+  const float coordinate_scale = static_cast<float>(std::sqrt(3.0) / so.width);
+  for (float& c : x) c *= coordinate_scale;
+  for (float& c : y) c *= coordinate_scale;
+  double mean_cost = 0;
+  for (std::size_t i = 0; i < s.n; i += 7)
+    for (std::size_t j = 0; j < s.m; j += 7)
+      for (std::size_t c = 0; c < s.e; ++c) mean_cost += std::pow(u[i * s.e + c] - v[j * s.e + c], 2);
+  mean_cost /= static_cast<double>(((s.n + 6) / 7) * ((s.m + 6) / 7));
+  for (float& c : u) c /= static_cast<float>(std::sqrt(mean_cost));
+  for (float& c : v) c /= static_cast<float>(std::sqrt(mean_cost));
+  BackendOptions bo;
+  bo.backend = parse_backend(GetParam());
+  GromovProblem problem({{x, s.n, 2}, {y, s.m, 2}, {u, s.n, s.e}, {v, s.m, s.e}, {}, {}}, bo);
+  GromovOptions o;
+  o.alpha = 0.5;
+  o.epsilon = 0.05 * 0.05;
+  o.reach = kCroppedReach;
+  o.max_outer = 100;
+  o.outer_tolerance = 1e-5;
+  o.inner_tolerance = 1e-4;
+  const GromovResult r = problem.solve(o);
+  EXPECT_TRUE(r.converged) << r.message;
+  std::vector<float> mapped = problem.map_coordinates(r);
+  for (float& c : mapped) c /= coordinate_scale;
+  const std::vector<float> mass = problem.problem().row_marginal(r.plan);
+  // Which source cells have a true image inside the target's extent (the sub-square, before the motion).
+  const double half = 0.5 * so.target_extent * so.width;
+  std::vector<float> w(s.n, 0.0f);
+  std::size_t inside = 0;
+  double mass_inside = 0, mass_outside = 0;
+  for (std::size_t i = 0; i < s.n; ++i) {
+    const bool in = std::abs(s.x[2 * i]) < half && std::abs(s.x[2 * i + 1]) < half;
+    inside += in;
+    (in ? mass_inside : mass_outside) += mass[i];
+    w[i] = std::isfinite(mapped[2 * i]) ? mass[i] : 0.0f;
+  }
+  double angle = 0, t[2];
+  rigid_fit(s.x, mapped, w, angle, t);
+  const double degrees = angle * 180 / std::numbers::pi;
+  EXPECT_NEAR(degrees, so.rotation_degrees, kRotationToleranceDegrees);
+  EXPECT_NEAR(t[0], s.translation[0], kTranslationTolerance * so.width);
+  EXPECT_NEAR(t[1], s.translation[1], kTranslationTolerance * so.width);
+  const LabelTransfer lt = problem.problem().transfer_labels(r.plan, Side::kTarget, s.label_y, s.classes);
+  std::size_t right = 0;
+  for (std::size_t i = 0; i < s.n; ++i)
+    right += std::abs(s.x[2 * i]) < half && std::abs(s.x[2 * i + 1]) < half && lt.label[i] == s.label_x[i];
+  const double accuracy = static_cast<double>(right) / static_cast<double>(inside);
+  EXPECT_GE(accuracy, kLabelAccuracy);
+  // Cells with no counterpart keep little mass: per cell, far less than those inside.
+  const double per_in = mass_inside / static_cast<double>(inside);
+  const double per_out = mass_outside / static_cast<double>(s.n - inside);
+  EXPECT_LT(per_out, 0.25 * per_in);
+  std::cout << "[ cropped  ] " << GetParam() << ": rotation " << degrees << "° (true " << so.rotation_degrees
+            << "°), translation (" << t[0] << ", " << t[1] << ") (true (" << s.translation[0] << ", "
+            << s.translation[1] << ")), labels inside " << accuracy << " (" << inside << " cells), mass per cell "
+            << per_in << " inside / " << per_out << " outside, " << r.outer_iterations << " outer / "
+            << r.inner_iterations << " inner iterations, " << r.seconds << " s\n";
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, GromovSlices, ::testing::ValuesIn(backends_under_test()),
                          [](const auto& info) { return info.param; });
+
+// ---- POT side by side: ot.gromov.entropic_fused_gromov_wasserstein at the same ε and α. ----------------------------
+// tests/engine/python/pot_fgw.py maps the conventions (docs/gromov-wasserstein.md §5): M = ‖u_i − v_j‖², C1, C2 the
+// squared distance matrices, square loss, POT's epsilon = ε (cost units), balanced, both from P_0 = a bᵀ.
+
+void write_matrix(const std::filesystem::path& file, const std::vector<float>& v, std::size_t cols) {
+  std::ofstream out(file);
+  out.precision(9);
+  for (std::size_t i = 0; i < v.size(); ++i) out << v[i] << ((i + 1) % cols == 0 ? '\n' : ' ');
+}
+
+TEST(GromovPot, MatchesPotEntropicFusedGw) {
+#ifndef FLASHOT_PYTHON
+  GTEST_SKIP() << "configure with -DFLASHOT_PYTHON=<venv python with POT> (scripts/python-env.sh)";
+#else
+  const std::size_t n = 60, m = 80, e = 4;
+  const double alpha = 0.5, eps = 0.02;
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::normal_distribution<double> normal(0.0, 0.5);
+  std::vector<float> x(n * 2), y(m * 2), u(n * e), v(m * e), a(n), b(m);
+  for (float& c : x) c = static_cast<float>(unit(rng));
+  for (std::size_t j = 0; j < m; ++j) {  // another sample of the square, rotated
+    const double px = unit(rng), py = unit(rng);
+    y[2 * j] = static_cast<float>(0.8 * px - 0.6 * py);
+    y[2 * j + 1] = static_cast<float>(0.6 * px + 0.8 * py);
+  }
+  for (float& c : u) c = static_cast<float>(normal(rng));
+  for (float& c : v) c = static_cast<float>(normal(rng));
+  for (float& w : a) w = static_cast<float>(0.5 + unit(rng));
+  for (float& w : b) w = static_cast<float>(0.5 + unit(rng));
+  double sa = 0, sb = 0;
+  for (float w : a) sa += w;
+  for (float w : b) sb += w;
+  for (float& w : a) w = static_cast<float>(w / sa);
+  for (float& w : b) w = static_cast<float>(w / sb);
+
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("flashot_pot_fgw_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  write_matrix(dir / "x.txt", x, 2);
+  write_matrix(dir / "y.txt", y, 2);
+  write_matrix(dir / "u.txt", u, e);
+  write_matrix(dir / "v.txt", v, e);
+  write_matrix(dir / "a.txt", a, 1);
+  write_matrix(dir / "b.txt", b, 1);
+  const std::string command = std::string("'") + FLASHOT_PYTHON + "' -W error '" + FLASHOT_POT_SCRIPT + "' '" +
+                              dir.string() + "' " + std::to_string(alpha) + " " + std::to_string(eps) + " 2>&1";
+  std::string output;
+  {
+    FILE* pipe = ::popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr) << command;
+    char buffer[512];
+    while (std::fgets(buffer, sizeof buffer, pipe)) output += buffer;
+    ASSERT_EQ(::pclose(pipe), 0) << command << "\n" << output;
+  }
+  std::filesystem::remove_all(dir);
+  double pot_objective = 0, pot_feature = 0, pot_gw = 0;
+  int pot_outer = 0;
+  ASSERT_EQ(std::sscanf(output.c_str(), "%lf %lf %lf %d", &pot_objective, &pot_feature, &pot_gw, &pot_outer), 4)
+      << output;
+
+  GromovProblem problem({{x, n, 2}, {y, m, 2}, {u, n, e}, {v, m, e}, a, b});
+  GromovOptions o;
+  o.alpha = alpha;
+  o.epsilon = eps;
+  o.outer_tolerance = 1e-7;
+  o.inner_tolerance = 1e-6;
+  o.max_outer = 500;
+  o.inner_max_iterations = 20000;
+  const GromovResult r = problem.solve(o);
+  EXPECT_TRUE(r.converged) << r.message;
+  std::cout << "[ pot fgw  ] POT objective " << pot_objective << " (feature " << pot_feature << ", GW " << pot_gw
+            << ", ≤ " << pot_outer * 10 << " outer iterations); flashot " << r.objective << " (feature "
+            << r.feature_cost << ", GW " << r.gw_cost << ", " << r.outer_iterations << " outer / "
+            << r.inner_iterations << " inner iterations)\n";
+  EXPECT_NEAR(r.objective, pot_objective, kObjectiveTolerance * pot_objective);
+  EXPECT_NEAR(r.feature_cost, pot_feature, kObjectiveTolerance * pot_feature);
+  EXPECT_NEAR(r.gw_cost, pot_gw, kObjectiveTolerance * pot_gw);
+#endif
+}
 
 // ---- Errors at the API edge. -------------------------------------------------------------------------------------
 

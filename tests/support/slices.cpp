@@ -14,6 +14,33 @@ int slice_region(double px, double py) {
   return band < 0 ? 0 : (band > 3 ? 3 : band);
 }
 
+void rigid_fit(const std::vector<float>& src, const std::vector<float>& dst, const std::vector<float>& w,
+               double& angle, double t[2]) {
+  double total = 0, ms[2] = {0, 0}, md[2] = {0, 0};
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    total += w[i];
+    for (int c = 0; c < 2; ++c) {
+      ms[c] += w[i] * src[2 * i + c];
+      md[c] += w[i] * dst[2 * i + c];
+    }
+  }
+  for (int c = 0; c < 2; ++c) {
+    ms[c] /= total;
+    md[c] /= total;
+  }
+  double sc = 0, ss = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const double ax = src[2 * i] - ms[0], ay = src[2 * i + 1] - ms[1];
+    const double bx = dst[2 * i] - md[0], by = dst[2 * i + 1] - md[1];
+    sc += w[i] * (ax * bx + ay * by);
+    ss += w[i] * (ax * by - ay * bx);
+  }
+  angle = std::atan2(ss, sc);
+  const double cs = std::cos(angle), sn = std::sin(angle);
+  t[0] = md[0] - (cs * ms[0] - sn * ms[1]);
+  t[1] = md[1] - (sn * ms[0] + cs * ms[1]);
+}
+
 SlicePair make_slice_pair(const SliceOptions& o) {
   constexpr int kClasses = 5;
   std::mt19937_64 rng(o.seed);
@@ -71,7 +98,7 @@ SlicePair make_slice_pair(const SliceOptions& o) {
   s.y.resize(s.m * 2);
   s.v.resize(s.m * s.e);
   s.label_y.resize(s.m);
-  const std::vector<double> pt = positions(s.m, 1.0);
+  const std::vector<double> pt = positions(s.m, o.target_extent);
   for (std::size_t j = 0; j < s.m; ++j) {
     const double px = pt[2 * j], py = pt[2 * j + 1];
     s.label_y[j] = slice_region(px, py);

@@ -23,6 +23,8 @@ struct SliceOptions {
   /// Fraction of the tissue's side the source slice covers (1: all of it; < 1: a centred sub-square, for
   /// unbalanced alignment of slices of different extent).
   double source_extent = 1.0;
+  /// The same for the target slice (a centred sub-square of the tissue, sampled with all n_target cells: denser).
+  double target_extent = 1.0;
   std::uint64_t seed = 7;
 };
 
@@ -39,6 +41,11 @@ struct SlicePair {
 
 /// Deterministic in options.seed.
 SlicePair make_slice_pair(const SliceOptions& options);
+
+/// Weighted 2-D Procrustes: the rotation angle (radians) and translation t that best map src (n×2) onto dst (n×2)
+/// in the weighted least-squares sense (w: n weights).
+void rigid_fit(const std::vector<float>& src, const std::vector<float>& dst, const std::vector<float>& w,
+               double& angle, double t[2]);
 
 /// The cell type at tissue position (px, py) ∈ [−½, ½]² (the layout, for tests that need it).
 int slice_region(double px, double py);
