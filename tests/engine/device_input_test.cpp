@@ -130,20 +130,35 @@ BackendOptions cuda_options() {
   return o;
 }
 
+/// ε-scaling then a fixed number of final iterations (tolerance 0), so that both paths take the same steps; the
+/// plan operations' atomic sums make the results agree to rounding, not bit for bit.
 SolveOptions solve_options() {
   SolveOptions s;
   s.blur = 0.05;
   s.scaling = 0.7;
-  s.tolerance = 1e-4;
-  s.max_iterations = 300;
+  s.tolerance = 0;
+  s.max_iterations = 150;
   return s;
+}
+
+/// Device path against host path: within kRelTol (relative to the largest magnitude), or within a few times what
+/// two host-built Problems differ by, should the CUDA backend's own run-to-run rounding (the plan applications'
+/// atomic sums) exceed that.
+void expect_close(const char* what, const std::vector<float>& device, const std::vector<float>& host,
+                  const std::vector<float>& host_again) {
+  const double got = relative_difference(device, host);
+  const double baseline = relative_difference(host_again, host);
+  EXPECT_LE(got, std::max(kRelTol, 4 * baseline)) << what << ": device vs host " << got << ", host vs host "
+                                                  << baseline;
 }
 
 /// Every operation of the device-built Problem against the host-built one on the CUDA backend.
 void expect_same_results(const TestProblem& p, bool weights) {
   const DeviceArray x(p.x), y(p.y), a(p.a), b(p.b);
-  Problem host(p.xv(), p.yv(), weights ? std::span<const float>(p.a) : std::span<const float>(),
-               weights ? std::span<const float>(p.b) : std::span<const float>(), cuda_options());
+  const std::span<const float> ha = weights ? std::span<const float>(p.a) : std::span<const float>();
+  const std::span<const float> hb = weights ? std::span<const float>(p.b) : std::span<const float>();
+  Problem host(p.xv(), p.yv(), ha, hb, cuda_options());
+  Problem again(p.xv(), p.yv(), ha, hb, cuda_options());
   Problem device = Problem::on_device({x.get(), p.n, p.d, 0}, {y.get(), p.m, p.d, 0},
                                       weights ? DeviceWeights{a.get(), p.n, 0} : DeviceWeights{},
                                       weights ? DeviceWeights{b.get(), p.m, 0} : DeviceWeights{}, cuda_options());
@@ -153,37 +168,41 @@ void expect_same_results(const TestProblem& p, bool weights) {
   EXPECT_EQ(device.device_name(), host.device_name());
 
   const SolveResult hs = host.solve(solve_options());
+  const SolveResult as = again.solve(solve_options());
   const SolveResult ds = device.solve(solve_options());  // diagnostics on: the primal cost on the device
   EXPECT_EQ(ds.iterations, hs.iterations);
-  EXPECT_LE(relative_difference(ds.f, hs.f), kRelTol);
-  EXPECT_LE(relative_difference(ds.g, hs.g), kRelTol);
-  EXPECT_NEAR(ds.primal_cost, hs.primal_cost, kRelTol * std::abs(hs.primal_cost));
-  EXPECT_NEAR(ds.dual_cost, hs.dual_cost, kRelTol * std::abs(hs.dual_cost));
+  expect_close("f", ds.f, hs.f, as.f);
+  expect_close("g", ds.g, hs.g, as.g);
+  expect_close("primal cost", {float(ds.primal_cost)}, {float(hs.primal_cost)}, {float(as.primal_cost)});
+  expect_close("dual cost", {float(ds.dual_cost)}, {float(hs.dual_cost)}, {float(as.dual_cost)});
   EXPECT_NEAR(ds.marginal_error, hs.marginal_error, 1e-6);
 
+  // The operations all read the host result's potentials, so that only the operations are compared.
   const std::vector<float> v = random_points(p.m, 5, 71);
   const std::vector<float> u = random_points(p.n, 4, 72);
-  EXPECT_LE(relative_difference(device.apply_plan(ds, v, 5), host.apply_plan(hs, v, 5)), kRelTol);
-  EXPECT_LE(relative_difference(device.apply_plan_transpose(ds, u, 4), host.apply_plan_transpose(hs, u, 4)),
-            kRelTol);
-  EXPECT_LE(relative_difference(device.row_marginal(ds), host.row_marginal(hs)), kRelTol);
+  expect_close("apply_plan", device.apply_plan(hs, v, 5), host.apply_plan(hs, v, 5), again.apply_plan(hs, v, 5));
+  expect_close("apply_plan_transpose", device.apply_plan_transpose(hs, u, 4), host.apply_plan_transpose(hs, u, 4),
+               again.apply_plan_transpose(hs, u, 4));
+  expect_close("row_marginal", device.row_marginal(hs), host.row_marginal(hs), again.row_marginal(hs));
   for (const Side side : {Side::kSource, Side::kTarget})
-    EXPECT_LE(relative_difference(device.barycentric(ds, side), host.barycentric(hs, side)), kRelTol);
-  const TopKCoupling dt = device.top_k(ds, 4), ht = host.top_k(hs, 4);
+    expect_close("barycentric", device.barycentric(hs, side), host.barycentric(hs, side),
+                 again.barycentric(hs, side));
+  const TopKCoupling dt = device.top_k(hs, 4), ht = host.top_k(hs, 4);
   EXPECT_EQ(dt.columns, ht.columns);
-  EXPECT_LE(relative_difference(dt.values, ht.values), kRelTol);
+  expect_close("top_k", dt.values, ht.values, again.top_k(hs, 4).values);
   const std::vector<std::int32_t> labels = random_labels(p.n, 3, 73, 0.1);
-  const LabelTransfer dl = device.transfer_labels(ds, Side::kSource, labels, 3);
+  const LabelTransfer dl = device.transfer_labels(hs, Side::kSource, labels, 3);
   const LabelTransfer hl = host.transfer_labels(hs, Side::kSource, labels, 3);
   EXPECT_EQ(dl.label, hl.label);
-  EXPECT_LE(relative_difference(dl.probabilities, hl.probabilities), kRelTol);
+  expect_close("transfer_labels", dl.probabilities, hl.probabilities,
+               again.transfer_labels(hs, Side::kSource, labels, 3).probabilities);
   const std::vector<float> queries = random_points(25, p.d, 74, 0.5);
-  EXPECT_LE(relative_difference(device.map_points(ds, {queries, 25, p.d}, Side::kSource),
-                                host.map_points(hs, {queries, 25, p.d}, Side::kSource)),
-            kRelTol);
+  const PointsView q{queries, 25, p.d};
+  expect_close("map_points", device.map_points(hs, q, Side::kSource), host.map_points(hs, q, Side::kSource),
+               again.map_points(hs, q, Side::kSource));
   EXPECT_EQ(device.statistics().input_host_bytes, staged);  // after the solve and the plan operations
   for (const Side side : {Side::kSource, Side::kTarget})
-    EXPECT_LE(relative_difference(device.gradient(ds, side), host.gradient(hs, side)), kRelTol);
+    expect_close("gradient", device.gradient(hs, side), host.gradient(hs, side), again.gradient(hs, side));
   EXPECT_EQ(device.statistics().input_host_bytes, staged);  // the gradient reads the resident points too
   EXPECT_GT(host.statistics().input_host_bytes, 0u);
 }
