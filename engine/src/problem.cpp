@@ -422,11 +422,9 @@ TopKCoupling Problem::top_k(const SolveResult& s, std::size_t k) const {
   return t;
 }
 
-DivergenceResult sinkhorn_divergence(PointsView x, PointsView y, std::span<const float> a, std::span<const float> b,
-                                     const SolveOptions& options, const BackendOptions& backend) {
-  Problem xy(x, y, a, b, backend);
-  Problem xx(x, x, a, a, backend);
-  Problem yy(y, y, b, b, backend);
+namespace {
+/// The three solves of the debiased divergence and their combination, for either kind of input.
+DivergenceResult divergence_of(Problem& xy, Problem& xx, Problem& yy, const SolveOptions& options) {
   // The warm start sizes belong to the x–y problem; the symmetric problems start from zero.
   SolveOptions self = options;
   self.initial_f.clear();
@@ -439,6 +437,24 @@ DivergenceResult sinkhorn_divergence(PointsView x, PointsView y, std::span<const
   r.yy = yy.solve(self);
   r.divergence = r.xy.dual_cost - 0.5 * r.xx.dual_cost - 0.5 * r.yy.dual_cost;
   return r;
+}
+}  // namespace
+
+DivergenceResult sinkhorn_divergence(PointsView x, PointsView y, std::span<const float> a, std::span<const float> b,
+                                     const SolveOptions& options, const BackendOptions& backend) {
+  Problem xy(x, y, a, b, backend);
+  Problem xx(x, x, a, a, backend);
+  Problem yy(y, y, b, b, backend);
+  return divergence_of(xy, xx, yy, options);
+}
+
+DivergenceResult sinkhorn_divergence_on_device(DevicePointsView x, DevicePointsView y, DeviceWeights a,
+                                               DeviceWeights b, const SolveOptions& options,
+                                               const BackendOptions& backend) {
+  Problem xy = Problem::on_device(x, y, a, b, backend);
+  Problem xx = Problem::on_device(x, x, a, a, backend);
+  Problem yy = Problem::on_device(y, y, b, b, backend);
+  return divergence_of(xy, xx, yy, options);
 }
 
 }  // namespace flashot

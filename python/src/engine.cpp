@@ -574,17 +574,34 @@ void bind_engine(nb::module_& m) {
         PySolveOptions so = options != nullptr ? *options : PySolveOptions{};
         PyBackendOptions bo = backend != nullptr ? *backend : PyBackendOptions{};
         route_kwargs(kwargs, nb::cast(&so, nb::rv_policy::reference), nb::cast(&bo, nb::rv_policy::reference));
-        const FloatInput xi = FloatInput::from(x, "x", 2);
-        const FloatInput yi = FloatInput::from(y, "y", 2);
-        const FloatInput ai = optional_weights(a, "a");
-        const FloatInput bi = optional_weights(b, "b");
+        FloatInput xi = FloatInput::from(x, "x", 2, 0, true);
+        FloatInput yi = FloatInput::from(y, "y", 2, 0, true);
+        FloatInput ai = optional_weights(a, "a", true);
+        FloatInput bi = optional_weights(b, "b", true);
         SolveWatch watch(so.progress_fn, so);
         const SolveOptions engine = engine_options(so, watch);
-        const BackendOptions engine_backend = bo.engine();
+        BackendOptions engine_backend = bo.engine();
+        // CUDA arrays on one device are taken in place, as by Problem; anything else is read on the host.
+        const bool on_device = device_route(xi, yi, ai, bi, engine_backend);
+        if (on_device) {
+          engine_backend.device = xi.device();
+        } else {
+          xi.stage_on_host("x");
+          yi.stage_on_host("y");
+          ai.stage_on_host("a");
+          bi.stage_on_host("b");
+        }
         DivergenceResult r;
         {
           nb::gil_scoped_release release;
-          r = sinkhorn_divergence(xi.points(), yi.points(), ai.values(), bi.values(), engine, engine_backend);
+          if (on_device) {
+            r = sinkhorn_divergence_on_device(xi.device_points(), yi.device_points(),
+                                              ai.rows() > 0 ? ai.device_weights() : DeviceWeights{},
+                                              bi.rows() > 0 ? bi.device_weights() : DeviceWeights{}, engine,
+                                              engine_backend);
+          } else {
+            r = sinkhorn_divergence(xi.points(), yi.points(), ai.values(), bi.values(), engine, engine_backend);
+          }
         }
         watch.finish();
         return r;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -273,6 +274,17 @@ TEST(DeviceInput, TheCallersMemoryIsNotKept) {
   const SolveResult ds = device->solve(solve_options());
   EXPECT_LE(relative_difference(ds.f, hs.f), kRelTol);
   EXPECT_LE(relative_difference(device->barycentric(ds, Side::kSource), host.barycentric(hs, Side::kSource)), kRelTol);
+}
+
+TEST(DeviceInput, DivergenceFromDevicePoints) {
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const TestProblem p = make_problem({.n = 500, .m = 400, .d = 3, .seed = 31});
+  const DeviceArray x(p.x), y(p.y);
+  const DivergenceResult host = sinkhorn_divergence(p.xv(), p.yv(), {}, {}, solve_options(), cuda_options());
+  const DivergenceResult device = sinkhorn_divergence_on_device({x.get(), p.n, p.d, 0}, {y.get(), p.m, p.d, 0}, {},
+                                                                {}, solve_options(), cuda_options());
+  EXPECT_NEAR(device.divergence, host.divergence, 1e-5 * std::abs(host.xy.dual_cost));
+  EXPECT_LE(relative_difference(device.xx.f, host.xx.f), 1e-5);
 }
 
 #else

@@ -95,6 +95,13 @@ def test_mixed_placements_take_the_copy_route(torch):
                                   .solve(blur=0.2).f)
 
 
+def test_divergence_takes_cuda_tensors_in_place(torch):
+    x, y = _points(seed=7, n=600, m=500, d=3)
+    host = flashot.sinkhorn_divergence(x, y, backend="cuda", blur=0.1)
+    dev = flashot.sinkhorn_divergence(torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda(), backend="cuda", blur=0.1)
+    np.testing.assert_allclose(dev.divergence, host.divergence, rtol=0, atol=1e-5 * abs(host.xy.dual_cost))
+
+
 def test_non_finite_device_points_are_named(torch):
     x, y = _points(seed=6, n=100, m=80, d=3)
     x[17, 1] = np.nan

@@ -348,6 +348,10 @@ struct DivergenceResult {
 };
 DivergenceResult sinkhorn_divergence(PointsView x, PointsView y, std::span<const float> a, std::span<const float> b,
                                      const SolveOptions& options, const BackendOptions& backend = {});
+/// The same from points on a CUDA device: its three Problems are built with Problem::on_device (throws as that).
+DivergenceResult sinkhorn_divergence_on_device(DevicePointsView x, DevicePointsView y, DeviceWeights a,
+                                               DeviceWeights b, const SolveOptions& options,
+                                               const BackendOptions& backend = {});
 
 /// Backends compiled in and usable on this machine ("cpu", and "cuda" when a device answers).
 std::vector<std::string> available_backends();
