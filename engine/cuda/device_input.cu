@@ -229,11 +229,11 @@ void cuda_scan_device_points(const DevicePointsView& p, const std::string& name,
   DeviceScope scope(p.device);
   const int d = static_cast<int>(p.d);
   const std::size_t count = p.n * p.d;
-  cudaDeviceProp prop{};
-  FLASHOT_CUDA_CHECK(cudaGetDeviceProperties(&prop, p.device));
+  int sms = 0;
+  FLASHOT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p.device));
   // Enough threads to fill the device, at least d of them; the stride is a multiple of d so each thread keeps
   // one column.
-  const std::size_t wanted = std::max<std::size_t>(std::size_t(prop.multiProcessorCount) * 2048, p.d);
+  const std::size_t wanted = std::max<std::size_t>(std::size_t(sms) * 2048, p.d);
   const std::size_t threads = std::min<std::size_t>(wanted, std::max<std::size_t>(count, p.d));
   const std::size_t stride = threads / p.d * p.d;
   DeviceBuffer<unsigned> bounds(2 * p.d);
