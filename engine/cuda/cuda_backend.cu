@@ -40,6 +40,16 @@ class CudaBackend final : public Backend {
     // Shapes the fused pass does not serve (and argument errors) go to the default: plain applications.
     if (!step_.apply_bilinear(p, rows, u, w, e, v, k, out)) Backend::apply_bilinear(p, rows, u, w, e, v, k, out);
   }
+  void apply_points(const PlanParams& p, Side rows, bool normalized, std::span<float> out) const override {
+    step_.apply_points(p, rows, normalized, out);
+  }
+  void map_resident(const PlanParams& p, Side from, PointsView q, std::span<float> out) const override {
+    step_.map_resident(p, from, q, out);
+  }
+  void points_gradient(const PlanParams& p, Side wrt, std::span<float> out) const override {
+    step_.points_gradient(p, wrt, out);
+  }
+  double resident_primal_cost(const PlanParams& p) const override { return step_.resident_primal_cost(p); }
 
  private:
   DeviceStep step_;

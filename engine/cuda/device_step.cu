@@ -14,6 +14,7 @@
 #include "apply_mma.cuh"
 #include "backend.hpp"
 #include "device_buffer.hpp"
+#include "device_input.hpp"
 #include "dispatch.hpp"
 #include "error.hpp"
 #include "kernels.cuh"
@@ -107,8 +108,23 @@ class DeviceStep::Impl {
   void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns, std::span<float> values) const;
   bool apply_bilinear(const PlanParams& p, Side rows, std::span<const float> u, std::span<const float> w,
                       std::size_t e, std::span<const float> v, std::size_t k, std::span<float> out) const;
+  // Over the resident points (device inputs, Backend::apply_points and the others).
+  void apply_points(const PlanParams& p, Side rows, bool normalized, std::span<float> out) const;
+  void map_resident(const PlanParams& p, Side from, PointsView q, std::span<float> out) const;
+  void points_gradient(const PlanParams& p, Side wrt, std::span<float> out) const;
+  double resident_primal_cost(const PlanParams& p) const;
 
  private:
+  /// Device inputs (ProblemData::device_x): the points centred on the device from the caller's memory into x_ / y_
+  /// with their norms and bounds (hx, hy: the weights' values as on the host path, largest and max_norm filled in);
+  /// the rest as upload().
+  void upload_device(const ProblemData& data, HostSide& hx, HostSide& hy);
+  /// apply() with V (count of the other side × k) and out (rows × k) in device memory.
+  void apply_resident(const PlanParams& p, Side rows, const float* v, std::size_t k, bool normalized,
+                      float* out) const;
+  /// apply_queries() with V in device memory.
+  void apply_queries_on(const PlanParams& p, Side from, PointsView q, const float* v, std::size_t k,
+                        std::span<float> out) const;
   /// The column-side LSE partials of a pass over this shard's rows (splits × count), in the form the finalize kernel
   /// merges: as they are on one device; on several, each shard's splits merged into one (max, sum) pair per column
   /// and the pairs of every shard gathered (shards × count): the finalize kernel's merge of them is the exact
@@ -240,6 +256,9 @@ class DeviceStep::Impl {
   mutable DeviceBuffer<std::uint16_t> vhi_, vlo_, uhi_, ulo_, whi_, wlo_;
   mutable DeviceBuffer<float> vinv_, uin_, win_;
   mutable DeviceBuffer<unsigned> vmax_;
+  // Operations over the resident points: results on the device, ones, per-row primal terms.
+  mutable DeviceBuffer<float> rout_, rmass_, ones_;
+  mutable DeviceBuffer<double> rterms_;
 };
 
 
@@ -274,10 +293,16 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
   resident_blocks_ = prop.multiProcessorCount * 4;
   FLASHOT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   try {
-    // Problem hands over clouds already centred (the expanded score 2⟨x,y⟩ − ‖y‖² then has no large common offset).
-    const HostSide hx = prepare_side(data.x, data.a);
-    const HostSide hy = prepare_side(data.y, data.b);
-    upload(data, hx, hy);
+    // Problem hands over clouds already centred (the expanded score 2⟨x,y⟩ − ‖y‖² then has no large common offset);
+    // device inputs are centred here, on the device.
+    HostSide hx, hy;
+    if (data.on_device()) {
+      upload_device(data, hx, hy);
+    } else {
+      hx = prepare_side(data.x, data.a);
+      hy = prepare_side(data.y, data.b);
+      upload(data, hx, hy);
+    }
     use_mma_ = kernel_ == ScoreKernel::kTensor;
     fp32_kernel_ = kernel_ == ScoreKernel::kRegister ? register_width(d_) : 0;
     if (use_mma_) {
@@ -867,6 +892,12 @@ void DeviceStep::Impl::apply_queries(const PlanParams& p, Side from, PointsView 
   }
   if (q.n == 0 || k == 0) return;
   DeviceScope scope(device_);
+  vin_.upload(v.first(std::size_t(from == Side::kSource ? m_ : n_) * k), stream_);
+  apply_queries_on(p, from, q, vin_.get(), k, out);
+}
+
+void DeviceStep::Impl::apply_queries_on(const PlanParams& p, Side from, PointsView q, const float* v, std::size_t k,
+                                        std::span<float> out) const {
   const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
   // Queries live in the space of side `from` and are mapped through the other side's potential.
   const bool source = from == Side::kSource;
@@ -883,11 +914,10 @@ void DeviceStep::Impl::apply_queries(const PlanParams& p, Side from, PointsView 
   // source queries through y, which every shard holds whole.
   row_lse2(r, c, h, sc, part_ops_, lse_.get(), !source);
   const ReductionPlan plan = plan_apply(r, c, d_, static_cast<int>(k), resident_blocks_);
-  vin_.upload(v.first(std::size_t(c.count) * k), stream_);
   out_.reserve(q.n * k);
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, sizeof(float) * q.n * k, stream_));
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(wsum_.get(), 0, sizeof(float) * q.n, stream_));
-  launch_apply(r, c, h, sc, lse_.get(), vin_.get(), static_cast<int>(k), plan, out_.get(), wsum_.get(), stream_);
+  launch_apply(r, c, h, sc, lse_.get(), v, static_cast<int>(k), plan, out_.get(), wsum_.get(), stream_);
   if (!source) {
     sum_columns(out_.get(), q.n * k);
     sum_columns(wsum_.get(), q.n);
@@ -912,6 +942,160 @@ void DeviceStep::Impl::top_k(const PlanParams& p, std::size_t k, std::span<std::
   topk_columns_.download(columns.first(std::size_t(n_) * k), stream_);
   out_.download(values.first(std::size_t(n_) * k), stream_);
   sync();
+}
+
+// ---- Device inputs (Problem::on_device): the upload from device memory and the operations over the resident
+// points. Each does what the host path does with its host copies, with the same arithmetic (device_input.cu).
+
+void DeviceStep::Impl::upload_device(const ProblemData& data, HostSide& hx, HostSide& hy) {
+  // The weights are on the host on both paths (Problem::on_device reads device weights once): their values as
+  // prepare_side makes them (zero points).
+  hx = prepare_side({{}, 0, data.x.d}, data.a);
+  hy = prepare_side({{}, 0, data.y.d}, data.b);
+  one_pass_ = std::all_of(data.a.begin(), data.a.end(), [](float v) { return v > 0; }) &&
+              std::all_of(data.b.begin(), data.b.end(), [](float v) { return v > 0; });
+  // The caller's memory is read by the centring kernels only: it is ready, Problem::on_device's scan synchronized
+  // the legacy default stream after the producers' work.
+  DeviceBuffer<double> centre(d_);
+  DeviceBuffer<unsigned> bounds(4);
+  centre.upload(data.centre, stream_);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(bounds.get(), 0, sizeof(unsigned) * 4, stream_));
+  x_.reserve(std::size_t(n_) * d_);
+  y_.reserve(std::size_t(m_) * d_);
+  xn_.reserve(n_);
+  yn_.reserve(m_);
+  launch_centre_points(data.device_x, n_, d_, centre.get(), x_.get(), xn_.get(), bounds.get(), stream_);
+  launch_centre_points(data.device_y, m_, d_, centre.get(), y_.get(), yn_.get(), bounds.get() + 2, stream_);
+  unsigned found[4];
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(found, bounds.get(), sizeof found, cudaMemcpyDeviceToHost, stream_));
+  loga_.upload(std::span<const float>(hx.logw), stream_);
+  logb_.upload(std::span<const float>(hy.logw), stream_);
+  a_.upload(std::span<const float>(hx.weight), stream_);
+  b_.upload(std::span<const float>(hy.weight), stream_);
+  if (one_pass_) {
+    // The cold probe's samples, packed on the device from the resident sides (upload() packs them on the host).
+    cold_nx_ = std::min(n_, kColdSample);
+    cold_ny_ = std::min(m_, kColdSample);
+    cold_x_.reserve(std::size_t(cold_nx_) * (d_ + 3));
+    cold_y_.reserve(std::size_t(cold_ny_) * (d_ + 3));
+    launch_pack_sample(x_.get(), xn_.get(), loga_.get(), a_.get(), n_, cold_nx_, d_, cold_x_.get(), stream_);
+    launch_pack_sample(y_.get(), yn_.get(), logb_.get(), b_.get(), m_, cold_ny_, d_, cold_y_.get(), stream_);
+  }
+  f_.reserve(n_);
+  g_.reserve(m_);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(f_.get(), 0, sizeof(float) * n_, stream_));
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(g_.get(), 0, sizeof(float) * m_, stream_));
+  sync();  // `found` and the temporaries above
+  const SideBounds bx = decode_bounds(found), by = decode_bounds(found + 2);
+  hx.largest = bx.largest;
+  hx.max_norm = bx.max_norm;
+  hy.largest = by.largest;
+  hy.max_norm = by.max_norm;
+}
+
+void DeviceStep::Impl::apply_resident(const PlanParams& p, Side rows, const float* v, std::size_t k, bool normalized,
+                                      float* out) const {
+  if (k == 0) return;
+  const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
+  const bool source = rows == Side::kSource;
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const float* h = source ? g_.get() : f_.get();
+  const float* pot = source ? f_.get() : g_.get();
+  lse_.reserve(r.count);
+  wsum_.reserve(r.count);
+  op_flag_.reserve(1);
+  plan_shift(source, sc, lse_.get());
+  // The passes of apply(), with the column chunks of V and out copied on the device (strided copies).
+  const std::size_t kc = apply_columns_per_pass(rows_total_, std::size_t(m_), k);
+  for (std::size_t c0 = 0; c0 < k; c0 += kc) {
+    const std::size_t width = std::min(kc, k - c0);
+    const float* vpass = v;
+    float* opass = out;
+    if (width < k) {
+      vin_.reserve(std::size_t(c.count) * width);
+      FLASHOT_CUDA_CHECK(cudaMemcpy2DAsync(vin_.get(), width * sizeof(float), v + c0, k * sizeof(float),
+                                           width * sizeof(float), c.count, cudaMemcpyDeviceToDevice, stream_));
+      vpass = vin_.get();
+      out_.reserve(std::size_t(r.count) * width);
+      opass = out_.get();
+    }
+    FLASHOT_CUDA_CHECK(cudaMemsetAsync(opass, 0, sizeof(float) * r.count * width, stream_));
+    FLASHOT_CUDA_CHECK(cudaMemsetAsync(wsum_.get(), 0, sizeof(float) * r.count, stream_));
+    if (use_mma_) {
+      apply_mma_pass(source, sc, lse_.get(), vpass, static_cast<int>(width), nullptr, opass, wsum_.get());
+    } else {
+      const ReductionPlan plan = plan_apply(r, c, d_, static_cast<int>(width), resident_blocks_);
+      launch_apply(r, c, h, sc, lse_.get(), vpass, static_cast<int>(width), plan, opass, wsum_.get(), stream_);
+    }
+    if (!source) {
+      sum_columns(opass, std::size_t(r.count) * width);
+      sum_columns(wsum_.get(), r.count);
+    }
+    launch_apply_scale(r, pot, lse_.get(), wsum_.get(), static_cast<int>(width), normalized, sc, opass, stream_);
+    if (width < k)
+      FLASHOT_CUDA_CHECK(cudaMemcpy2DAsync(out + c0, k * sizeof(float), opass, width * sizeof(float),
+                                           width * sizeof(float), r.count, cudaMemcpyDeviceToDevice, stream_));
+  }
+}
+
+void DeviceStep::Impl::apply_points(const PlanParams& p, Side rows, bool normalized, std::span<float> out) const {
+  DeviceScope scope(device_);
+  const bool source = rows == Side::kSource;
+  const std::size_t count = std::size_t(source ? n_ : m_) * d_;
+  rout_.reserve(count);
+  apply_resident(p, rows, source ? y_.get() : x_.get(), d_, normalized, rout_.get());
+  rout_.download(out.first(count), stream_);
+  sync();
+}
+
+void DeviceStep::Impl::map_resident(const PlanParams& p, Side from, PointsView q, std::span<float> out) const {
+  if (q.d != std::size_t(d_)) {
+    throw std::invalid_argument("queries have " + std::to_string(q.d) + " dimensions, the problem has " +
+                                std::to_string(d_));
+  }
+  if (q.n == 0) return;
+  DeviceScope scope(device_);
+  apply_queries_on(p, from, q, from == Side::kSource ? y_.get() : x_.get(), d_, out);
+}
+
+void DeviceStep::Impl::points_gradient(const PlanParams& p, Side wrt, std::span<float> out) const {
+  DeviceScope scope(device_);
+  const bool source = wrt == Side::kSource;
+  const int count = source ? n_ : m_;
+  const std::size_t values = std::size_t(count) * d_;
+  // T (normalized P·Y), the row masses r = P·1 (apply with V = ones, as Problem's marginal), then 2s·r·(p − T).
+  rout_.reserve(2 * values);
+  rmass_.reserve(count);
+  const std::size_t others = source ? m_ : n_;
+  if (ones_.size() < others) {
+    ones_.reserve(others);
+    launch_fill(ones_.get(), ones_.size(), 1.0f, stream_);
+  }
+  apply_resident(p, wrt, source ? y_.get() : x_.get(), d_, true, rout_.get());
+  apply_resident(p, wrt, ones_.get(), 1, false, rmass_.get());
+  launch_points_gradient(source ? x_.get() : y_.get(), rout_.get(), rmass_.get(), count, d_, 2.0 * p.cost_scale,
+                         rout_.get() + values, stream_);
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(out.data(), rout_.get() + values, sizeof(float) * values,
+                                     cudaMemcpyDeviceToHost, stream_));
+  sync();
+}
+
+double DeviceStep::Impl::resident_primal_cost(const PlanParams& p) const {
+  DeviceScope scope(device_);
+  const std::size_t k = std::size_t(d_) + 2;
+  // V = [y | ‖y‖² | 1] in rmass_, the pass into rout_, the per-row terms summed here.
+  rmass_.reserve(std::size_t(m_) * k);
+  rout_.reserve(std::size_t(n_) * k);
+  rterms_.reserve(n_);
+  launch_moment_values(y_.get(), yn_.get(), m_, d_, rmass_.get(), stream_);
+  apply_resident(p, Side::kSource, rmass_.get(), k, false, rout_.get());
+  launch_primal_terms(x_.get(), rout_.get(), n_, d_, rterms_.get(), stream_);
+  std::vector<double> terms(n_);
+  rterms_.download(std::span<double>(terms), stream_);
+  sync();
+  double cost = 0;
+  for (const double t : terms) cost += t;  // row order, as the host path sums
+  return p.cost_scale * cost;
 }
 
 EngineStatistics DeviceStep::Impl::statistics() const {
@@ -984,6 +1168,16 @@ void DeviceStep::top_k(const PlanParams& p, std::size_t k, std::span<std::int32_
                        std::span<float> values) const {
   impl_->top_k(p, k, columns, values);
 }
+void DeviceStep::apply_points(const PlanParams& p, Side rows, bool normalized, std::span<float> out) const {
+  impl_->apply_points(p, rows, normalized, out);
+}
+void DeviceStep::map_resident(const PlanParams& p, Side from, PointsView q, std::span<float> out) const {
+  impl_->map_resident(p, from, q, out);
+}
+void DeviceStep::points_gradient(const PlanParams& p, Side wrt, std::span<float> out) const {
+  impl_->points_gradient(p, wrt, out);
+}
+double DeviceStep::resident_primal_cost(const PlanParams& p) const { return impl_->resident_primal_cost(p); }
 
 }  // namespace cuda
 }  // namespace flashot::detail

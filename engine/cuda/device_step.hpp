@@ -87,6 +87,12 @@ class DeviceStep {
                      std::span<float> out) const;
   /// This shard's rows.
   void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns, std::span<float> values) const;
+  /// Backend's operations over the resident points (device inputs; one device): apply_points, map_resident,
+  /// points_gradient, resident_primal_cost.
+  void apply_points(const PlanParams& p, Side rows, bool normalized, std::span<float> out) const;
+  void map_resident(const PlanParams& p, Side from, PointsView q, std::span<float> out) const;
+  void points_gradient(const PlanParams& p, Side wrt, std::span<float> out) const;
+  double resident_primal_cost(const PlanParams& p) const;
 
   class Impl;
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "flashot/flashot.hpp"
 
@@ -25,7 +26,31 @@ struct ProblemData {
   PointsView y;                // (m×d)
   std::span<const float> a;    // (n) weights, never empty here (uniform filled in), sum > 0
   std::span<const float> b;    // (m)
+  // Device-resident inputs (Problem::on_device): x and y above carry only n and d (empty data); the points are the
+  // caller's device memory on `device`, not yet centred; the backend centres them on the device with `centre` (d
+  // values, the same arithmetic as the host path) into its own buffers. Null on the host path.
+  const float* device_x = nullptr;
+  const float* device_y = nullptr;
+  int device = -1;
+  std::span<const double> centre = {};
+  bool on_device() const { return device_x != nullptr; }
 };
+
+/// Per-column bounds of the finite coordinates of a device point set, and the first row holding a non-finite one.
+struct DeviceScan {
+  std::vector<float> lo, hi;  // (d), +inf / −inf before any finite value
+  long long bad_row = -1;     // −1: every coordinate finite
+  std::vector<float> row;     // the bad row's d values (an error path: a few bytes, not staging)
+};
+/// Checks that `p` is device memory on `p.device` (std::invalid_argument naming `name` otherwise) and scans it on
+/// the device (engine/cuda/device_input.cu), widening `scan.lo/hi`; only the first bad row is reported.
+/// Throws std::runtime_error in a build without CUDA (registry.cpp).
+void scan_device_points(const DevicePointsView& p, const std::string& name, DeviceScan& scan);
+/// Copies `count` floats of device memory on `device` to `out` (device weights for the Sinkhorn loop).
+void fetch_device_floats(const float* data, std::size_t count, int device, const std::string& name, float* out);
+/// The refusals of device inputs that need no device: the CPU backend, several devices, shards or ranks, a build
+/// without CUDA (std::runtime_error naming why).
+void refuse_device_input(const BackendOptions& options, int device);
 
 /// One Sinkhorn update, applied `count` times by Backend::iterate.
 struct IterationParams {
@@ -86,6 +111,18 @@ class Backend {
 
   /// What the adaptive kernels did so far (Problem::statistics); zero where there is nothing adaptive.
   virtual EngineStatistics statistics() const { return {}; }
+
+  // ---- Operations over the backend's own resident (centred) points: what a device-input Problem
+  // (ProblemData::device_x) uses where the host path passes its host copy of the points as V. Only the CUDA
+  // backend serves device inputs; the defaults throw std::logic_error.
+  /// out (count(rows) × d) = P·Y (rows = kSource) or Pᵀ·X (kTarget), divided by the row's mass when normalized.
+  virtual void apply_points(const PlanParams& p, Side rows, bool normalized, std::span<float> out) const;
+  /// apply_queries with V = the resident points of the other side than `from` (the entropic map).
+  virtual void map_resident(const PlanParams& p, Side from, PointsView q, std::span<float> out) const;
+  /// out (count(wrt) × d) = 2s·r_i·(p_i − T_i), Problem::gradient with the resident points p and T = apply_points.
+  virtual void points_gradient(const PlanParams& p, Side wrt, std::span<float> out) const;
+  /// ⟨P, C⟩ of the resident potentials, as Problem's host primal cost (the variance form over V = [y | ‖y‖² | 1]).
+  virtual double resident_primal_cost(const PlanParams& p) const;
 };
 
 /// Adds the screened tiles of `more` to `into` (shards); the steps are taken from `into` (every shard takes the same).
@@ -102,5 +139,8 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const 
 int cuda_device_count();
 /// What flashot::device_memory() reports (engine/cuda/error.cpp).
 DeviceMemory cuda_device_memory();
+/// scan_device_points and fetch_device_floats on the device (engine/cuda/device_input.cu).
+void cuda_scan_device_points(const DevicePointsView& p, const std::string& name, DeviceScan& scan);
+void cuda_fetch_device_floats(const float* data, std::size_t count, int device, const std::string& name, float* out);
 
 }  // namespace flashot::detail

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "backend.hpp"
@@ -29,6 +30,9 @@ struct Problem::Impl {
   double diameter = 0;
   double mass_a = 0, mass_b = 0;
   std::unique_ptr<detail::Backend> backend;
+  // Problem::on_device: x and y above stay empty; the operations that read points use the backend's resident ones.
+  bool device_input = false;
+  unsigned long long input_host_bytes = 0;  // EngineStatistics::input_host_bytes
 
   detail::PlanParams load(const SolveResult& s) const {
     if (s.f.size() != n || s.g.size() != m)
@@ -60,6 +64,7 @@ struct Problem::Impl {
   /// ⟨P, C⟩ = s·Σ_i r_i·(‖x_i − T_i‖² + E_i‖y‖² − ‖T_i‖²), T_i = (PY)_i / r_i and E_i‖y‖² = (P‖y‖²)_i / r_i:
   /// one pass with V = [y | ‖y‖² | 1]. The variance form keeps the cancellation to the spread of each row.
   double primal_cost(const detail::PlanParams& p) const {
+    if (device_input) return backend->resident_primal_cost(p);
     const std::size_t k = d + 2;
     std::vector<float> v(m * k);
     for (std::size_t j = 0; j < m; ++j) {
@@ -134,8 +139,94 @@ Problem::Problem(PointsView x, PointsView y, std::span<const float> a, std::span
   p.b = weights_or_uniform(b, p.m);
   for (float w : p.a) p.mass_a += w;
   for (float w : p.b) p.mass_b += w;
+  p.input_host_bytes = (p.n + p.m) * p.d * sizeof(float) + (a.size() + b.size()) * sizeof(float);
   const detail::ProblemData data{{p.x, p.n, p.d}, {p.y, p.m, p.d}, p.a, p.b};
   p.backend = detail::make_backend(options, data);
+}
+
+Problem Problem::on_device(DevicePointsView x, DevicePointsView y, DeviceWeights a, DeviceWeights b,
+                           const BackendOptions& options) {
+  const auto shape = [](const DevicePointsView& v, const std::string& name) {
+    if (v.n == 0) throw std::invalid_argument(name + " must not be empty (got " + name + ".n = 0)");
+    if (v.d == 0) throw std::invalid_argument(name + ".d must be ≥ 1 (got 0)");
+    if (v.data == nullptr)
+      throw std::invalid_argument(name + ".data must point to " + name + ".n·" + name + ".d = " +
+                                  std::to_string(v.n * v.d) + " values on the device (got a null pointer)");
+  };
+  shape(x, "x");
+  shape(y, "y");
+  if (x.d != y.d)
+    throw std::invalid_argument("x.d and y.d must match (got " + std::to_string(x.d) + " and " + std::to_string(y.d) +
+                                ")");
+  if (y.device != x.device)
+    throw std::invalid_argument("x and y must be on the same CUDA device (x is on cuda:" + std::to_string(x.device) +
+                                ", y on cuda:" + std::to_string(y.device) + ")");
+  const auto weight_shape = [&](const DeviceWeights& w, std::size_t n, const std::string& name,
+                                const std::string& points) {
+    if (w.data == nullptr) return;
+    if (w.n != n)
+      throw std::invalid_argument(name + " must be empty (uniform) or hold " + points + ".n = " + std::to_string(n) +
+                                  " weights (got " + std::to_string(w.n) + ")");
+    if (w.device != x.device)
+      throw std::invalid_argument(name + " must be on the points' CUDA device cuda:" + std::to_string(x.device) +
+                                  " (got cuda:" + std::to_string(w.device) + ")");
+  };
+  weight_shape(a, x.n, "a", "x");
+  weight_shape(b, y.n, "b", "y");
+  if (options.threads < 0)
+    throw std::invalid_argument("threads must be ≥ 0, 0 = all hardware threads (got " +
+                                std::to_string(options.threads) + ")");
+  // Refusals that need no device (the CPU backend, several GPUs, a build without CUDA) come before any device call.
+  detail::refuse_device_input(options, x.device);
+
+  Problem problem;
+  problem.impl_ = std::make_unique<Impl>();
+  Impl& p = *problem.impl_;
+  p.n = x.n;
+  p.m = y.n;
+  p.d = x.d;
+  p.device_input = true;
+  // Finite check and the union's bounding box on the device: only the 2·d bounds come back (and, on the error
+  // path, the offending row), so the centre and diameter are computed from exactly the values the host path uses.
+  detail::DeviceScan scan;
+  scan.lo.assign(p.d, std::numeric_limits<float>::infinity());
+  scan.hi.assign(p.d, -std::numeric_limits<float>::infinity());
+  for (const auto& [view, name] : {std::pair{&x, "x"}, std::pair{&y, "y"}}) {
+    detail::scan_device_points(*view, name, scan);
+    if (scan.bad_row >= 0)
+      for (std::size_t c = 0; c < p.d; ++c)
+        if (!std::isfinite(scan.row[c]))
+          throw std::invalid_argument(detail::non_finite_message(name, std::size_t(scan.bad_row), c, scan.row[c]));
+  }
+  // Device weights: read once to the host (the Sinkhorn loop's marginal error and dual cost read them there).
+  std::vector<float> wa, wb;
+  for (const auto& [w, into, name] : {std::tuple{&a, &wa, "a"}, std::tuple{&b, &wb, "b"}}) {
+    if (w->data == nullptr) continue;
+    into->resize(w->n);
+    detail::fetch_device_floats(w->data, w->n, w->device, name, into->data());
+    p.input_host_bytes += w->n * sizeof(float);
+  }
+  validate_weights(wa, p.n, "a", "x");
+  validate_weights(wb, p.m, "b", "y");
+  p.centre.resize(p.d);
+  double diam2 = 0;
+  for (std::size_t c = 0; c < p.d; ++c) {
+    const double lo = scan.lo[c], hi = scan.hi[c];
+    p.centre[c] = 0.5 * (lo + hi);
+    diam2 += (hi - lo) * (hi - lo);
+  }
+  p.diameter = std::sqrt(diam2);
+  p.a = weights_or_uniform(wa, p.n);
+  p.b = weights_or_uniform(wb, p.m);
+  for (float w : p.a) p.mass_a += w;
+  for (float w : p.b) p.mass_b += w;
+  detail::ProblemData data{{{}, p.n, p.d}, {{}, p.m, p.d}, p.a, p.b};
+  data.device_x = x.data;
+  data.device_y = y.data;
+  data.device = x.device;
+  data.centre = p.centre;
+  p.backend = detail::make_backend(options, data);
+  return problem;
 }
 
 Problem::~Problem() = default;
@@ -147,7 +238,11 @@ std::size_t Problem::m() const { return impl_->m; }
 std::size_t Problem::d() const { return impl_->d; }
 std::string Problem::backend_name() const { return impl_->backend->name(); }
 std::string Problem::device_name() const { return impl_->backend->device(); }
-EngineStatistics Problem::statistics() const { return impl_->backend->statistics(); }
+EngineStatistics Problem::statistics() const {
+  EngineStatistics s = impl_->backend->statistics();
+  s.input_host_bytes = impl_->input_host_bytes;
+  return s;
+}
 double Problem::diameter() const { return impl_->diameter; }
 
 SolveResult Problem::solve(const SolveOptions& options) {
@@ -198,7 +293,10 @@ std::vector<float> Problem::barycentric(const SolveResult& s, Side from) const {
   const Impl& p = *impl_;
   const detail::PlanParams pp = p.load(s);
   std::vector<float> out(p.count(from) * p.d);
-  p.backend->apply(pp, from, p.points(Impl::other(from)), p.d, true, out);
+  if (p.device_input)
+    p.backend->apply_points(pp, from, true, out);
+  else
+    p.backend->apply(pp, from, p.points(Impl::other(from)), p.d, true, out);
   p.uncentre(out);
   return out;
 }
@@ -214,7 +312,10 @@ std::vector<float> Problem::map_points(const SolveResult& s, PointsView queries,
   std::vector<float> q(queries.data.size());
   for (std::size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(queries.data[i] - p.centre[i % p.d]);
   std::vector<float> out(queries.n * p.d);
-  p.backend->apply_queries(pp, from, {q, queries.n, p.d}, p.points(Impl::other(from)), p.d, out);
+  if (p.device_input)
+    p.backend->map_resident(pp, from, {q, queries.n, p.d}, out);
+  else
+    p.backend->apply_queries(pp, from, {q, queries.n, p.d}, p.points(Impl::other(from)), p.d, out);
   p.uncentre(out);
   return out;
 }
@@ -291,6 +392,11 @@ std::vector<float> Problem::gradient(const SolveResult& s, Side wrt) const {
   // ∇ = 2s·r_i·(x_i − T(x_i)): the same as 2s(r_i x_i − (PY)_i), written so the difference is taken between points
   // (and independent of the centring).
   const std::size_t count = p.count(wrt);
+  if (p.device_input) {  // the same formula on the device, over the backend's resident points
+    std::vector<float> g(count * p.d);
+    p.backend->points_gradient(pp, wrt, g);
+    return g;
+  }
   std::vector<float> t(count * p.d);
   p.backend->apply(pp, wrt, p.points(Impl::other(wrt)), p.d, true, t);
   const std::vector<float> r = p.marginal(pp, wrt);
@@ -316,11 +422,9 @@ TopKCoupling Problem::top_k(const SolveResult& s, std::size_t k) const {
   return t;
 }
 
-DivergenceResult sinkhorn_divergence(PointsView x, PointsView y, std::span<const float> a, std::span<const float> b,
-                                     const SolveOptions& options, const BackendOptions& backend) {
-  Problem xy(x, y, a, b, backend);
-  Problem xx(x, x, a, a, backend);
-  Problem yy(y, y, b, b, backend);
+namespace {
+/// The three solves of the debiased divergence and their combination, for either kind of input.
+DivergenceResult divergence_of(Problem& xy, Problem& xx, Problem& yy, const SolveOptions& options) {
   // The warm start sizes belong to the x–y problem; the symmetric problems start from zero.
   SolveOptions self = options;
   self.initial_f.clear();
@@ -333,6 +437,24 @@ DivergenceResult sinkhorn_divergence(PointsView x, PointsView y, std::span<const
   r.yy = yy.solve(self);
   r.divergence = r.xy.dual_cost - 0.5 * r.xx.dual_cost - 0.5 * r.yy.dual_cost;
   return r;
+}
+}  // namespace
+
+DivergenceResult sinkhorn_divergence(PointsView x, PointsView y, std::span<const float> a, std::span<const float> b,
+                                     const SolveOptions& options, const BackendOptions& backend) {
+  Problem xy(x, y, a, b, backend);
+  Problem xx(x, x, a, a, backend);
+  Problem yy(y, y, b, b, backend);
+  return divergence_of(xy, xx, yy, options);
+}
+
+DivergenceResult sinkhorn_divergence_on_device(DevicePointsView x, DevicePointsView y, DeviceWeights a,
+                                               DeviceWeights b, const SolveOptions& options,
+                                               const BackendOptions& backend) {
+  Problem xy = Problem::on_device(x, y, a, b, backend);
+  Problem xx = Problem::on_device(x, x, a, a, backend);
+  Problem yy = Problem::on_device(y, y, b, b, backend);
+  return divergence_of(xy, xx, yy, options);
 }
 
 }  // namespace flashot

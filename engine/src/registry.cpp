@@ -52,9 +52,72 @@ std::unique_ptr<Backend> sharded_backend(const BackendOptions& options, const Pr
   return make_sharded_backend(options, data, make_backend);
 }
 
+[[noreturn]] void no_resident_points(const char* what) {
+  throw std::logic_error(std::string("Backend::") + what +
+                         " serves device-input problems, which only the one-GPU CUDA backend takes");
+}
+
 }  // namespace
 
+// ---- Device-resident inputs (Problem::on_device) ------------------------------------------------------------------
+
+void refuse_device_input(const BackendOptions& options, int device) {
+  const std::string where = "cuda:" + std::to_string(device);
+  if (options.backend == BackendKind::kCpu)
+    throw std::runtime_error("a device-input Problem needs the CUDA backend (x is on " + where +
+                             "); build the Problem from host arrays for the CPU backend");
+  if (options.devices.size() > 1 || options.shards > 1 || options.ranks > 1)
+    throw std::runtime_error("multi-GPU solves take host inputs; device inputs run on one GPU (x is on " + where +
+                             ", and the options ask for " + std::to_string(options.devices.size()) + " devices, " +
+                             std::to_string(options.shards) + " shards, " + std::to_string(options.ranks) +
+                             " ranks)");
+  if (!kCudaCompiled)
+    throw std::runtime_error("a device-input Problem needs the CUDA backend (x is on " + where +
+                             "), but flashot was built without CUDA (FLASHOT_CUDA=OFF or no nvcc)");
+  const int one = options.devices.size() == 1 ? options.devices[0] : options.device;
+  if (one != device)
+    throw std::invalid_argument("a device-input Problem runs on the device holding its points: x is on " + where +
+                                " but the options ask for CUDA device " + std::to_string(one) +
+                                " (set BackendOptions::device to " + std::to_string(device) + ")");
+  const int devices = usable_cuda_devices();
+  if (devices == 0)
+    throw std::runtime_error("a device-input Problem needs the CUDA backend (x is on " + where +
+                             "), but no CUDA device answers (no GPU or no driver)");
+  if (device < 0 || device >= devices)
+    throw std::invalid_argument("x is on " + where + ", but only " + std::to_string(devices) +
+                                " CUDA device(s) are present");
+}
+
+void scan_device_points(const DevicePointsView& p, const std::string& name, DeviceScan& scan) {
+  if constexpr (kCudaCompiled) {
+    cuda_scan_device_points(p, name, scan);
+  } else {
+    throw std::runtime_error(name + " is on a CUDA device, but flashot was built without CUDA");
+  }
+}
+
+void fetch_device_floats(const float* data, std::size_t count, int device, const std::string& name, float* out) {
+  if constexpr (kCudaCompiled) {
+    cuda_fetch_device_floats(data, count, device, name, out);
+  } else {
+    throw std::runtime_error(name + " is on a CUDA device, but flashot was built without CUDA");
+  }
+}
+
+void Backend::apply_points(const PlanParams&, Side, bool, std::span<float>) const { no_resident_points("apply_points"); }
+void Backend::map_resident(const PlanParams&, Side, PointsView, std::span<float>) const {
+  no_resident_points("map_resident");
+}
+void Backend::points_gradient(const PlanParams&, Side, std::span<float>) const {
+  no_resident_points("points_gradient");
+}
+double Backend::resident_primal_cost(const PlanParams&) const { no_resident_points("resident_primal_cost"); }
+
 std::unique_ptr<Backend> make_backend(const BackendOptions& options, const ProblemData& data) {
+  if (data.on_device()) {
+    refuse_device_input(options, data.device);
+    return cuda_backend(options, data);
+  }
   if (wants_sharding(options)) return sharded_backend(options, data);
   switch (options.backend) {
     case BackendKind::kCpu:

@@ -28,8 +28,12 @@ void validate_points(const PointsView& p, const std::string& name) {
   for (std::size_t i = 0; i < p.n; ++i)
     for (std::size_t c = 0; c < p.d; ++c)
       if (!std::isfinite(p.data[i * p.d + c]))
-        throw std::invalid_argument(name + " has a non-finite coordinate at row " + std::to_string(i) + ", column " +
-                                    std::to_string(c) + " (got " + show(p.data[i * p.d + c]) + ")");
+        throw std::invalid_argument(non_finite_message(name, i, c, p.data[i * p.d + c]));
+}
+
+std::string non_finite_message(const std::string& name, std::size_t row, std::size_t column, double value) {
+  return name + " has a non-finite coordinate at row " + std::to_string(row) + ", column " + std::to_string(column) +
+         " (got " + show(value) + ")";
 }
 
 /// Weights: empty (uniform) or one finite non-negative value per point, with a positive total.

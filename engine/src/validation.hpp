@@ -17,6 +17,9 @@ std::string show(double v);
 void require(bool ok, const std::string& what, double value);
 /// Shape and finiteness of one point set; `name` is how the caller knows it ("x", "queries", …).
 void validate_points(const PointsView& p, const std::string& name);
+/// "<name> has a non-finite coordinate at row <row>, column <column> (got <value>)": validate_points' message, also
+/// what Problem::on_device reports from its device scan.
+std::string non_finite_message(const std::string& name, std::size_t row, std::size_t column, double value);
 /// Weights: empty (uniform) or one finite non-negative value per point of `points` (n of them), positive total.
 void validate_weights(std::span<const float> w, std::size_t n, const std::string& name, const std::string& points);
 /// The weights as given, or uniform 1/n when empty (validate first).

@@ -56,7 +56,42 @@ bool cuda_copies() {
 #endif
 }
 
-FloatInput FloatInput::from(nb::handle object, const char* name, int ndim, std::size_t width) {
+#if defined(FLASHOT_PYTHON_CUDA)
+namespace {
+/// Waits for the work queued on `device` (the producer's pending writes to an array), keeping the current device.
+void synchronize_device(int device, const char* name) {
+  int previous = 0;
+  cuda_check(cudaGetDevice(&previous), "cudaGetDevice");
+  cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  const cudaError_t status = cudaDeviceSynchronize();
+  cudaSetDevice(previous);
+  cuda_check(status, (std::string("waiting for ") + name + "'s producer on the device").c_str());
+}
+}  // namespace
+#endif
+
+void FloatInput::stage_on_host(const char* name) {
+  if (device_data_ == nullptr) return;
+#if defined(FLASHOT_PYTHON_CUDA)
+  owned_.resize(rows_ * cols_);
+  if (!owned_.empty()) {
+    int previous = 0;
+    cuda_check(cudaGetDevice(&previous), "cudaGetDevice");
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+    const cudaError_t status =
+        cudaMemcpy(owned_.data(), device_data_, owned_.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaSetDevice(previous);
+    cuda_check(status, (std::string("copying ") + name + " from the device").c_str());
+  }
+  values_ = owned_;
+  device_data_ = nullptr;
+  device_array_ = {};
+#else
+  (void)name;
+#endif
+}
+
+FloatInput FloatInput::from(nb::handle object, const char* name, int ndim, std::size_t width, bool on_device) {
   FloatInput in;
   const auto check_shape = [&](std::size_t got_ndim, std::size_t rows, std::size_t cols, const std::string& shape) {
     const bool ndim_ok = ndim < 0 ? (got_ndim == 1 || got_ndim == 2) : int(got_ndim) == ndim;
@@ -90,21 +125,16 @@ FloatInput FloatInput::from(nb::handle object, const char* name, int ndim, std::
       throw std::invalid_argument(std::string(name) + " is a CUDA array that is not C-contiguous: make it so on "
                                   "the device first (e.g. tensor.contiguous())");
 #if defined(FLASHOT_PYTHON_CUDA)
-    // The engine's Problem holds its points in host memory (it centres and validates them there before the
-    // backend uploads them), so a device array is copied to the host here: one explicit device-to-host copy,
-    // after the producer's pending work on that device (docs/python.md, "CUDA arrays").
-    in.owned_.resize(rows * cols);
-    if (!in.owned_.empty()) {
-      int previous = 0;
-      cuda_check(cudaGetDevice(&previous), "cudaGetDevice");
-      cuda_check(cudaSetDevice(device->second), "cudaSetDevice");
-      cudaError_t status = cudaDeviceSynchronize();
-      if (status == cudaSuccess)
-        status = cudaMemcpy(in.owned_.data(), array.data(), in.owned_.size() * sizeof(float), cudaMemcpyDeviceToHost);
-      cudaSetDevice(previous);
-      cuda_check(status, (std::string("copying ") + name + " from the device").c_str());
-    }
-    in.values_ = in.owned_;
+    // Kept on the device: the DLPack tensor stays alive with this input, and the engine reads it in place
+    // (Problem::on_device), after the producer's pending work on that device. Otherwise, or when the caller then
+    // finds it cannot use device memory (stage_on_host), one explicit device-to-host copy (docs/python.md,
+    // "CUDA arrays").
+    synchronize_device(device->second, name);
+    in.device_array_ = array;
+    in.device_data_ = static_cast<const float*>(array.data());
+    in.device_ = device->second;
+    in.keep_ = as_object;
+    if (!on_device || rows * cols == 0) in.stage_on_host(name);
     return in;
 #else
     throw std::runtime_error(std::string(name) + " is on a CUDA device, but this flashot module was built without "

@@ -1,6 +1,7 @@
 #pragma once
 // Arrays across the Python boundary: inputs taken without a copy where their layout allows (float32, C order, on
-// the host), DLPack arrays on a CUDA device copied to the host explicitly; outputs handed to numpy without a copy.
+// the host; float32 C-order CUDA arrays where the caller can take device memory, Problem's points and weights),
+// other DLPack arrays on a CUDA device copied to the host explicitly; outputs handed to numpy without a copy.
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -21,13 +22,24 @@ namespace flashot::python {
 namespace nb = nanobind;
 
 /// Read-only float32 values for the engine: a view of the caller's array when it is float32, C-contiguous and on
-/// the host; otherwise a converted (numpy.ascontiguousarray) or, for a CUDA DLPack array, a device-to-host copy.
-/// Holds whatever keeps the values alive. Built with the GIL held; its span may be read without it.
+/// the host; otherwise a converted (numpy.ascontiguousarray) or, for a CUDA DLPack array, a device-to-host copy,
+/// unless `on_device` is asked for: a float32 C-contiguous CUDA array is then kept as it is (the DLPack tensor held
+/// alive, no copy) and read through device_data(); stage_on_host() makes the host copy later where the caller
+/// cannot use it on the device. Holds whatever keeps the values alive. Built with the GIL held; its span may be
+/// read without it.
 class FloatInput {
  public:
   FloatInput() = default;
   /// `ndim` 1 or 2 (or −1: either); `name` is used in messages ("x", "a", ...). `width` > 0 requires that many columns (2-D).
-  static FloatInput from(nb::handle object, const char* name, int ndim, std::size_t width = 0);
+  static FloatInput from(nb::handle object, const char* name, int ndim, std::size_t width = 0, bool on_device = false);
+  /// A CUDA array kept on its device (from(..., on_device = true)): its memory, and the device ordinal; null / −1
+  /// otherwise (values() is then empty until stage_on_host()).
+  const float* device_data() const { return device_data_; }
+  int device() const { return device_; }
+  DevicePointsView device_points() const { return {device_data_, rows_, cols_, device_}; }
+  DeviceWeights device_weights() const { return {device_data_, rows_, device_}; }
+  /// Copies a kept CUDA array to the host (the copy route of mixed placements); nothing for host arrays.
+  void stage_on_host(const char* name);
   std::span<const float> values() const { return values_; }
   std::size_t rows() const { return rows_; }
   std::size_t cols() const { return cols_; }
@@ -41,6 +53,9 @@ class FloatInput {
  private:
   nb::object keep_;               // the array viewed (or the converted one)
   std::vector<float> owned_;      // a CUDA array's host copy
+  nb::ndarray<nb::device::cuda> device_array_;  // a CUDA array kept on its device (the DLPack tensor held alive)
+  const float* device_data_ = nullptr;
+  int device_ = -1;
   std::span<const float> values_;
   std::size_t rows_ = 0, cols_ = 0;
   int ndim_ = 0;
@@ -62,7 +77,8 @@ nb::object view_numpy(const std::vector<std::int32_t>& values, std::initializer_
 /// str(object), as Python prints it.
 std::string text_of(nb::handle object);
 
-/// Whether this module was compiled with the CUDA runtime (CUDA DLPack arrays can be copied).
+/// Whether this module was compiled with the CUDA runtime (CUDA DLPack arrays can be taken: kept on the device for
+/// Problem, copied to the host elsewhere).
 bool cuda_copies();
 
 }  // namespace flashot::python

@@ -38,8 +38,20 @@ struct PyProblem {
   explicit PyProblem(Problem&& p) : problem(std::move(p)) {}
   Problem problem;
   std::mutex lock;
-  std::string origin;  // where x came from: "host" or "cuda:N"
+  std::string origin;      // where x came from: "host" or "cuda:N"
+  bool on_device = false;  // built with Problem::on_device (zero-copy)
 };
+
+/// Whether Problem can take these inputs where they are (Problem::on_device): x and y, and each weight vector given,
+/// float32 C-order CUDA arrays on one device, for one GPU (the CUDA or automatic backend, no devices list of
+/// several, no shards or ranks). Anything else takes the copy route (docs/python.md, "CUDA arrays").
+bool device_route(const FloatInput& x, const FloatInput& y, const FloatInput& a, const FloatInput& b,
+                  const BackendOptions& o) {
+  if (x.device_data() == nullptr || y.device_data() == nullptr || y.device() != x.device()) return false;
+  for (const FloatInput* w : {&a, &b})
+    if (w->rows() > 0 && (w->device_data() == nullptr || w->device() != x.device())) return false;
+  return o.backend != BackendKind::kCpu && o.devices.size() <= 1 && o.shards <= 1 && o.ranks == 1;
+}
 
 /// Runs f(problem) with the GIL released, holding the problem's lock.
 template <typename F>
@@ -49,9 +61,9 @@ auto released(PyProblem& p, F&& f) {
   return f(p.problem);
 }
 
-FloatInput optional_weights(nb::handle w, const char* name) {
+FloatInput optional_weights(nb::handle w, const char* name, bool on_device = false) {
   if (w.is_none()) return {};
-  return FloatInput::from(w, name, 1);
+  return FloatInput::from(w, name, 1, 0, on_device);
 }
 
 std::string repr_result(const SolveResult& r) {
@@ -380,16 +392,34 @@ void bind_engine(nb::module_& m) {
            [](PyProblem* self, nb::handle x, nb::handle y, nb::handle a, nb::handle b,
               const PyBackendOptions* options, nb::kwargs kwargs) {
              const PyBackendOptions o = backend_options(options, kwargs);
-             const FloatInput xi = FloatInput::from(x, "x", 2);
-             const FloatInput yi = FloatInput::from(y, "y", 2);
-             const FloatInput ai = optional_weights(a, "a");
-             const FloatInput bi = optional_weights(b, "b");
-             const BackendOptions engine = o.engine();
+             FloatInput xi = FloatInput::from(x, "x", 2, 0, true);
+             FloatInput yi = FloatInput::from(y, "y", 2, 0, true);
+             FloatInput ai = optional_weights(a, "a", true);
+             FloatInput bi = optional_weights(b, "b", true);
+             BackendOptions engine = o.engine();
+             const bool on_device = device_route(xi, yi, ai, bi, engine);
+             if (on_device) {
+               // CUDA arrays run on their own device (a devices list of one must name it: the engine says so).
+               engine.device = xi.device();
+             } else {
+               xi.stage_on_host("x");
+               yi.stage_on_host("y");
+               ai.stage_on_host("a");
+               bi.stage_on_host("b");
+             }
              {
                nb::gil_scoped_release release;
-               new (self) PyProblem(Problem(xi.points(), yi.points(), ai.values(), bi.values(), engine));
+               if (on_device) {
+                 new (self) PyProblem(Problem::on_device(xi.device_points(), yi.device_points(),
+                                                         ai.rows() > 0 ? ai.device_weights() : DeviceWeights{},
+                                                         bi.rows() > 0 ? bi.device_weights() : DeviceWeights{},
+                                                         engine));
+               } else {
+                 new (self) PyProblem(Problem(xi.points(), yi.points(), ai.values(), bi.values(), engine));
+               }
              }
              self->origin = xi.origin();
+             self->on_device = on_device;
            },
            "x"_a, "y"_a, "a"_a.none() = nb::none(), "b"_a.none() = nb::none(), "options"_a.none() = nb::none(),
            "kwargs"_a)
@@ -399,7 +429,37 @@ void bind_engine(nb::module_& m) {
       .def_prop_ro("backend", [](PyProblem& p) { return p.problem.backend_name(); }, "'cpu' or 'cuda'")
       .def_prop_ro("device", [](PyProblem& p) { return p.problem.device_name(); })
       .def_prop_ro("input_device", [](PyProblem& p) { return p.origin; },
-                   "where x came from: 'host', or 'cuda:N' for a CUDA array copied to the host")
+                   "where x came from: 'host', or 'cuda:N' for a CUDA array")
+      .def_prop_ro("on_device", [](PyProblem& p) { return p.on_device; },
+                   "True when the problem was built from CUDA arrays in place (zero-copy, Problem::on_device); "
+                   "False when its inputs were read on the host (host arrays, or the copy route of mixed "
+                   "placements)")
+      .def(
+          "statistics",
+          [](PyProblem& p) {
+            const EngineStatistics s = released(p, [](Problem& q) { return q.statistics(); });
+            nb::dict out;
+            out["input_host_bytes"] = s.input_host_bytes;
+            out["one_pass_steps"] = s.one_pass_steps;
+            out["shifted_steps"] = s.shifted_steps;
+            out["skipped_steps"] = s.skipped_steps;
+            out["redone_steps"] = s.redone_steps;
+            out["screened"] = s.screened;
+            const auto site = [](const ScreenSiteStatistics& t) {
+              nb::dict d;
+              d["kept_tiles"] = t.kept_tiles;
+              d["seen_tiles"] = t.seen_tiles;
+              d["next_screened"] = t.next_screened;
+              return d;
+            };
+            out["rows_lse"] = site(s.rows_lse);
+            out["columns_lse"] = site(s.columns_lse);
+            out["sums"] = site(s.sums);
+            return out;
+          },
+          "What the engine did so far (flashot::EngineStatistics) as a dict: input_host_bytes (bytes of x, y and "
+          "the given weights that passed through host memory: 0 for CUDA arrays taken in place), the one-pass "
+          "step counts and the screened tiles of the CUDA backend")
       .def(
           "solve",
           [](PyProblem& p, const PySolveOptions* options, nb::kwargs kwargs) {
@@ -514,17 +574,34 @@ void bind_engine(nb::module_& m) {
         PySolveOptions so = options != nullptr ? *options : PySolveOptions{};
         PyBackendOptions bo = backend != nullptr ? *backend : PyBackendOptions{};
         route_kwargs(kwargs, nb::cast(&so, nb::rv_policy::reference), nb::cast(&bo, nb::rv_policy::reference));
-        const FloatInput xi = FloatInput::from(x, "x", 2);
-        const FloatInput yi = FloatInput::from(y, "y", 2);
-        const FloatInput ai = optional_weights(a, "a");
-        const FloatInput bi = optional_weights(b, "b");
+        FloatInput xi = FloatInput::from(x, "x", 2, 0, true);
+        FloatInput yi = FloatInput::from(y, "y", 2, 0, true);
+        FloatInput ai = optional_weights(a, "a", true);
+        FloatInput bi = optional_weights(b, "b", true);
         SolveWatch watch(so.progress_fn, so);
         const SolveOptions engine = engine_options(so, watch);
-        const BackendOptions engine_backend = bo.engine();
+        BackendOptions engine_backend = bo.engine();
+        // CUDA arrays on one device are taken in place, as by Problem; anything else is read on the host.
+        const bool on_device = device_route(xi, yi, ai, bi, engine_backend);
+        if (on_device) {
+          engine_backend.device = xi.device();
+        } else {
+          xi.stage_on_host("x");
+          yi.stage_on_host("y");
+          ai.stage_on_host("a");
+          bi.stage_on_host("b");
+        }
         DivergenceResult r;
         {
           nb::gil_scoped_release release;
-          r = sinkhorn_divergence(xi.points(), yi.points(), ai.values(), bi.values(), engine, engine_backend);
+          if (on_device) {
+            r = sinkhorn_divergence_on_device(xi.device_points(), yi.device_points(),
+                                              ai.rows() > 0 ? ai.device_weights() : DeviceWeights{},
+                                              bi.rows() > 0 ? bi.device_weights() : DeviceWeights{}, engine,
+                                              engine_backend);
+          } else {
+            r = sinkhorn_divergence(xi.points(), yi.points(), ai.values(), bi.values(), engine, engine_backend);
+          }
         }
         watch.finish();
         return r;

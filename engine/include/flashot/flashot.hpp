@@ -24,6 +24,22 @@ struct PointsView {
   std::size_t d = 0;
 };
 
+/// A read-only view of `n` points in `d` dimensions resident on CUDA device `device`: `data` is a device pointer to
+/// n·d float32 values, row-major (a torch / CuPy tensor's memory, a cudaMalloc buffer). Only Problem::on_device
+/// takes it; the engine copies the points device-to-device while the Problem is built and keeps no reference.
+struct DevicePointsView {
+  const float* data = nullptr;
+  std::size_t n = 0;
+  std::size_t d = 0;
+  int device = 0;
+};
+/// Optional weights on a CUDA device for Problem::on_device: `data` null = uniform 1/n. `n` values, float32.
+struct DeviceWeights {
+  const float* data = nullptr;
+  std::size_t n = 0;
+  int device = 0;
+};
+
 enum class Cost { kSquaredEuclidean, kHalfSquaredEuclidean };
 /// Symmetric: f and g updated together from the old pair, then averaged with it (GeomLoss).
 /// Alternating: f from g, then g from the new f (Sinkhorn / OTT).
@@ -223,6 +239,13 @@ struct EngineStatistics {
   /// Tile screening (Screening) of the three sites; all zero when the problem is not screened.
   bool screened = false;
   ScreenSiteStatistics rows_lse, columns_lse, sums;
+  /// Bytes of the caller's inputs (x, y and the weights given) that passed through host memory on their way to the
+  /// backend since the Problem was built: (n+m)·d·4 plus 4 per given weight for a Problem built from host arrays
+  /// (the engine centres and validates them on the host); 0 for Problem::on_device with uniform weights, whatever
+  /// operations run (solve with diagnostics, every plan operation, gradient); 4·(n+m) when on_device was given
+  /// device weights (the Sinkhorn loop's marginal error and dual cost read them on the host; docs/engine.md,
+  /// "Device-resident inputs"). Counted on every backend.
+  unsigned long long input_host_bytes = 0;
 };
 
 /// Class mass per point after transporting labels through the plan.
@@ -253,6 +276,20 @@ class Problem {
   /// weight vectors of the wrong size. Throws std::runtime_error when the backend asked for is unavailable.
   Problem(PointsView x, PointsView y, std::span<const float> a = {}, std::span<const float> b = {},
           const BackendOptions& options = {});
+  /// A Problem from points already on a CUDA device (docs/engine.md, "Device-resident inputs"): x and y must be on
+  /// the same device, which must be `options.device`; the CUDA backend runs it on that one device (kAuto or kCuda).
+  /// The points are validated (finite, named row and column: the same messages as the host constructor), bounded,
+  /// centred and copied device-to-device into the backend's own buffers without passing through host memory
+  /// (EngineStatistics::input_host_bytes stays 0); the caller's memory is read only while this runs, and must hold
+  /// its values by then (work queued on the device's legacy default stream, or on any blocking stream, is waited
+  /// for; other streams must be synchronized by the caller). Every operation of a host-built Problem is available
+  /// and gives the same results. Weights: null = uniform; device weights are read once to the host (n + m floats,
+  /// counted in input_host_bytes). Throws std::invalid_argument as the host constructor (and for pointers that are
+  /// not device memory on that device), std::runtime_error for the CPU backend ("a device-input Problem needs the
+  /// CUDA backend …"), several devices, shards or ranks ("multi-GPU solves take host inputs …"), or a build
+  /// without CUDA.
+  static Problem on_device(DevicePointsView x, DevicePointsView y, DeviceWeights a = {}, DeviceWeights b = {},
+                           const BackendOptions& options = {});
   ~Problem();
   Problem(Problem&&) noexcept;
   Problem& operator=(Problem&&) noexcept;
@@ -299,6 +336,7 @@ class Problem {
   struct Impl;
 
  private:
+  Problem() = default;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -310,6 +348,10 @@ struct DivergenceResult {
 };
 DivergenceResult sinkhorn_divergence(PointsView x, PointsView y, std::span<const float> a, std::span<const float> b,
                                      const SolveOptions& options, const BackendOptions& backend = {});
+/// The same from points on a CUDA device: its three Problems are built with Problem::on_device (throws as that).
+DivergenceResult sinkhorn_divergence_on_device(DevicePointsView x, DevicePointsView y, DeviceWeights a,
+                                               DeviceWeights b, const SolveOptions& options,
+                                               const BackendOptions& backend = {});
 
 /// Backends compiled in and usable on this machine ("cpu", and "cuda" when a device answers).
 std::vector<std::string> available_backends();

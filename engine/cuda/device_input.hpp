@@ -1,0 +1,44 @@
+#pragma once
+// Device-resident inputs (Problem::on_device, docs/engine.md "Device-resident inputs"): the kernels that do on the
+// device what the host path does on its host copies (engine/src/validation.cpp, problem.cpp, device_step.cu's
+// prepare_side), with the same arithmetic so that both paths give the same results, and the device-side pieces of
+// the operations that read the points (gradient, primal cost). Private to engine/cuda/.
+
+#include <cstddef>
+
+#include <cuda_runtime.h>
+
+namespace flashot::detail::cuda {
+
+/// Bounds of the centred points of one side, from centre_points (what prepare_side computes on the host).
+struct SideBounds {
+  float largest = 0;   // max |coordinate|
+  float max_norm = 0;  // max ‖p‖
+};
+
+/// out (n × d) = (float)((double)in − centre[c]) and norm2 (n) = (float)Σ_c (double)out² in column order (the host
+/// path's rounding exactly); bounds (2 unsigned, zeroed by the caller) += the side's max |coordinate| and max ‖p‖ as
+/// the bit patterns of non-negative floats. centre: d doubles on the device.
+void launch_centre_points(const float* in, std::size_t n, int d, const double* centre, float* out, float* norm2,
+                          unsigned* bounds, cudaStream_t stream);
+SideBounds decode_bounds(const unsigned bounds[2]);
+
+/// Up to `c` evenly spaced rows i = k·count/c of a side packed as the cold probe reads them: (points, ‖p‖², ln w, w).
+void launch_pack_sample(const float* points, const float* norm2, const float* logw, const float* weight, int count,
+                        int c, int d, float* packed, cudaStream_t stream);
+
+/// v (m × (d+2)) = [y | ‖y‖² | 1]: the primal cost's value matrix from the resident points and norms.
+void launch_moment_values(const float* points, const float* norm2, int m, int d, float* v, cudaStream_t stream);
+
+/// out (count × d) = (float)(factor·r_i·((double)p_i − t_i)): Problem::gradient's formula over the resident points.
+void launch_points_gradient(const float* points, const float* t, const float* r, int count, int d, double factor,
+                            float* out, cudaStream_t stream);
+
+/// terms (n doubles) = r_i·(‖x_i − T_i‖² + max(0, E_i − ‖T_i‖²)) with r = out[i, d+1], T_i = out[i, :d]/r,
+/// E_i = out[i, d]/r (0 where r ≤ 0): the per-row terms of Problem's primal cost, summed on the host in row order.
+void launch_primal_terms(const float* points, const float* out, int n, int d, double* terms, cudaStream_t stream);
+
+/// fills `count` floats with `value`.
+void launch_fill(float* data, std::size_t count, float value, cudaStream_t stream);
+
+}  // namespace flashot::detail::cuda
