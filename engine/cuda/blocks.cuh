@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels.cuh"
+#include "mma.cuh"
 
 namespace flashot::detail::cuda {
 
@@ -37,6 +38,13 @@ struct SegmentScale {
 /// s-th share of the row block's listed 64-column tiles (an empty share writes (kNoMax, 0)).
 void launch_block_lse(const PointSet& rows, const PointSet& cols, const float* h, int d, const BlockLists& lists,
                       const SegmentScale* seg, int splits, float2* partials, cudaStream_t stream);
+
+/// The same partials from the tensor cores (blocks_mma.cu: split fp16 operands on mma.sync, 128-row thread blocks),
+/// where block_mma_serves(rop): the operands of both sides as DeviceStep prepared them for the dense path.
+bool block_mma_serves(const MmaOperands& rop);
+void launch_block_lse_mma(const PointSet& rows, const PointSet& cols, const MmaOperands& rop, const MmaOperands& cop,
+                          const float* h, const BlockLists& lists, const SegmentScale* seg, int splits,
+                          float2* partials, cudaStream_t stream);
 
 /// What block_finalize writes for row i of an active block (inactive blocks: kSoftmin +∞, kLse2 −∞, updates leave
 /// the potential): the modes of Finalize (kernels.cuh) without kCommit. source: damping λ_x (else λ_y).

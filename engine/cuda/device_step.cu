@@ -113,6 +113,9 @@ class DeviceStep::Impl {
  private:
   // ---- Block-sparse mode (docs/block-sparse.md; the section at the end of this file) ---------------------------
   BlockLists block_lists(bool x_rows) const;
+  /// The block-sparse LSE partials of side x_rows (as the dense path's side_lse): on the tensor cores where the
+  /// problem runs there (split fp16), else the tiled fp32 kernel.
+  void block_lse(bool x_rows, const float* h, int splits, float2* partials) const;
   /// The segment table of p (or the scalars) uploaded to seg_.
   void upload_segments(std::span<const SegmentParams> segments, const SegmentParams& scalars) const;
   bool block_iterate(const IterationParams& p, int count);
@@ -1091,6 +1094,16 @@ void DeviceStep::Impl::upload_segments(std::span<const SegmentParams> segments, 
   seg_.upload(std::span<const SegmentScale>(table), stream_);
 }
 
+void DeviceStep::Impl::block_lse(bool x_rows, const float* h, int splits, float2* partials) const {
+  const DevSide r = x_rows ? x_side() : y_side(), c = x_rows ? y_side() : x_side();
+  if (use_mma_ && block_mma_serves(xop_) && block_mma_serves(yop_)) {
+    launch_block_lse_mma(r, c, x_rows ? xop_ : yop_, x_rows ? yop_ : xop_, h, block_lists(x_rows), seg_.get(), splits,
+                         partials, stream_);
+    return;
+  }
+  launch_block_lse(r, c, h, d_, block_lists(x_rows), seg_.get(), splits, partials, stream_);
+}
+
 bool DeviceStep::Impl::block_iterate(const IterationParams& p, int count) {
   DeviceScope scope(device_);
   upload_segments(p.segments, SegmentParams{p.epsilon, p.cost_scale, p.damping_f, p.damping_g});
@@ -1099,11 +1112,11 @@ bool DeviceStep::Impl::block_iterate(const IterationParams& p, int count) {
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int), stream_));
   const bool alternating = p.scheme == Scheme::kAlternating;
   for (int it = 0; it < count; ++it) {
-    launch_block_lse(x, y, g_.get(), d_, lx, seg_.get(), pat_splits_rows_, part_rows_.get(), stream_);
+    block_lse(true, g_.get(), pat_splits_rows_, part_rows_.get());
     if (alternating)
       launch_block_finalize(Finalize::kAlternating, part_rows_.get(), pat_splits_rows_, x, lx, seg_.get(), true,
                             f_.get(), flags_.get(), stream_);
-    launch_block_lse(y, x, f_.get(), d_, ly, seg_.get(), pat_splits_cols_, part_cols_.get(), stream_);
+    block_lse(false, f_.get(), pat_splits_cols_, part_cols_.get());
     if (!alternating)
       launch_block_finalize(Finalize::kSymmetric, part_rows_.get(), pat_splits_rows_, x, lx, seg_.get(), true,
                             f_.get(), flags_.get(), stream_);
@@ -1127,7 +1140,7 @@ void DeviceStep::Impl::block_softmin(const PlanParams& p, Side rows, std::span<f
   const int splits = source ? pat_splits_rows_ : pat_splits_cols_;
   part_ops_.reserve(std::size_t(splits) * r.count);
   softmin_out_.reserve(r.count);
-  launch_block_lse(r, c, source ? g_.get() : f_.get(), d_, lists, seg_.get(), splits, part_ops_.get(), stream_);
+  block_lse(source, source ? g_.get() : f_.get(), splits, part_ops_.get());
   launch_block_finalize(Finalize::kSoftmin, part_ops_.get(), splits, r, lists, seg_.get(), source,
                         softmin_out_.get(), nullptr, stream_);
   softmin_out_.download(out.first(r.count), stream_);

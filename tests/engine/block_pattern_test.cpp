@@ -210,13 +210,15 @@ TEST_P(BlockBackend, OperationsFollowTheLists) {
   const double eps = 0.05 * double(d);
   const Masked ref{s.p, *pat, {SegmentParams{eps, 1, 1, 1}}};
   const detail::PlanParams pp{eps, 1.0};
+  // CUDA at d ≥ 16 reduces on the tensor cores (split fp16 operands): fp32-class, a little looser than the CPU.
+  const double tol = name == "cpu" ? 1e-5 : 1e-4;
 
   // Soft c-transforms of both sides (+∞ on the inactive row block).
   std::vector<float> fh(s.p.n), gh(s.p.m);
   s.backend->softmin(pp, Side::kSource, fh);
   s.backend->softmin(pp, Side::kTarget, gh);
-  expect_close(fh, ref.softmin(true, s.g), 1e-5, "softmin rows");
-  expect_close(gh, ref.softmin(false, s.f), 1e-5, "softmin columns");
+  expect_close(fh, ref.softmin(true, s.g), tol, "softmin rows");
+  expect_close(gh, ref.softmin(false, s.f), tol, "softmin columns");
 
   // P·V and Pᵀ·U: unlisted pairs contribute nothing, the inactive rows are zero.
   const std::size_t k = 5;
@@ -268,8 +270,8 @@ TEST_P(BlockBackend, OperationsFollowTheLists) {
     ref.iterate(scheme, 6, f, g);
     std::vector<float> fo(s.p.n), go(s.p.m);
     s.backend->get_potentials(fo, go);
-    expect_close(fo, f, 2e-5, "f after 6 " + to_string(scheme) + " iterations");
-    expect_close(go, g, 2e-5, "g after 6 " + to_string(scheme) + " iterations");
+    expect_close(fo, f, 2 * tol, "f after 6 " + to_string(scheme) + " iterations");
+    expect_close(go, g, 2 * tol, "g after 6 " + to_string(scheme) + " iterations");
     for (std::size_t i = 2 * kBlockSize; i < s.p.n; ++i) ASSERT_EQ(fo[i], f0[i]) << "inactive row " << i << " moved";
   }
 }
@@ -292,13 +294,14 @@ TEST_P(BlockBackend, SegmentsHaveTheirOwnParameters) {
   ref.iterate(Scheme::kAlternating, 4, f, g);
   std::vector<float> fo(s.p.n), go(s.p.m);
   s.backend->get_potentials(fo, go);
-  expect_close(fo, f, 2e-5, "f");
-  expect_close(go, g, 2e-5, "g");
+  const double tol = name == "cpu" ? 1e-5 : 1e-4;
+  expect_close(fo, f, 2 * tol, "f");
+  expect_close(go, g, 2 * tol, "g");
   detail::PlanParams pp;
   pp.segments = seg;
   std::vector<float> fh(s.p.n);
   s.backend->softmin(pp, Side::kSource, fh);
-  expect_close(fh, ref.softmin(true, g), 1e-5, "softmin rows");
+  expect_close(fh, ref.softmin(true, g), tol, "softmin rows");
 }
 
 TEST_P(BlockBackend, DenseListEqualsNullPattern) {
@@ -316,7 +319,7 @@ TEST_P(BlockBackend, DenseListEqualsNullPattern) {
   s.backend->apply(pp, Side::kSource, v, k, true, list_pv);
   const std::vector<double> ds(dense_soft.begin(), dense_soft.end()), dp(dense_pv.begin(), dense_pv.end());
   // CUDA's dense path may take another kernel family (register, tensor cores): fp32 rounding apart.
-  expect_close(list_soft, ds, name == "cpu" ? 0.0 : 1e-5, "softmin");
+  expect_close(list_soft, ds, name == "cpu" ? 0.0 : 1e-4, "softmin");
   expect_close(list_pv, dp, name == "cpu" ? 0.0 : 1e-4, "normalized P·V");
   s.backend->set_pattern(nullptr);  // back to dense
   std::vector<float> again(s.p.n);
