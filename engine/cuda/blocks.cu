@@ -98,6 +98,110 @@ __global__ void __launch_bounds__(kTileThreads) block_lse_kernel(PointSet rows, 
   }
 }
 
+// ---- Small d (d ≤ 4): the register kernel of small_d.cuh (lse_small_kernel, D ≤ 4) on one row block per thread
+// block: 64 threads × 4 rows in registers (coordinates pre-multiplied by the segment's α), a 256-column block of
+// columns at a time in shared memory (one float4 per column), the row block's listed column blocks split evenly over
+// gridDim.y.
+constexpr int kBlockSmallThreads = 64;
+constexpr int kBlockSmallRows = kPatternBlock / kBlockSmallThreads;  // 4
+
+/// Number of column blocks row block rb lists.
+__device__ __forceinline__ int list_blocks(const BlockLists& lists, int rb) {
+  int t = 0;
+  for (int q = lists.offsets[rb]; q < lists.offsets[rb + 1]; ++q) t += lists.ranges[q].y - lists.ranges[q].x;
+  return t;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kBlockSmallThreads) block_lse_small_kernel(PointSet rows, PointSet cols,
+                                                                             const float* __restrict__ h,
+                                                                             BlockLists lists,
+                                                                             const SegmentScale* __restrict__ seg,
+                                                                             float2* __restrict__ partials) {
+  static_assert(D >= 1 && D <= 4, "register block kernel: d ≤ 4");
+  __shared__ float4 tile[kPatternBlock];  // (BN): (q0, q1, q2, v) for D ≤ 3, (q0..q3) for D = 4
+  __shared__ float vtile[kPatternBlock];  // (BN): v for D = 4
+  const int rb = blockIdx.x;
+  const SegmentScale sc = seg[lists.segment[rb]];
+  const int i_base = rb * kPatternBlock + threadIdx.x;
+  float xr[kBlockSmallRows][D];
+  float run_max[kBlockSmallRows], run_sum[kBlockSmallRows];
+#pragma unroll
+  for (int r = 0; r < kBlockSmallRows; ++r) {
+    const int i = i_base + r * kBlockSmallThreads;
+#pragma unroll
+    for (int k = 0; k < D; ++k) xr[r][k] = i < rows.count ? sc.alpha * rows.points[std::size_t(i) * D + k] : 0.f;
+    run_max[r] = kNoMax;
+    run_sum[r] = 0.f;
+  }
+  const int total = list_blocks(lists, rb);
+  const int per = (total + int(gridDim.y) - 1) / int(gridDim.y);
+  const int t_begin = int(blockIdx.y) * per, t_end = min(total, t_begin + per);
+  int t = 0;
+  for (int q = lists.offsets[rb]; q < lists.offsets[rb + 1] && t < t_end; ++q) {
+    const int2 range = lists.ranges[q];
+    for (int cb = range.x; cb < range.y; ++cb, ++t) {
+      if (t < t_begin || t >= t_end) continue;
+      const int t0 = cb * kPatternBlock, j_end = min(cols.count, t0 + kPatternBlock);
+      __syncthreads();
+      for (int c = threadIdx.x; c < kPatternBlock; c += kBlockSmallThreads) {
+        const int j = t0 + c;
+        float qv[4] = {0.f, 0.f, 0.f, 0.f};
+        float v = -INFINITY;
+        if (j < j_end) {
+#pragma unroll
+          for (int k = 0; k < D; ++k) qv[k] = cols.points[std::size_t(j) * D + k];
+          v = bias_of(cols, h, sc, j);
+        }
+        if constexpr (D <= 3) {
+          tile[c] = make_float4(qv[0], qv[1], qv[2], v);
+        } else {
+          tile[c] = make_float4(qv[0], qv[1], qv[2], qv[3]);
+          vtile[c] = v;
+        }
+      }
+      __syncthreads();
+      const int ncols = j_end - t0;
+      for (int c0 = 0; c0 < ncols; c0 += 8) {
+        float s[kBlockSmallRows][8];
+#pragma unroll
+        for (int cc = 0; cc < 8; ++cc) {
+          const float4 qq = tile[c0 + cc];
+          const float v = D <= 3 ? qq.w : vtile[c0 + cc];
+#pragma unroll
+          for (int r = 0; r < kBlockSmallRows; ++r) {
+            float e = v;
+            e = fmaf(xr[r][0], qq.x, e);
+            if constexpr (D > 1) e = fmaf(xr[r][1], qq.y, e);
+            if constexpr (D > 2) e = fmaf(xr[r][2], qq.z, e);
+            if constexpr (D > 3) e = fmaf(xr[r][3], qq.w, e);
+            s[r][cc] = e;
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < kBlockSmallRows; ++r) {
+          float top = s[r][0];
+#pragma unroll
+          for (int cc = 1; cc < 8; ++cc) top = fmaxf(top, s[r][cc]);
+          if (top > run_max[r]) {
+            run_sum[r] *= fast_exp2(run_max[r] - top);
+            run_max[r] = top;
+          }
+          float sum = 0.f;
+#pragma unroll
+          for (int cc = 0; cc < 8; ++cc) sum += fast_exp2(s[r][cc] - run_max[r]);
+          run_sum[r] += sum;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kBlockSmallRows; ++r) {
+    const int i = i_base + r * kBlockSmallThreads;
+    if (i < rows.count) partials[std::size_t(blockIdx.y) * rows.count + i] = make_float2(run_max[r], run_sum[r]);
+  }
+}
+
 __global__ void block_finalize_kernel(Finalize mode, const float2* __restrict__ partials, int splits, PointSet rows,
                                       BlockLists lists, const SegmentScale* __restrict__ seg, bool source,
                                       float* __restrict__ out, int* nonfinite) {
@@ -298,6 +402,17 @@ __global__ void __launch_bounds__(kTileThreads) block_top_k_kernel(PointSet x, P
 void launch_block_lse(const PointSet& rows, const PointSet& cols, const float* h, int d, const BlockLists& lists,
                       const SegmentScale* seg, int splits, float2* partials, cudaStream_t stream) {
   if (rows.count == 0) return;
+  if (d <= 4) {  // the register kernel: one row block per thread block
+    const dim3 small(div_up(rows.count, kPatternBlock), splits);
+    switch (d) {
+      case 1: block_lse_small_kernel<1><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, partials); break;
+      case 2: block_lse_small_kernel<2><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, partials); break;
+      case 3: block_lse_small_kernel<3><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, partials); break;
+      default: block_lse_small_kernel<4><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, partials); break;
+    }
+    FLASHOT_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const dim3 grid(div_up(rows.count, kTileRows), splits);
   if (d <= 4)
     block_lse_kernel<4><<<grid, kTileThreads, 0, stream>>>(rows, cols, h, d, lists, seg, partials);

@@ -344,3 +344,69 @@ INSTANTIATE_TEST_SUITE_P(Backends, BlockBackend,
 
 }  // namespace
 }  // namespace flashot::test
+
+namespace flashot::test {
+namespace {
+
+/// The host-combined shards (BackendOptions::shards, here on the CPU) follow the lists as one backend does: every
+/// operation equals the unsharded block-sparse backend's, with two segments of their own ε and damping.
+TEST(BlockShards, ShardedBackendFollowsTheListsAsOneBackendDoes) {
+  const TestProblem p = make_problem({.n = 2100, .m = 600, .d = 3, .seed = 90, .random_weights = true});
+  BackendOptions sharded = backend_options("cpu", 2);
+  sharded.shards = 2;  // boundaries at multiples of 1024 rows: whole blocks
+  const detail::ProblemData data{p.xv(), p.yv(), p.a, p.b};
+  const auto one = detail::make_backend(backend_options("cpu", 2), data);
+  const auto two = detail::make_backend(sharded, data);
+  // Two segments: rows [0, 1024) with columns [0, 256); rows [1024, 2100) with columns [256, 600), the last row
+  // block inactive.
+  std::vector<std::vector<BlockRange>> lists(9);
+  for (int r = 0; r < 4; ++r) lists[r] = {{0, 1}};
+  for (int r = 4; r < 8; ++r) lists[r] = {{1, 3}};
+  const auto pat = std::make_shared<const BlockPattern>(p.n, p.m, lists, std::vector<std::int32_t>{0, 0, 0, 0, 1, 1, 1, 1, 1},
+                                                        std::vector<std::int32_t>{0, 1, 1});
+  one->set_pattern(pat);
+  two->set_pattern(pat);
+  const std::vector<SegmentParams> seg{{0.05, 1.0, 0.9, 1.0}, {0.2, 0.5, 1.0, 0.8}};
+  for (const Scheme scheme : {Scheme::kSymmetric, Scheme::kAlternating}) {
+    detail::IterationParams ip;
+    ip.scheme = scheme;
+    ip.segments = seg;
+    const std::vector<float> f0(p.n, 0.01f), g0(p.m, -0.02f);
+    one->set_potentials(f0, g0);
+    two->set_potentials(f0, g0);
+    ASSERT_TRUE(one->iterate(ip, 5));
+    ASSERT_TRUE(two->iterate(ip, 5));
+    std::vector<float> f1(p.n), g1(p.m), f2(p.n), g2(p.m);
+    one->get_potentials(f1, g1);
+    two->get_potentials(f2, g2);
+    EXPECT_LE(max_abs_diff(f1, f2), 1e-5 * std::max(1.0, max_abs(f1))) << to_string(scheme);
+    EXPECT_LE(max_abs_diff(g1, g2), 1e-5 * std::max(1.0, max_abs(g1))) << to_string(scheme);
+    for (std::size_t i = 2048; i < p.n; ++i) ASSERT_EQ(f2[i], f0[i]) << "inactive row " << i;
+  }
+  detail::PlanParams pp;
+  pp.segments = seg;
+  std::vector<float> s1(p.m), s2(p.m);
+  one->softmin(pp, Side::kTarget, s1);
+  two->softmin(pp, Side::kTarget, s2);
+  EXPECT_LE(max_abs_diff(s1, s2), 1e-5 * std::max(1.0, max_abs(s1)));
+  const std::size_t k = 3;
+  const std::vector<float> u = random_points(p.n, k, 91);
+  for (const bool normalized : {false, true}) {
+    std::vector<float> a1(p.m * k), a2(p.m * k);
+    one->apply(pp, Side::kTarget, u, k, normalized, a1);
+    two->apply(pp, Side::kTarget, u, k, normalized, a2);
+    EXPECT_LE(max_abs_diff(a1, a2), 1e-4 * std::max(1e-30, max_abs(a1))) << "normalized " << normalized;
+  }
+  // Boundaries off the blocks are refused by name.
+  BackendOptions small = backend_options("cpu", 2);
+  small.shards = 2;
+  const auto odd = detail::make_backend(small, detail::ProblemData{p.xv(), p.yv(), p.a, p.b});
+  EXPECT_NO_THROW(odd->set_pattern(pat));  // 2100 rows: aligned
+  const TestProblem q = make_problem({.n = 700, .m = 600, .d = 3, .seed = 92});
+  const auto tiny = detail::make_backend(small, detail::ProblemData{q.xv(), q.yv(), q.a, q.b});
+  EXPECT_THROW(tiny->set_pattern(std::make_shared<const BlockPattern>(BlockPattern::dense(q.n, q.m))),
+               std::runtime_error);
+}
+
+}  // namespace
+}  // namespace flashot::test
