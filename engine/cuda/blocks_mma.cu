@@ -16,17 +16,23 @@ namespace {
 
 static_assert(kPatternBlock % kMmaBlockRows == 0 && kPatternBlock % kMmaTile == 0, "blocks hold whole mma tiles");
 
-/// Start column of the t-th 64-column tile of row block rb's lists; `past` beyond the last one.
-__device__ __forceinline__ int listed_tile(const BlockLists& lists, int rb, int cols_count, int t, int past) {
-  for (int q = lists.offsets[rb]; q < lists.offsets[rb + 1]; ++q) {
-    const int2 r = lists.ranges[q];
-    const int jb = r.x * kPatternBlock, je = min(r.y * kPatternBlock, cols_count);
-    const int nt = (je - jb + kMmaTile - 1) / kMmaTile;
-    if (t < nt) return jb + t * kMmaTile;
-    t -= nt;
+/// Start column of the t-th 64-column tile of a row block's lists, `past` beyond the last one. The pipeline asks
+/// for t in (nearly) increasing order, so the cursor remembers the range it stopped in (range q starts at tile
+/// `base`) and only walks back to the first range when asked for an earlier one: O(1) amortized per tile.
+struct TileCursor {
+  int q = 0, base = 0;
+  __device__ __forceinline__ int at(const BlockLists& lists, int rb, int cols_count, int t, int past) {
+    if (t < base || q < lists.offsets[rb]) q = lists.offsets[rb], base = 0;
+    for (; q < lists.offsets[rb + 1]; ++q) {
+      const int2 r = lists.ranges[q];
+      const int jb = r.x * kPatternBlock, je = min(r.y * kPatternBlock, cols_count);
+      const int nt = (je - jb + kMmaTile - 1) / kMmaTile;
+      if (t < base + nt) return jb + (t - base) * kMmaTile;
+      base += nt;
+    }
+    return past;
   }
-  return past;
-}
+};
 
 __device__ __forceinline__ int listed_tiles(const BlockLists& lists, int rb, int cols_count) {
   int t = 0;
@@ -65,7 +71,8 @@ __global__ void __launch_bounds__(kMmaThreads) block_lse_mma_kernel(PointSet row
   const int t_begin = int(blockIdx.y) * per;
   const int tiles = max(0, min(total, t_begin + per) - t_begin);
   const int j_end = cols.count;  // ranges end on tile boundaries (or at the end): the end masks every tile
-  const auto tile_start = [&](int it) { return listed_tile(lists, rb, cols.count, t_begin + it, j_end); };
+  TileCursor cursor;
+  const auto tile_start = [&](int it) { return cursor.at(lists, rb, cols.count, t_begin + it, j_end); };
   const auto bias_at = [&](int j) { return ss.c1 * (h[j] - ss.s * cols.norm2[j]) + kLog2e * cols.logw[j]; };
   const auto epilogue = [&](float (&s)[2][8][4], const float* vt, int, int, const std::uint16_t*) {
     float bias[8][2];
