@@ -170,6 +170,31 @@ TEST_P(BatchTest, WarmStartsFromSavedPotentials) {
   EXPECT_NEAR(rs[0].dual_cost, first.dual_cost, 1e-4 * std::abs(first.dual_cost));
 }
 
+TEST_P(BatchTest, ACallbackCancelsItsOwnProblemOnly) {
+  FLASHOT_REQUIRE_BACKEND(GetParam());
+  const TestProblem p = make_problem({.n = 150, .m = 170, .d = 3, .seed = 51});
+  const TestProblem q = make_problem({.n = 260, .m = 120, .d = 3, .seed = 52});
+  SolveOptions stop, go;
+  stop.epsilon = go.epsilon = 0.02;
+  stop.tolerance = go.tolerance = 1e-9;  // never reached: the budget or the callback ends them
+  stop.check_every = go.check_every = 5;
+  stop.max_iterations = go.max_iterations = 40;
+  int calls = 0;
+  stop.progress = [&calls](const Progress& pr) {
+    ++calls;
+    return pr.iteration < 10;  // cancels at the check after iteration 10
+  };
+  const BatchProblem both[] = {{p.xv(), p.yv(), p.a, p.b, stop}, {q.xv(), q.yv(), q.a, q.b, go}};
+  const std::vector<SolveResult> rs = solve_batch(both, options());
+  EXPECT_EQ(rs[0].reason, StopReason::kCancelled) << rs[0].message;
+  EXPECT_EQ(rs[0].iterations, 10);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(rs[1].reason, StopReason::kIterationBudget) << rs[1].message;
+  EXPECT_EQ(rs[1].iterations, 40);
+  EXPECT_EQ(rs[1].checks.size(), 8u);
+  for (const SolveResult& r : rs) EXPECT_TRUE(std::isfinite(r.marginal_error));
+}
+
 TEST_P(BatchTest, RefusesEmptyAndMismatchedProblems) {
   FLASHOT_REQUIRE_BACKEND(GetParam());
   const TestProblem p = make_problem({.n = 30, .m = 20, .d = 3, .seed = 49});
