@@ -94,8 +94,10 @@ TEST_P(BatchTest, BatchOfOneEqualsThePlainSolve) {
     SCOPED_TRACE(to_string(scheme));
     EXPECT_EQ(r.reason, plain.reason);
     EXPECT_EQ(r.converged, plain.converged);
-    // The symmetric dense step takes other (one-exponential) arithmetic: a check may fall one period apart.
-    EXPECT_NEAR(r.iterations, plain.iterations, scheme == Scheme::kSymmetric ? o.check_every : 0);
+    // The symmetric dense step takes other (one-exponential) arithmetic, and CUDA's dense kernels other rounding
+    // than its block kernels: a check may fall one period apart. The CPU's alternating steps are the same sums.
+    const bool same_sums = GetParam() == "cpu" && scheme == Scheme::kAlternating;
+    EXPECT_NEAR(r.iterations, plain.iterations, same_sums ? 0 : o.check_every);
     EXPECT_EQ(r.stages.size(), plain.stages.size());
     EXPECT_DOUBLE_EQ(r.epsilon, plain.epsilon);
     EXPECT_DOUBLE_EQ(r.diameter, plain.diameter);
