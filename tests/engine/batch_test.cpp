@@ -197,6 +197,34 @@ TEST_P(BatchTest, ACallbackCancelsItsOwnProblemOnly) {
   for (const SolveResult& r : rs) EXPECT_TRUE(std::isfinite(r.marginal_error));
 }
 
+TEST(BatchShards, HostCombinedShardsSolveTheBatchAsOneBackend) {
+  // 4 problems, 3072 rows with padding: two CPU shards split them at a multiple of 1024 rows.
+  std::vector<TestProblem> ps;
+  for (int q = 0; q < 4; ++q)
+    ps.push_back(make_problem({.n = std::size_t(500 + 60 * q), .m = std::size_t(300 + 50 * q), .d = 3,
+                               .seed = std::uint64_t(60 + q)}));
+  SolveOptions o;
+  o.epsilon = 0.05;
+  o.tolerance = 1e-3;
+  o.check_every = 5;
+  o.max_iterations = 200;
+  std::vector<BatchProblem> batch;
+  for (const TestProblem& p : ps) batch.push_back({p.xv(), p.yv(), p.a, p.b, o});
+  BackendOptions sharded = backend_options("cpu", 2);
+  sharded.shards = 2;
+  const std::vector<SolveResult> one = solve_batch(batch, backend_options("cpu", 2));
+  const std::vector<SolveResult> two = solve_batch(batch, sharded);
+  for (std::size_t q = 0; q < ps.size(); ++q) {
+    EXPECT_EQ(two[q].iterations, one[q].iterations) << q;
+    EXPECT_EQ(two[q].converged, one[q].converged) << q;
+    EXPECT_LE(max_abs_diff(two[q].f, one[q].f), 1e-5 * std::max(1.0, max_abs(one[q].f))) << q;
+    EXPECT_NEAR(two[q].dual_cost, one[q].dual_cost, 1e-5 * std::abs(one[q].dual_cost)) << q;
+  }
+  BackendOptions many = backend_options("cuda");
+  many.devices = {0, 1};
+  EXPECT_THROW(solve_batch(batch, many), std::runtime_error);  // NCCL shards: refused before anything runs
+}
+
 TEST_P(BatchTest, RefusesEmptyAndMismatchedProblems) {
   FLASHOT_REQUIRE_BACKEND(GetParam());
   const TestProblem p = make_problem({.n = 30, .m = 20, .d = 3, .seed = 49});

@@ -27,8 +27,9 @@ struct BatchProblem {
 /// reason, marginal error, dual and primal cost); `seconds` is the whole batch's wall time.
 /// Throws std::invalid_argument naming the problem (its index) and the input for: no problems, an empty source or
 /// target (n or m = 0), dimensions that differ between problems, bad weights or options (as Problem and
-/// Problem::solve), different schemes. Throws std::runtime_error for sharded backends (BackendOptions::devices
-/// with several entries, shards, ranks > 1): batches run on one device.
+/// Problem::solve), different schemes. Shards combined on the host (BackendOptions::shards, or several devices with
+/// nccl = false) take the batch when their boundaries fall on its 256-row blocks (at least 1024 rows per shard);
+/// std::runtime_error otherwise, and for ranks > 1 or several devices with nccl on.
 std::vector<SolveResult> solve_batch(std::span<const BatchProblem> problems, const BackendOptions& backend = {});
 
 }  // namespace flashot
