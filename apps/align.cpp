@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "align_groups.hpp"
 #include "cli.hpp"
 #include "flashot/workflow/checks.hpp"
 #include "spatial.hpp"
@@ -53,6 +54,9 @@ int align_main(const std::vector<std::string>& args) {
       ("use-x", "align X on the genes both files share instead of an obsm entry")
       ("source-where", po::value<std::string>(), "COL=VALUE: use only these SOURCE rows (obs column / PLY property)")
       ("target-where", po::value<std::string>(), "COL=VALUE: use only these TARGET rows")
+      ("groupby", po::value<std::string>(),
+       "COL: align each SOURCE group (obs COL / PLY property) to the TARGET group of the same value, all groups in "
+       "one batched solve")
       ("blur", po::value<double>(), "final blur B in data units: epsilon = B^2 (default: --rel-blur x diameter)")
       ("rel-blur", po::value<double>()->default_value(kDefaultBlurRelative),
        "blur as a fraction of the data's diameter (bounding-box diagonal of both sets)")
@@ -96,6 +100,12 @@ int align_main(const std::vector<std::string>& args) {
                "default blur = 0.05 x the data's diameter, so unit-free data need no tuning.",
                options);
     return 0;
+  }
+  if (vm.count("groupby")) {
+    for (const char* other : {"spatial", "coupling", "save-solution"})
+      if (vm.count(other))
+        throw UsageError(std::string("--groupby cannot be combined with --") + other +
+                         " (one output per pair; run the groups one by one with --source-where/--target-where)");
   }
   if (vm.count("spatial")) return align_spatial_main(vm);
   const auto start = Clock::now();
@@ -159,6 +169,18 @@ int align_main(const std::vector<std::string>& args) {
   std::optional<workflow::Labels> truth;
   if (vm.count("compare-labels")) truth = workflow::read_labels(source, vm["compare-labels"].as<std::string>());
   const double load_seconds = seconds_since(load_start);
+  if (vm.count("groupby")) {
+    SolveOptions grouped = solve;
+    if (vm.count("blur"))
+      grouped.blur = require_positive_double(vm, "blur");
+    else
+      grouped.blur_relative = relative_blur;
+    const std::filesystem::path report_path = vm.count("report") ? vm["report"].as<std::string>() : "";
+    return align_groups({vm["groupby"].as<std::string>(), source, target, grouped,
+                         vm.count("blur") ? "--blur" : "--rel-blur " + format_double(relative_blur) +
+                                                           " x each group's diameter",
+                         backend, labels, truth, out_path, report_path, quiet, start, load_seconds});
+  }
 
   // ---- Solve: ε relative to the data's diameter (the engine's) unless --blur is given ---------------------------------
   Problem problem(source.view(), target.view(), {}, {}, backend);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "block_pattern.hpp"
 #include "flashot/flashot.hpp"
 
 namespace flashot::detail {
@@ -59,19 +60,41 @@ struct IterationParams {
   Scheme scheme = Scheme::kSymmetric;
   double damping_f = 1;       // λ_x = 1/(1+ε/ρ_x), 1 when balanced
   double damping_g = 1;       // λ_y
+  /// With a pattern of several segments (docs/block-sparse.md): one entry per segment, read instead of the
+  /// scalars above (the scheme stays common). Empty: every segment uses the scalars.
+  std::span<const SegmentParams> segments = {};
 };
 
 /// The potentials an operation reads: f (n), g (m), ε and cost scale.
 struct PlanParams {
   double epsilon = 0;
   double cost_scale = 1;
+  /// Per segment (epsilon, cost_scale read; damping ignored), as IterationParams::segments. Empty: the scalars.
+  std::span<const SegmentParams> segments = {};
 };
+
+/// The parameters of segment `s`: segments[s] when given, else the scalars (damping 1 for PlanParams).
+inline SegmentParams segment_params(const IterationParams& p, std::size_t s) {
+  return p.segments.empty() ? SegmentParams{p.epsilon, p.cost_scale, p.damping_f, p.damping_g} : p.segments[s];
+}
+inline SegmentParams segment_params(const PlanParams& p, std::size_t s) {
+  return p.segments.empty() ? SegmentParams{p.epsilon, p.cost_scale, 1, 1} : p.segments[s];
+}
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;    // "cpu" / "cuda"
   virtual std::string device() const = 0;  // human-readable
+
+  /// Block-sparse visiting lists (engine/src/block_pattern.hpp, docs/block-sparse.md): every later operation
+  /// visits only the listed (row block, column block) pairs; unlisted pairs are exactly zero plan entries, and
+  /// blocks with no listed pair are inactive (iterate leaves their potentials as they are). nullptr: dense (the
+  /// default; no extra work anywhere). The pattern's rows/cols must be n and m. apply_queries stays dense (queries
+  /// belong to no block). May be called between any two operations (a batch drops converged problems' blocks).
+  /// The default refuses a non-null pattern (std::runtime_error naming the backend).
+  virtual void set_pattern(std::shared_ptr<const BlockPattern> pattern);
+  const BlockPattern* pattern() const { return pattern_.get(); }
 
   /// Potentials resident on the backend: f (n), g (m), cost units.
   virtual void set_potentials(std::span<const float> f, std::span<const float> g) = 0;
@@ -123,6 +146,9 @@ class Backend {
   virtual void points_gradient(const PlanParams& p, Side wrt, std::span<float> out) const;
   /// ⟨P, C⟩ of the resident potentials, as Problem's host primal cost (the variance form over V = [y | ‖y‖² | 1]).
   virtual double resident_primal_cost(const PlanParams& p) const;
+
+ protected:
+  std::shared_ptr<const BlockPattern> pattern_;  // null: dense
 };
 
 /// Adds the screened tiles of `more` to `into` (shards); the steps are taken from `into` (every shard takes the same).

@@ -90,7 +90,29 @@ class ShardedBackend final : public Backend {
     std::transform(g_.begin(), g_.end(), g.begin(), [](double v) { return static_cast<float>(v); });
   }
 
+  /// Block-sparse lists (docs/block-sparse.md): each shard takes the rows of its own row blocks (row_slice), so its
+  /// boundaries must fall on blocks; columns combine over the shards with each column's segment ε.
+  void set_pattern(std::shared_ptr<const BlockPattern> pattern) override {
+    if (pattern && (pattern->rows() != n_ || pattern->cols() != m_))
+      throw std::invalid_argument("block pattern of " + std::to_string(pattern->rows()) + " × " +
+                                  std::to_string(pattern->cols()) + " points for a problem of " + std::to_string(n_) +
+                                  " × " + std::to_string(m_));
+    if (pattern)
+      for (const ShardRange& r : plan_)
+        if (r.begin % kBlockSize != 0)
+          throw std::runtime_error("block-sparse lists need shard boundaries on blocks of " +
+                                   std::to_string(kBlockSize) + " rows, but a shard starts at row " +
+                                   std::to_string(r.begin) + " (n = " + std::to_string(n_) + ", " +
+                                   std::to_string(plan_.size()) + " shards: fewer shards, or more rows)");
+    for (std::size_t s = 0; s < plan_.size(); ++s)
+      children_[s]->set_pattern(pattern ? std::make_shared<const BlockPattern>(
+                                              pattern->row_slice(plan_[s].begin, plan_[s].end))
+                                        : nullptr);
+    pattern_ = std::move(pattern);
+  }
+
   bool iterate(const IterationParams& p, int count) override {
+    if (pattern_) return iterate_blocks(p, count);
     const PlanParams pp{p.epsilon, p.cost_scale};
     std::vector<float> fh(n_);
     std::vector<std::vector<float>> partial(plan_.size(), std::vector<float>(m_));
@@ -130,7 +152,7 @@ class ShardedBackend final : public Backend {
     std::vector<std::vector<float>> partial(plan_.size(), std::vector<float>(m_));
     each_shard([&](std::size_t s) { children_[s]->softmin(p, Side::kTarget, partial[s]); });
     std::vector<double> h(m_);
-    combine(partial, p.epsilon, h);
+    combine(partial, p, h);
     std::transform(h.begin(), h.end(), out.begin(), [](double v) { return static_cast<float>(v); });
   }
 
@@ -177,6 +199,59 @@ class ShardedBackend final : public Backend {
   }
 
  private:
+  /// ε of column j: its segment's (pattern with segment parameters), else the common one.
+  double column_epsilon(const PlanParams& p, std::size_t j) const {
+    if (!pattern_ || p.segments.empty()) return p.epsilon;
+    return segment_params(p, std::size_t(pattern_->col_segment()[j / kBlockSize])).epsilon;
+  }
+
+  /// The column combination with every column's own ε.
+  void combine(const std::vector<std::vector<float>>& partial, const PlanParams& p, std::span<double> out) const {
+    if (!pattern_ || p.segments.empty()) return combine(partial, p.epsilon, out);
+    std::vector<double> column(partial.size());
+    for (std::size_t j = 0; j < out.size(); ++j) {
+      for (std::size_t s = 0; s < partial.size(); ++s) column[s] = partial[s][j];
+      out[j] = combine_softmin(column, column_epsilon(p, j));
+    }
+  }
+
+  /// Backend::iterate under a pattern: per-segment ε, cost scale and damping; inactive blocks keep their potentials.
+  bool iterate_blocks(const IterationParams& p, int count) {
+    const PlanParams pp{p.epsilon, p.cost_scale, p.segments};
+    const BlockPattern& pat = *pattern_;
+    const auto seg = [&](bool rows, std::size_t i) {
+      return segment_params(p, std::size_t((rows ? pat.row_segment() : pat.col_segment())[i / kBlockSize]));
+    };
+    const auto active = [&](bool rows, std::size_t i) { return !pat.list(rows, i / kBlockSize).empty(); };
+    const bool alternating = p.scheme == Scheme::kAlternating;
+    std::vector<float> fh(n_);
+    std::vector<std::vector<float>> partial(plan_.size(), std::vector<float>(m_));
+    std::vector<double> gh(m_);
+    for (int it = 0; it < count; ++it) {
+      push();
+      each_shard([&](std::size_t s) { children_[s]->softmin(pp, Side::kSource, rows_of(std::span<float>(fh), s, 1)); });
+      if (alternating) {
+        for (std::size_t i = 0; i < n_; ++i)
+          if (active(true, i)) f_[i] = seg(true, i).damping_f * fh[i];
+        pushed_ = false;
+        push();
+      }
+      each_shard([&](std::size_t s) { children_[s]->softmin(pp, Side::kTarget, partial[s]); });
+      combine(partial, pp, gh);
+      if (!alternating)
+        for (std::size_t i = 0; i < n_; ++i)
+          if (active(true, i)) f_[i] = 0.5 * (f_[i] + seg(true, i).damping_f * fh[i]);
+      for (std::size_t j = 0; j < m_; ++j) {
+        if (!active(false, j)) continue;
+        const double v = seg(false, j).damping_g * gh[j];
+        g_[j] = alternating ? v : 0.5 * (g_[j] + v);
+      }
+      pushed_ = false;
+      if (!all_finite(f_) || !all_finite(g_)) return false;
+    }
+    return true;
+  }
+
   PointsView x_rows(std::size_t s) const {
     const ShardRange r = plan_[s];
     return {std::span<const float>(x_).subspan(r.begin * d_, r.size() * d_), r.size(), d_};
@@ -235,13 +310,17 @@ class ShardedBackend final : public Backend {
   /// soft c-transform ĥ_j (then Σ_s mass_sj = w_j: no overflow, fp32-accurate shares at any ε); a column without
   /// weight falls back to softmax_s(−h_sj/ε) from the shards' own soft c-transforms. Leaves ĥ as the backends' column
   /// potential.
+  /// own_columns: the backends are the children (columns = y, each with its segment's ε under a pattern).
   void column_shares(const PlanParams& p, const std::vector<Backend*>& backends, std::size_t cols,
-                     std::vector<std::vector<double>>& shares) const {
+                     std::vector<std::vector<double>>& shares, bool own_columns) const {
     const std::size_t g = backends.size();
     std::vector<std::vector<float>> h(g, std::vector<float>(cols)), mass(g, std::vector<float>(cols));
     for_each(g, [&](std::size_t s) { backends[s]->softmin(p, Side::kTarget, h[s]); });
     std::vector<double> combined(cols);
-    combine(h, p.epsilon, combined);
+    if (own_columns)
+      combine(h, p, combined);  // each column's segment ε
+    else
+      combine(h, p.epsilon, combined);
     std::vector<float> shift(combined.begin(), combined.end());
     // Columns where no shard has mass get 0: their mass is 0 whatever the potential, and the fallback applies.
     for (float& v : shift)
@@ -263,7 +342,7 @@ class ShardedBackend final : public Backend {
         continue;
       }
       for (std::size_t s = 0; s < g; ++s) column[s] = h[s][j];
-      shard_mass_shares(column, p.epsilon, share);
+      shard_mass_shares(column, own_columns ? column_epsilon(p, j) : p.epsilon, share);
       for (std::size_t s = 0; s < g; ++s) shares[s][j] = share[s];
     }
   }
@@ -277,7 +356,7 @@ class ShardedBackend final : public Backend {
     if (normalized) {
       std::vector<Backend*> backends;
       for (const auto& c : children_) backends.push_back(c.get());
-      column_shares(p, backends, m_, shares);
+      column_shares(p, backends, m_, shares, true);
       pushed_ = false;  // the children's g is the shift now; normalized results do not depend on it
     }
     const std::size_t width = std::clamp<std::size_t>(kCombineFloats / (g * m_), 1, k);
@@ -327,7 +406,7 @@ class ShardedBackend final : public Backend {
     std::vector<Backend*> backends;
     for (const auto& b : pairs) backends.push_back(b.get());
     std::vector<std::vector<double>> shares;
-    column_shares(p, backends, q.n, shares);
+    column_shares(p, backends, q.n, shares, false);
     for (std::size_t j = 0; j < q.n; ++j)
       for (std::size_t c = 0; c < k; ++c) {
         double sum = 0;

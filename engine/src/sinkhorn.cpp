@@ -2,7 +2,10 @@
 // marginal-error checks, the stop reasons and the report. The backend only iterates and computes soft c-transforms.
 #include "sinkhorn.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -22,20 +25,13 @@ double side_rho(double common, double own) {
 
 double damping(double epsilon, double rho) { return rho > 0 ? 1.0 / (1.0 + epsilon / rho) : 1.0; }
 
-struct Potentials {
-  std::vector<float> f;
-  std::vector<float> g;
-};
-
 /// ‖P1 − a⊙e^{−f/ρ_x}‖₁ + ‖Pᵀ1 − b⊙e^{−g/ρ_y}‖₁ over the total mass of a (SolveResult::marginal_error), with
-/// P1_i = a_i·exp((f_i − f̂_i)/ε), f̂ = softmin_rows(g), and likewise for the columns.
-double marginal_error(const Backend& backend, const SolveInputs& in, const Potentials& p, double epsilon, double s,
-                      double rho_x, double rho_y, double mass_a) {
-  std::vector<float> fh(p.f.size()), gh(p.g.size());
-  const PlanParams pp{epsilon, s};
-  backend.softmin(pp, Side::kSource, fh);
-  backend.softmin(pp, Side::kTarget, gh);
-  const auto side = [epsilon](std::span<const float> w, const std::vector<float>& h, const std::vector<float>& hh,
+/// P1_i = a_i·exp((f_i − f̂_i)/ε), f̂ = softmin_rows(g), and likewise for the columns. f, fh (g, gh): the problem's
+/// potentials and their soft c-transforms.
+double marginal_error(const SolveInputs& in, std::span<const float> f, std::span<const float> fh,
+                      std::span<const float> g, std::span<const float> gh, double epsilon, double rho_x, double rho_y,
+                      double mass_a) {
+  const auto side = [epsilon](std::span<const float> w, std::span<const float> h, std::span<const float> hh,
                               double rho) {
     double err = 0;
     for (std::size_t i = 0; i < w.size(); ++i) {
@@ -46,11 +42,11 @@ double marginal_error(const Backend& backend, const SolveInputs& in, const Poten
     }
     return err;
   };
-  return (side(in.a, p.f, fh, rho_x) + side(in.b, p.g, gh, rho_y)) / mass_a;
+  return (side(in.a, f, fh, rho_x) + side(in.b, g, gh, rho_y)) / mass_a;
 }
 
 /// ⟨a,f⟩ on a balanced side, ⟨a, ρ(1 − e^{−f/ρ})⟩ on an unbalanced one.
-double dual_term(std::span<const float> w, const std::vector<float>& h, double rho) {
+double dual_term(std::span<const float> w, std::span<const float> h, double rho) {
   double sum = 0;
   for (std::size_t i = 0; i < w.size(); ++i)
     sum += rho > 0 ? w[i] * rho * (1.0 - std::exp(-static_cast<double>(h[i]) / rho)) : w[i] * static_cast<double>(h[i]);
@@ -113,143 +109,291 @@ void validate_solve_options(const SolveOptions& o, std::size_t n, std::size_t m,
                                 " and sum(b) = " + show(mass_b) + " (normalize them, or set reach)");
 }
 
-SolveResult run_sinkhorn(Backend& backend, const SolveInputs& in, const SolveOptions& o) {
-  const auto start = std::chrono::steady_clock::now();
-  const std::size_t n = in.a.size();
-  const std::size_t m = in.b.size();
-  const double s = cost_scale(o.cost);
-  const double rho_x = side_rho(o.reach, o.reach_source);
-  const double rho_y = side_rho(o.reach, o.reach_target);
-  double mass_a = 0;
-  for (float w : in.a) mass_a += w;
+namespace {
 
-  Potentials p{o.initial_f.empty() ? std::vector<float>(n, 0.0f) : o.initial_f,
-               o.initial_g.empty() ? std::vector<float>(m, 0.0f) : o.initial_g};
-  backend.set_potentials(p.f, p.g);
-
-  const double diameter = o.diameter > 0 ? o.diameter : in.diameter;
-  const std::vector<double> eps = epsilon_schedule(o, diameter);
-  const int stage_count = static_cast<int>(eps.size());
-  const int total_budget = (stage_count - 1) * o.stage_iterations + o.max_iterations;
-
-  SolveResult r;
-  r.cost = o.cost;
-  r.epsilon = eps.back();
-  r.diameter = diameter;
-  r.reach_source = rho_x;
-  r.reach_target = rho_y;
-  r.backend = backend.name();
-  r.device = backend.device();
-  r.reason = StopReason::kIterationBudget;
-
-  // Marginal errors are computed when the tolerance needs them or someone watches; a fixed-ε run with
-  // tolerance 0 and no callback iterates without them (benchmark mode).
-  const bool checking = o.tolerance > 0 || static_cast<bool>(o.progress);
-  bool stopped = false;
+/// One problem's run through the loop: its schedule, where it stands, and its report.
+struct Run {
+  const SolveInputs* in = nullptr;
+  const SolveOptions* o = nullptr;
+  std::size_t n = 0, m = 0, r0 = 0, c0 = 0;  // sizes; offsets of its rows and columns in the backend
+  double s = 1, rho_x = 0, rho_y = 0, mass_a = 0;
+  std::vector<double> eps;
+  int stage_count = 0, total_budget = 0;
+  bool checking = false;
+  int k = 0;             // the stage it is in
+  int in_stage = 0;      // iterations done in stage k
+  int reached = 0;       // the stage whose ε the potentials belong to
+  int target = 0;        // in_stage at which it next needs attention
+  bool finished = false;  // left the loop
   bool error_current = false;  // r.marginal_error belongs to the current potentials
-  const auto stage_text = [&](int k) {
-    return "ε stage " + std::to_string(k + 1) + " of " + std::to_string(stage_count) + " (ε = " + show(eps[k]) + ")";
-  };
-  const auto non_finite = [&](int k) {
+  SolveResult r;
+
+  bool final_stage() const { return k == stage_count - 1; }
+  /// Iterations until this problem next needs attention (end of its stage, a check, its budget).
+  int next_step() const {
+    if (!final_stage()) return o->stage_iterations - in_stage;
+    const int left = o->max_iterations - in_stage;  // checks every check_every iterations of the final stage
+    return checking ? std::min(o->check_every - in_stage % o->check_every, left) : left;
+  }
+  std::string stage_text(int stage) const {
+    return "ε stage " + std::to_string(stage + 1) + " of " + std::to_string(stage_count) + " (ε = " +
+           show(eps[stage]) + ")";
+  }
+  void non_finite(int stage) {
     r.reason = StopReason::kNonFinite;
-    r.message = "a potential or marginal became non-finite at " + stage_text(k) + " after " +
+    r.message = "a potential or marginal became non-finite at " + stage_text(stage) + " after " +
                 std::to_string(r.iterations) + " iterations";
-    stopped = true;
+    finished = true;
+  }
+  void end_stage() { r.stages.push_back(StageReport{eps[k], in_stage}); }
+  std::span<const float> f_of(const std::vector<float>& all) const { return {all.data() + r0, n}; }
+  std::span<const float> g_of(const std::vector<float>& all) const { return {all.data() + c0, m}; }
+  SegmentParams params(int stage) const {
+    return {eps[stage], s, damping(eps[stage], rho_x), damping(eps[stage], rho_y)};
+  }
+};
+
+bool all_finite(std::span<const float> v) {
+  return std::all_of(v.begin(), v.end(), [](float e) { return std::isfinite(e); });
+}
+
+}  // namespace
+
+std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const SolveInputs> inputs,
+                                            std::span<const SolveOptions* const> options, const BatchLayout* layout) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::size_t count = inputs.size();
+  if (count != options.size() || count == 0 || (layout == nullptr && count != 1))
+    throw std::logic_error("run_sinkhorn_batch: inconsistent problems and layout");
+  const std::size_t rows = layout ? layout->rows : inputs[0].a.size();
+  const std::size_t cols = layout ? layout->cols : inputs[0].b.size();
+
+  std::vector<Run> runs(count);
+  std::vector<float> F(rows, 0.0f), G(cols, 0.0f);
+  for (std::size_t q = 0; q < count; ++q) {
+    Run& u = runs[q];
+    const SolveOptions& o = *options[q];
+    u.in = &inputs[q];
+    u.o = &o;
+    u.n = inputs[q].a.size();
+    u.m = inputs[q].b.size();
+    u.r0 = layout ? layout->row_begin[q] : 0;
+    u.c0 = layout ? layout->col_begin[q] : 0;
+    u.s = cost_scale(o.cost);
+    u.rho_x = side_rho(o.reach, o.reach_source);
+    u.rho_y = side_rho(o.reach, o.reach_target);
+    for (float w : inputs[q].a) u.mass_a += w;
+    const double diameter = o.diameter > 0 ? o.diameter : inputs[q].diameter;
+    u.eps = epsilon_schedule(o, diameter);
+    u.stage_count = static_cast<int>(u.eps.size());
+    u.total_budget = (u.stage_count - 1) * o.stage_iterations + o.max_iterations;
+    // Marginal errors are computed when the tolerance needs them or someone watches; a fixed-ε run with
+    // tolerance 0 and no callback iterates without them (benchmark mode).
+    u.checking = o.tolerance > 0 || static_cast<bool>(o.progress);
+    u.r.cost = o.cost;
+    u.r.epsilon = u.eps.back();
+    u.r.diameter = diameter;
+    u.r.reach_source = u.rho_x;
+    u.r.reach_target = u.rho_y;
+    u.r.backend = backend.name();
+    u.r.device = backend.device();
+    u.r.reason = StopReason::kIterationBudget;
+    if (!o.initial_f.empty()) std::copy(o.initial_f.begin(), o.initial_f.end(), F.begin() + u.r0);
+    if (!o.initial_g.empty()) std::copy(o.initial_g.begin(), o.initial_g.end(), G.begin() + u.c0);
+  }
+  backend.set_potentials(F, G);
+
+  // A batch lists the blocks of the problems still running (block-diagonal); a finished problem leaves the lists
+  // and its potentials stay as they are.
+  std::vector<bool> listed(count, true);
+  const auto relist = [&](const std::vector<bool>& want) {
+    if (!layout || want == listed) return;
+    listed = want;
+    backend.set_pattern(std::make_shared<const BlockPattern>(
+        BlockPattern::block_diagonal(rows, cols, layout->row_blocks, layout->col_blocks, listed)));
+  };
+  if (layout) {
+    listed.assign(count, false);
+    relist(std::vector<bool>(count, true));
+  }
+  const auto running = [&] {
+    std::vector<bool> on(count);
+    for (std::size_t q = 0; q < count; ++q) on[q] = !runs[q].finished;
+    return on;
+  };
+  std::vector<SegmentParams> segments(count);
+  std::vector<float> fh(rows), gh(cols);
+  // Soft c-transforms of every listed problem at the ε of stage stage_of(q), one pass per side for all of them.
+  const auto transforms = [&](const std::function<int(std::size_t)>& stage_of) {
+    for (std::size_t q = 0; q < count; ++q) segments[q] = runs[q].params(stage_of(q));
+    PlanParams pp{segments[0].epsilon, segments[0].cost_scale};
+    if (layout) pp.segments = segments;
+    backend.softmin(pp, Side::kSource, fh);
+    backend.softmin(pp, Side::kTarget, gh);
   };
 
-  int reached = 0;  // the stage whose ε the potentials belong to
-  for (int k = 0; k < stage_count && !stopped; ++k) {
-    reached = k;
-    const bool final_stage = k == stage_count - 1;
-    const IterationParams ip{eps[k], s, o.scheme, damping(eps[k], rho_x), damping(eps[k], rho_y)};
-    StageReport stage{eps[k], 0};
-    if (!final_stage) {
-      const bool ok = backend.iterate(ip, o.stage_iterations);
-      stage.iterations = o.stage_iterations;
-      r.iterations += o.stage_iterations;
-      r.stages.push_back(stage);
-      if (!ok) {
-        non_finite(k);
-        break;
+  while (true) {
+    // A final stage with no budget left ends before any iteration (max_iterations = 0).
+    for (Run& u : runs)
+      if (!u.finished && u.final_stage() && u.next_step() == 0) {
+        u.reached = u.k;
+        u.end_stage();
+        u.finished = true;
       }
-      // Intermediate stages are not checked (their fixed point is not the answer); the callback still sees them
-      // so a long schedule can be cancelled. marginal_error is NaN there: not computed.
-      if (o.progress && !o.progress(Progress{k, stage_count, eps[k], r.iterations, total_budget,
-                                             std::numeric_limits<double>::quiet_NaN()})) {
-        r.reason = StopReason::kCancelled;
-        r.message = "cancelled by the progress callback after " + stage_text(k);
-        stopped = true;
-      }
-      continue;
+    relist(running());
+    int step = std::numeric_limits<int>::max();
+    for (Run& u : runs) {
+      if (u.finished) continue;
+      u.target = u.in_stage + u.next_step();
+      step = std::min(step, u.next_step());
     }
-    int done = 0;
-    while (done < o.max_iterations) {
-      const int step = checking ? std::min(o.check_every, o.max_iterations - done) : o.max_iterations - done;
-      const bool ok = backend.iterate(ip, step);
-      done += step;
-      r.iterations += step;
-      error_current = false;
-      if (!ok) {
-        non_finite(k);
-        break;
+    if (step == std::numeric_limits<int>::max()) break;
+
+    for (std::size_t q = 0; q < count; ++q) segments[q] = runs[q].params(runs[q].k);
+    IterationParams ip{segments[0].epsilon, segments[0].cost_scale, runs[0].o->scheme, segments[0].damping_f,
+                       segments[0].damping_g};
+    if (layout) ip.segments = segments;
+    const bool ok = backend.iterate(ip, step);
+    std::vector<Run*> stepped;
+    for (Run& u : runs) {
+      if (u.finished) continue;
+      u.in_stage += step;
+      u.r.iterations += step;
+      u.reached = u.k;
+      u.error_current = false;
+      stepped.push_back(&u);
+    }
+    if (!ok) {
+      // Problems never share a pair: the non-finite values belong to the problems that hold them (all of them
+      // when none can be found, e.g. in padding).
+      backend.get_potentials(F, G);
+      bool found = false;
+      for (Run* u : stepped) found |= !all_finite(u->f_of(F)) || !all_finite(u->g_of(G));
+      for (Run* u : stepped) {
+        if (found && all_finite(u->f_of(F)) && all_finite(u->g_of(G))) continue;
+        u->end_stage();
+        u->non_finite(u->k);
       }
-      if (!checking) continue;
-      backend.get_potentials(p.f, p.g);
-      r.marginal_error = marginal_error(backend, in, p, eps[k], s, rho_x, rho_y, mass_a);
-      error_current = true;
-      r.checks.push_back(MarginalCheck{r.iterations, eps[k], r.marginal_error});
+    }
+    std::vector<Run*> to_check;
+    for (Run* u : stepped) {
+      if (u->finished || u->in_stage < u->target) continue;
+      if (!u->final_stage()) {
+        u->end_stage();
+        // Intermediate stages are not checked (their fixed point is not the answer); the callback still sees them
+        // so a long schedule can be cancelled. marginal_error is NaN there: not computed.
+        if (u->o->progress && !u->o->progress(Progress{u->k, u->stage_count, u->eps[u->k], u->r.iterations,
+                                                       u->total_budget, std::numeric_limits<double>::quiet_NaN()})) {
+          u->r.reason = StopReason::kCancelled;
+          u->r.message = "cancelled by the progress callback after " + u->stage_text(u->k);
+          u->finished = true;
+          continue;
+        }
+        ++u->k;
+        u->in_stage = 0;
+        continue;
+      }
+      if (u->checking) {
+        to_check.push_back(u);
+      } else if (u->in_stage >= u->o->max_iterations) {
+        u->end_stage();
+        u->finished = true;
+      }
+    }
+    if (to_check.empty()) continue;
+    backend.get_potentials(F, G);
+    transforms([&](std::size_t q) { return runs[q].k; });
+    for (Run* u : to_check) {
+      SolveResult& r = u->r;
+      const SolveOptions& o = *u->o;
+      const int k = u->k;
+      r.marginal_error = marginal_error(*u->in, u->f_of(F), u->f_of(fh), u->g_of(G), u->g_of(gh), u->eps[k], u->rho_x,
+                                        u->rho_y, u->mass_a);
+      u->error_current = true;
+      r.checks.push_back(MarginalCheck{r.iterations, u->eps[k], r.marginal_error});
       if (!std::isfinite(r.marginal_error)) {
-        non_finite(k);
-        break;
+        u->end_stage();
+        u->non_finite(k);
+        continue;
       }
       const bool converged = o.tolerance > 0 && r.marginal_error <= o.tolerance;
-      const bool go_on =
-          !o.progress || o.progress(Progress{k, stage_count, eps[k], r.iterations, total_budget, r.marginal_error});
+      const bool go_on = !o.progress || o.progress(Progress{k, u->stage_count, u->eps[k], r.iterations,
+                                                            u->total_budget, r.marginal_error});
       if (converged) {
         r.converged = true;
         r.reason = StopReason::kTolerance;
         r.message = "converged: marginal error " + show(r.marginal_error) + " ≤ tolerance " + show(o.tolerance) +
                     " after " + std::to_string(r.iterations) + " iterations";
-        break;
-      }
-      if (!go_on) {
+      } else if (!go_on) {
         r.reason = StopReason::kCancelled;
-        r.message = "cancelled by the progress callback at " + stage_text(k) + " after " +
+        r.message = "cancelled by the progress callback at " + u->stage_text(k) + " after " +
                     std::to_string(r.iterations) + " iterations";
-        break;
+      } else if (u->in_stage < o.max_iterations) {
+        continue;
       }
+      u->end_stage();
+      u->finished = true;
     }
-    stage.iterations = done;
-    r.stages.push_back(stage);
-    stopped = true;
   }
 
-  backend.get_potentials(p.f, p.g);
-  if (r.reason != StopReason::kNonFinite && r.reason != StopReason::kCancelled && !r.converged) {
-    if (o.tolerance == 0) {
-      r.reason = StopReason::kFixedIterations;
-      r.message = "ran the " + std::to_string(r.iterations) + " iterations asked for (tolerance 0: no check)";
-    } else {
-      r.reason = StopReason::kIterationBudget;
+  backend.get_potentials(F, G);
+  // The final diagnostics: one more pair of soft c-transforms for the problems whose error is not current.
+  std::vector<bool> need(count, false);
+  bool any_need = false;
+  for (std::size_t q = 0; q < count; ++q) {
+    Run& u = runs[q];
+    SolveResult& r = u.r;
+    if (r.reason != StopReason::kNonFinite && r.reason != StopReason::kCancelled && !r.converged) {
+      if (u.o->tolerance == 0) {
+        r.reason = StopReason::kFixedIterations;
+        r.message = "ran the " + std::to_string(r.iterations) + " iterations asked for (tolerance 0: no check)";
+      } else {
+        r.reason = StopReason::kIterationBudget;
+      }
+    }
+    // A solve cancelled (or stopped) at an intermediate stage reports the ε its potentials belong to, so that plan
+    // operations on the result use the matching plan.
+    r.epsilon = u.eps[u.reached];
+    if (!u.o->diagnostics && !u.error_current) {
+      r.marginal_error = std::numeric_limits<double>::quiet_NaN();
+    } else if (!u.error_current && r.reason != StopReason::kNonFinite) {
+      need[q] = any_need = true;
     }
   }
-  // A solve cancelled (or stopped) at an intermediate stage reports the ε its potentials belong to, so that plan
-  // operations on the result use the matching plan.
-  r.epsilon = eps[reached];
-  if (!o.diagnostics && !error_current) {
-    r.marginal_error = std::numeric_limits<double>::quiet_NaN();
-  } else if (!error_current && r.reason != StopReason::kNonFinite) {
-    r.marginal_error = marginal_error(backend, in, p, r.epsilon, s, rho_x, rho_y, mass_a);
-    if (!std::isfinite(r.marginal_error)) non_finite(reached);
+  if (any_need) {
+    relist(need);
+    transforms([&](std::size_t q) { return runs[q].reached; });
+    for (std::size_t q = 0; q < count; ++q) {
+      if (!need[q]) continue;
+      Run& u = runs[q];
+      u.r.marginal_error = marginal_error(*u.in, u.f_of(F), u.f_of(fh), u.g_of(G), u.g_of(gh), u.r.epsilon, u.rho_x,
+                                          u.rho_y, u.mass_a);
+      if (!std::isfinite(u.r.marginal_error)) u.non_finite(u.reached);
+    }
   }
-  if (r.reason == StopReason::kIterationBudget)
-    r.message = "not converged: marginal error " + show(r.marginal_error) + " > tolerance " + show(o.tolerance) +
-                " after max_iterations = " + std::to_string(o.max_iterations) + " at the final ε = " + show(r.epsilon);
-  r.dual_cost = dual_term(in.a, p.f, rho_x) + dual_term(in.b, p.g, rho_y);
-  r.f = std::move(p.f);
-  r.g = std::move(p.g);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return r;
+  relist(std::vector<bool>(count, true));  // plan operations on the batch see every problem
+  std::vector<SolveResult> out;
+  out.reserve(count);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (Run& u : runs) {
+    SolveResult& r = u.r;
+    if (r.reason == StopReason::kIterationBudget)
+      r.message = "not converged: marginal error " + show(r.marginal_error) + " > tolerance " +
+                  show(u.o->tolerance) + " after max_iterations = " + std::to_string(u.o->max_iterations) +
+                  " at the final ε = " + show(r.epsilon);
+    const std::span<const float> f = u.f_of(F), g = u.g_of(G);
+    r.dual_cost = dual_term(u.in->a, f, u.rho_x) + dual_term(u.in->b, g, u.rho_y);
+    r.f.assign(f.begin(), f.end());
+    r.g.assign(g.begin(), g.end());
+    r.seconds = seconds;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+SolveResult run_sinkhorn(Backend& backend, const SolveInputs& in, const SolveOptions& o) {
+  const SolveOptions* options[] = {&o};
+  return std::move(run_sinkhorn_batch(backend, {&in, 1}, options, nullptr)[0]);
 }
 
 }  // namespace flashot::detail

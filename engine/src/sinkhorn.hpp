@@ -2,6 +2,7 @@
 // The Sinkhorn loop, written once over detail::Backend (docs/design.md §1). Private to the engine.
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -34,5 +35,24 @@ struct SolveInputs {
 /// field of the result except primal_cost, which needs plan applications (the caller adds it).
 /// Options must have been validated.
 SolveResult run_sinkhorn(Backend& backend, const SolveInputs& inputs, const SolveOptions& options);
+
+/// Where the problems of a batch lie in one concatenated backend problem (engine/src/batch.cpp): problem q owns
+/// rows [row_begin[q], row_begin[q] + n_q) and columns [col_begin[q], col_begin[q] + m_q), each starting on a block
+/// boundary, followed by zero-weight padding up to the next one; row_blocks / col_blocks hold the block starts
+/// (problems + 1 entries, BlockPattern::block_diagonal's). rows, cols: the totals, padding included.
+struct BatchLayout {
+  std::vector<std::size_t> row_begin, col_begin;
+  std::vector<std::int32_t> row_blocks, col_blocks;
+  std::size_t rows = 0, cols = 0;
+};
+
+/// The same loop for several problems at once: problem q with inputs[q] (its own a, b) and *options[q] (its own
+/// schedule, tolerance, warm start, callback; the scheme must be common). layout null: one problem filling the
+/// backend, dense (run_sinkhorn). Otherwise the backend holds the concatenation and runs the block-diagonal pattern
+/// of the problems still running with each problem's ε, cost scale and damping as its segment's parameters; a
+/// problem that finishes (converged, budget, cancelled, non-finite) leaves the lists. Every problem gets its own
+/// report, as run_sinkhorn's. On return the pattern lists every problem (for plan operations).
+std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const SolveInputs> inputs,
+                                            std::span<const SolveOptions* const> options, const BatchLayout* layout);
 
 }  // namespace flashot::detail

@@ -274,3 +274,72 @@ TEST(AlignPly, OutputIsTheSourceCloudWithMappedAndOriginalCoordinates) {
 
 }  // namespace
 }  // namespace flashot::test
+
+namespace flashot::test {
+namespace {
+
+/// --groupby: every cell type of SOURCE aligned to TARGET's cells of that type in one batched solve; each group's
+/// rows equal the single-pair command restricted to that type (--source-where/--target-where).
+TEST(AlignGroupBy, EachGroupEqualsTheSinglePairAlignOfThatGroup) {
+  const auto folder = fresh_folder();
+  const CommandResult r = run_flashot({"align", kBatchB.string(), kBatchA.string(), "-o",
+                                       (folder / "grouped.h5ad").string(), "--groupby", "cell_type",
+                                       "--transfer-labels", "cell_type", "--report", (folder / "g.json").string(),
+                                       "--backend", "cpu", "--quiet"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(read_file(folder / "g.json"));
+  EXPECT_EQ(report["groupby"]["column"], "cell_type");
+  EXPECT_GE(report["groups"].size(), 2u);
+  const io::H5adReader out(folder / "grouped.h5ad");
+  const io::Column types = out.read_obs("cell_type");
+  const io::Column transferred = out.read_obs("cell_type_flashot");
+  const io::DenseMatrix mapped = out.read_obsm("X_pca_flashot");
+  for (std::size_t i = 0; i < mapped.rows; ++i) {
+    ASSERT_TRUE(std::isfinite(mapped.values[i * mapped.cols])) << "row " << i << " was not aligned";
+    // Within a group, the only labels on offer are the group's own.
+    EXPECT_EQ(transferred.categories[std::size_t(transferred.codes[i])], types.categories[std::size_t(types.codes[i])]);
+  }
+  for (const std::string type : {"NK", "dendritic"}) {
+    const CommandResult one = run_flashot({"align", kBatchB.string(), kBatchA.string(), "-o",
+                                           (folder / (type + ".h5ad")).string(), "--source-where", "cell_type=" + type,
+                                           "--target-where", "cell_type=" + type, "--backend", "cpu", "--quiet"});
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    const io::DenseMatrix single = io::H5adReader(folder / (type + ".h5ad")).read_obsm("X_pca_flashot");
+    double scale = 0, diff = 0;
+    std::size_t rows = 0;
+    for (std::size_t i = 0; i < mapped.rows; ++i) {
+      if (types.categories[std::size_t(types.codes[i])] != type) continue;
+      ++rows;
+      for (std::size_t c = 0; c < mapped.cols; ++c) {
+        scale = std::max(scale, double(std::abs(single.values[i * mapped.cols + c])));
+        diff = std::max(diff, double(std::abs(single.values[i * mapped.cols + c] - mapped.values[i * mapped.cols + c])));
+      }
+    }
+    EXPECT_GT(rows, 0u) << type;
+    EXPECT_LE(diff, 1e-3 * scale) << type;
+  }
+}
+
+TEST(AlignGroupBy, AGroupMissingInTargetIsNamedAndNothingIsWritten) {
+  const auto folder = fresh_folder();
+  const CommandResult r = run_flashot({"align", kBatchB.string(), kBatchA.string(), "-o",
+                                       (folder / "g.h5ad").string(), "--groupby", "cell_type", "--target-where",
+                                       "cell_type=NK", "--backend", "cpu", "--quiet"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("has no rows in TARGET"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(its values: NK)"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(folder / "g.h5ad"));
+  const CommandResult bad = run_flashot({"align", kBatchB.string(), kBatchA.string(), "-o",
+                                         (folder / "g.h5ad").string(), "--groupby", "nosuch", "--backend", "cpu"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--groupby"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("nosuch"), std::string::npos) << bad.err;
+  const CommandResult both = run_flashot({"align", kBatchB.string(), kBatchA.string(), "-o",
+                                          (folder / "g.h5ad").string(), "--groupby", "cell_type", "--coupling",
+                                          (folder / "c.h5ad").string()});
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.err.find("--groupby cannot be combined with --coupling"), std::string::npos) << both.err;
+}
+
+}  // namespace
+}  // namespace flashot::test

@@ -1,0 +1,178 @@
+// Batches of problems (flashot/batch.hpp, docs/engine.md "Batches"): one concatenated problem, each problem's
+// points centred on its own bounding box's middle (as Problem does) and padded to whole blocks with zero-weight
+// points at the origin, a block-diagonal pattern with one segment per problem, and the Sinkhorn loop of
+// sinkhorn.cpp run for all of them at once.
+//
+// Padding: a padded column has weight 0, so its bias is −∞ and it adds nothing to any soft c-transform or plan
+// entry; a padded row has weight 0, so it carries no plan mass (its potential is computed, then dropped). Reports
+// read only each problem's real rows and columns (SolveInputs hold their weights; Run slices f and g).
+#include "flashot/batch.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "backend.hpp"
+#include "block_pattern.hpp"
+#include "sinkhorn.hpp"
+#include "validation.hpp"
+
+namespace flashot {
+
+namespace {
+
+std::size_t round_up(std::size_t n) { return (n + detail::kBlockSize - 1) / detail::kBlockSize * detail::kBlockSize; }
+
+/// Prefixes an engine error with the problem it belongs to.
+template <class F>
+void for_problem(std::size_t q, F&& check) {
+  try {
+    check();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("batch problem " + std::to_string(q) + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+std::vector<SolveResult> solve_batch(std::span<const BatchProblem> problems, const BackendOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  if (problems.empty()) throw std::invalid_argument("solve_batch needs at least one problem (got none)");
+  // Shards combined on the host take the lists (their boundaries fall on blocks once the batch has 1024 rows per
+  // shard); NCCL-combined CUDA shards and several processes do not yet.
+  if (options.ranks > 1 || (options.devices.size() > 1 && options.nccl && options.backend != BackendKind::kCpu))
+    throw std::runtime_error("solve_batch runs on one process and, on several GPUs, only with nccl = false (shards "
+                             "combined on the host): got ranks = " + std::to_string(options.ranks) + ", " +
+                             std::to_string(options.devices.size()) + " devices with nccl on (docs/engine.md, "
+                             "\"Batches\")");
+  const std::size_t count = problems.size();
+  const std::size_t d = problems[0].x.d;
+  detail::BatchLayout layout;
+  layout.row_blocks.push_back(0);
+  layout.col_blocks.push_back(0);
+  for (std::size_t q = 0; q < count; ++q) {
+    const BatchProblem& p = problems[q];
+    if (p.x.n == 0 || p.y.n == 0)
+      throw std::invalid_argument("batch problem " + std::to_string(q) + " is empty: its source has " +
+                                  std::to_string(p.x.n) + " points and its target " + std::to_string(p.y.n) +
+                                  " (every problem needs at least one point on each side)");
+    for_problem(q, [&] {
+      detail::validate_points(p.x, "x");
+      detail::validate_points(p.y, "y");
+      detail::validate_weights(p.a, p.x.n, "a", "x");
+      detail::validate_weights(p.b, p.y.n, "b", "y");
+    });
+    if (p.x.d != d || p.y.d != d)
+      throw std::invalid_argument("batch problem " + std::to_string(q) + " has dimension x.d = " +
+                                  std::to_string(p.x.d) + ", y.d = " + std::to_string(p.y.d) +
+                                  " but problem 0 has d = " + std::to_string(d) + " (a batch shares one d)");
+    if (p.options.scheme != problems[0].options.scheme)
+      throw std::invalid_argument("batch problem " + std::to_string(q) + " asks for the " +
+                                  to_string(p.options.scheme) + " scheme but problem 0 for " +
+                                  to_string(problems[0].options.scheme) + " (a batch shares one scheme)");
+    layout.row_begin.push_back(layout.rows);
+    layout.col_begin.push_back(layout.cols);
+    layout.rows += round_up(p.x.n);
+    layout.cols += round_up(p.y.n);
+    layout.row_blocks.push_back(static_cast<std::int32_t>(layout.rows / detail::kBlockSize));
+    layout.col_blocks.push_back(static_cast<std::int32_t>(layout.cols / detail::kBlockSize));
+  }
+
+  // The concatenation: each problem centred on its own bounding box's middle, padding at the origin, weight 0.
+  std::vector<float> x(layout.rows * d, 0.0f), y(layout.cols * d, 0.0f), a(layout.rows, 0.0f), b(layout.cols, 0.0f);
+  std::vector<detail::SolveInputs> inputs(count);
+  std::vector<std::vector<double>> norm_y(count);
+  for (std::size_t q = 0; q < count; ++q) {
+    const BatchProblem& p = problems[q];
+    std::vector<double> lo(d, std::numeric_limits<double>::infinity()), hi(d, -std::numeric_limits<double>::infinity());
+    for (const PointsView* cloud : {&p.x, &p.y})
+      for (std::size_t i = 0; i < cloud->n; ++i)
+        for (std::size_t c = 0; c < d; ++c) {
+          lo[c] = std::min<double>(lo[c], cloud->data[i * d + c]);
+          hi[c] = std::max<double>(hi[c], cloud->data[i * d + c]);
+        }
+    double diam2 = 0;
+    std::vector<double> centre(d);
+    for (std::size_t c = 0; c < d; ++c) {
+      centre[c] = 0.5 * (lo[c] + hi[c]);
+      diam2 += (hi[c] - lo[c]) * (hi[c] - lo[c]);
+    }
+    const std::size_t r0 = layout.row_begin[q], c0 = layout.col_begin[q];
+    for (std::size_t i = 0; i < p.x.n * d; ++i) x[r0 * d + i] = static_cast<float>(p.x.data[i] - centre[i % d]);
+    for (std::size_t j = 0; j < p.y.n * d; ++j) y[c0 * d + j] = static_cast<float>(p.y.data[j] - centre[j % d]);
+    const std::vector<float> aq = detail::weights_or_uniform(p.a, p.x.n), bq = detail::weights_or_uniform(p.b, p.y.n);
+    std::copy(aq.begin(), aq.end(), a.begin() + r0);
+    std::copy(bq.begin(), bq.end(), b.begin() + c0);
+    inputs[q].diameter = std::sqrt(diam2);
+  }
+  for (std::size_t q = 0; q < count; ++q) {
+    const BatchProblem& p = problems[q];
+    inputs[q].a = std::span<const float>(a).subspan(layout.row_begin[q], p.x.n);
+    inputs[q].b = std::span<const float>(b).subspan(layout.col_begin[q], p.y.n);
+    double ma = 0, mb = 0;
+    for (float w : inputs[q].a) ma += w;
+    for (float w : inputs[q].b) mb += w;
+    for_problem(q, [&] {
+      detail::validate_solve_options(p.options, p.x.n, p.y.n, ma, mb, inputs[q].diameter);
+    });
+  }
+
+  const detail::ProblemData data{{x, layout.rows, d}, {y, layout.cols, d}, a, b};
+  const std::unique_ptr<detail::Backend> backend = detail::make_backend(options, data);
+  std::vector<const SolveOptions*> opts(count);
+  for (std::size_t q = 0; q < count; ++q) opts[q] = &problems[q].options;
+  std::vector<SolveResult> results = detail::run_sinkhorn_batch(*backend, inputs, opts, &layout);
+
+  // Primal costs ⟨P, C⟩ of the problems that ask for diagnostics, in one pass: V = [y | ‖y‖² | 1] (Problem's).
+  bool any = false;
+  std::vector<detail::SegmentParams> seg(count);
+  for (std::size_t q = 0; q < count; ++q) {
+    results[q].primal_cost = std::numeric_limits<double>::quiet_NaN();
+    seg[q] = {results[q].epsilon, detail::cost_scale(results[q].cost), 1, 1};
+    any |= problems[q].options.diagnostics && results[q].reason != StopReason::kNonFinite;
+  }
+  if (any) {
+    std::vector<float> F(layout.rows), G(layout.cols);
+    backend->get_potentials(F, G);
+    const std::size_t k = d + 2;
+    std::vector<float> v(layout.cols * k, 0.0f);
+    for (std::size_t j = 0; j < layout.cols; ++j) {
+      double norm = 0;
+      for (std::size_t c = 0; c < d; ++c) {
+        v[j * k + c] = y[j * d + c];
+        norm += static_cast<double>(y[j * d + c]) * y[j * d + c];
+      }
+      v[j * k + d] = static_cast<float>(norm);
+      v[j * k + d + 1] = 1.0f;
+    }
+    std::vector<float> out(layout.rows * k);
+    detail::PlanParams pp{seg[0].epsilon, seg[0].cost_scale};
+    pp.segments = seg;
+    backend->apply(pp, Side::kSource, v, k, false, out);
+    for (std::size_t q = 0; q < count; ++q) {
+      if (!problems[q].options.diagnostics || results[q].reason == StopReason::kNonFinite) continue;
+      double cost = 0;
+      for (std::size_t i = layout.row_begin[q]; i < layout.row_begin[q] + problems[q].x.n; ++i) {
+        const double r = out[i * k + d + 1];
+        if (!(r > 0)) continue;
+        double dist = 0, tnorm = 0;
+        for (std::size_t c = 0; c < d; ++c) {
+          const double t = out[i * k + c] / r;
+          dist += (x[i * d + c] - t) * (x[i * d + c] - t);
+          tnorm += t * t;
+        }
+        cost += r * (dist + std::max(0.0, out[i * k + d] / r - tnorm));
+      }
+      results[q].primal_cost = seg[q].cost_scale * cost;
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (SolveResult& r : results) r.seconds = seconds;
+  return results;
+}
+
+}  // namespace flashot

@@ -1,0 +1,38 @@
+#!/bin/bash
+# Batches side by side (issue 23, docs/benchmarks.md): flashot::solve_batch (tests/bench/batch_bench.cpp) against
+# FlashSinkhorn's batched (B, N, D) solve (peers_bench.py --batch), same sizes, ε and iterations, then the ratios
+# scheme by scheme (flashot's symmetric vs FlashSinkhorn's symmetric backend, alternating vs alternating).
+#
+# usage: WHEELS=DIR (or PEERS_PYTHONPATH=dirs) [B=64] [N=4096] [DIMS=3,64] [ITERS=10] [EPS=0.1] [OUTDIR=out-batch] \
+#        tests/bench/peers/batch.sh BUILD/tests/bench/flashot_batch_bench
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bench=${1:?usage: batch.sh BUILD/tests/bench/flashot_batch_bench}
+B=${B:-64} N=${N:-4096} DIMS=${DIMS:-3,64} ITERS=${ITERS:-10} EPS=${EPS:-0.1} OUTDIR=${OUTDIR:-out-batch}
+mkdir -p "$OUTDIR"; OUTDIR=$(cd "$OUTDIR" && pwd)
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee "$OUTDIR/gpu.txt"
+if [[ -n ${PEERS_PYTHONPATH:-} ]]; then
+  export PYTHONPATH=$PEERS_PYTHONPATH:${PYTHONPATH:-}
+else
+  site=/tmp/flashot-peers-site
+  rm -rf "$site" && mkdir -p "$site"
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$site" \
+    "${WHEELS:?set WHEELS (or PEERS_PYTHONPATH)}"/flash_sinkhorn* || exit 1
+  export PYTHONPATH=$site:${PYTHONPATH:-}
+fi
+export PYTHONUNBUFFERED=1
+echo "method,B,n,m,d,eps,iters,median_ms,peak_mib" > "$OUTDIR/peers.csv"
+python3 "$here/peers_bench.py" --out "$OUTDIR/peers.csv" --batch "$B" --sizes "$N" --dims "$DIMS" --eps "$EPS" \
+  --iters "$ITERS" --no-keops ${PEERS_ARGS:-}
+"$bench" --batch "$B" --n "$N" --d "$DIMS" --eps "$EPS" --iters "$ITERS" | tee "$OUTDIR/flashot.csv"
+python3 - "$OUTDIR" <<'PY'
+import csv, os, sys
+out = sys.argv[1]
+peers = {(r["method"], int(r["d"])): float(r["median_ms"]) for r in csv.DictReader(open(os.path.join(out, "peers.csv")))}
+print(f"{'scheme':>12} {'B':>4} {'n':>6} {'d':>4} {'flashot ms':>11} {'FlashSinkhorn ms':>17} {'ratio':>7}")
+for r in csv.DictReader(open(os.path.join(out, "flashot.csv"))):
+    scheme = r["method"].removeprefix("flashot_batch_")
+    d, ms = int(r["d"]), float(r["median_ms"])
+    fs = peers.get((f"flash_{scheme}_batch", d), float("nan"))
+    print(f"{scheme:>12} {r['B']:>4} {r['n']:>6} {d:>4} {ms:>11.3f} {fs:>17.3f} {fs / ms:>6.2f}x")
+PY
