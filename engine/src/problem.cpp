@@ -11,6 +11,7 @@
 
 #include "backend.hpp"
 #include "flashot/flashot.hpp"
+#include "multiscale.hpp"
 #include "sinkhorn.hpp"
 #include "validation.hpp"
 
@@ -29,6 +30,19 @@ struct Problem::Impl {
   double diameter = 0;
   double mass_a = 0, mass_b = 0;
   std::unique_ptr<detail::Backend> backend;
+  BackendOptions options;
+  /// Built at the first multiscale solve (docs/multiscale.md): the hierarchies and a backend on permuted points.
+  mutable std::unique_ptr<detail::MultiscaleSolver> multiscale;
+  /// What the plan operations of the loaded result use: `backend`, or the multiscale plan backend (the certified
+  /// block pairs of a multiscale result's potentials, in the caller's order).
+  mutable detail::Backend* active = nullptr;
+
+  detail::MultiscaleSolver& multiscale_solver(std::uint64_t seed) const {
+    if (!multiscale || multiscale->seed() != seed)
+      multiscale = std::make_unique<detail::MultiscaleSolver>(options, PointsView{x, n, d}, PointsView{y, m, d}, a, b,
+                                                              seed);
+    return *multiscale;
+  }
 
   detail::PlanParams load(const SolveResult& s) const {
     if (s.f.size() != n || s.g.size() != m)
@@ -37,7 +51,18 @@ struct Problem::Impl {
                                   " and " + std::to_string(s.g.size()) + ")");
     if (!(s.epsilon > 0) || !std::isfinite(s.epsilon))
       throw std::invalid_argument("result.epsilon must be > 0 (got " + show(s.epsilon) + ")");
-    backend->set_potentials(s.f, s.g);
+    if (s.multiscale.used) {
+      if (!(s.multiscale.truncation > 0) || !(s.multiscale.dense_fraction > 0))
+        throw std::invalid_argument("result.multiscale must come from a multiscale solve: truncation " +
+                                    show(s.multiscale.truncation) + " and dense_fraction " +
+                                    show(s.multiscale.dense_fraction) + " must be > 0");
+      // Any hierarchy certifies the lists of the result's potentials; the solve's own is reused when present.
+      detail::MultiscaleSolver& ms = multiscale ? *multiscale : multiscale_solver(0);
+      active = &ms.plan_backend(s.multiscale.truncation, s.multiscale.dense_fraction);
+    } else {
+      active = backend.get();
+    }
+    active->set_potentials(s.f, s.g);
     return {s.epsilon, detail::cost_scale(s.cost)};
   }
 
@@ -49,7 +74,7 @@ struct Problem::Impl {
   std::vector<float> marginal(const detail::PlanParams& p, Side rows) const {
     const std::vector<float> ones(count(other(rows)), 1.0f);
     std::vector<float> out(count(rows));
-    backend->apply(p, rows, ones, 1, false, out);
+    active->apply(p, rows, ones, 1, false, out);
     return out;
   }
 
@@ -72,7 +97,7 @@ struct Problem::Impl {
       v[j * k + d + 1] = 1.0f;
     }
     std::vector<float> out(n * k);
-    backend->apply(p, Side::kSource, v, k, false, out);
+    active->apply(p, Side::kSource, v, k, false, out);
     double cost = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const double r = out[i * k + d + 1];
@@ -136,6 +161,8 @@ Problem::Problem(PointsView x, PointsView y, std::span<const float> a, std::span
   for (float w : p.b) p.mass_b += w;
   const detail::ProblemData data{{p.x, p.n, p.d}, {p.y, p.m, p.d}, p.a, p.b};
   p.backend = detail::make_backend(options, data);
+  p.active = p.backend.get();
+  p.options = options;
 }
 
 Problem::~Problem() = default;
@@ -153,11 +180,33 @@ double Problem::diameter() const { return impl_->diameter; }
 SolveResult Problem::solve(const SolveOptions& options) {
   const Impl& p = *impl_;
   detail::validate_solve_options(options, p.n, p.m, p.mass_a, p.mass_b, p.diameter);
+  detail::require(options.multiscale == Multiscale::kAuto || options.multiscale == Multiscale::kOn ||
+                      options.multiscale == Multiscale::kOff,
+                  "multiscale must be a Multiscale value", static_cast<double>(options.multiscale));
+  detail::require(std::isfinite(options.multiscale_truncation) && options.multiscale_truncation > 0,
+                  "multiscale_truncation must be > 0", options.multiscale_truncation);
+  detail::require(options.multiscale_dense_fraction > 0 && options.multiscale_dense_fraction <= 1,
+                  "multiscale_dense_fraction must be in (0, 1]", options.multiscale_dense_fraction);
   const auto start = std::chrono::steady_clock::now();
-  SolveResult r = detail::run_sinkhorn(*p.backend, {p.a, p.b, p.diameter}, options);
+  const double pairs = static_cast<double>(p.n) * static_cast<double>(p.m);
+  const bool multiscale = options.multiscale == Multiscale::kOn ||
+                          (options.multiscale == Multiscale::kAuto && pairs >= kMultiscaleAutoPairs);
+  SolveResult r;
+  if (multiscale) {
+    r = p.multiscale_solver(options.multiscale_seed).solve(options, p.diameter);
+    r.multiscale.reason = options.multiscale == Multiscale::kOn
+                              ? "multiscale on"
+                              : "auto: n·m = " + show(pairs) + " ≥ " + show(kMultiscaleAutoPairs);
+  } else {
+    p.backend->set_pattern(nullptr);
+    r = detail::run_sinkhorn(*p.backend, {p.a, p.b, p.diameter}, options);
+    r.multiscale.reason = options.multiscale == Multiscale::kOff
+                              ? "multiscale off"
+                              : "auto: n·m = " + show(pairs) + " < " + show(kMultiscaleAutoPairs);
+  }
   r.primal_cost = std::numeric_limits<double>::quiet_NaN();
   if (r.reason != StopReason::kNonFinite && options.diagnostics) {
-    r.primal_cost = p.primal_cost({r.epsilon, detail::cost_scale(r.cost)});
+    r.primal_cost = p.primal_cost(p.load(r));
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
@@ -170,7 +219,7 @@ std::vector<float> Problem::apply_plan(const SolveResult& s, std::span<const flo
     throw std::invalid_argument("v must hold m·k = " + std::to_string(impl_->m * k) + " values (got " +
                                 std::to_string(v.size()) + ")");
   std::vector<float> out(impl_->n * k);
-  impl_->backend->apply(pp, Side::kSource, v, k, false, out);
+  impl_->active->apply(pp, Side::kSource, v, k, false, out);
   return out;
 }
 
@@ -182,7 +231,7 @@ std::vector<float> Problem::apply_plan_transpose(const SolveResult& s, std::span
     throw std::invalid_argument("u must hold n·k = " + std::to_string(impl_->n * k) + " values (got " +
                                 std::to_string(u.size()) + ")");
   std::vector<float> out(impl_->m * k);
-  impl_->backend->apply(pp, Side::kTarget, u, k, false, out);
+  impl_->active->apply(pp, Side::kTarget, u, k, false, out);
   return out;
 }
 
@@ -198,7 +247,7 @@ std::vector<float> Problem::barycentric(const SolveResult& s, Side from) const {
   const Impl& p = *impl_;
   const detail::PlanParams pp = p.load(s);
   std::vector<float> out(p.count(from) * p.d);
-  p.backend->apply(pp, from, p.points(Impl::other(from)), p.d, true, out);
+  p.active->apply(pp, from, p.points(Impl::other(from)), p.d, true, out);
   p.uncentre(out);
   return out;
 }
@@ -214,7 +263,7 @@ std::vector<float> Problem::map_points(const SolveResult& s, PointsView queries,
   std::vector<float> q(queries.data.size());
   for (std::size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(queries.data[i] - p.centre[i % p.d]);
   std::vector<float> out(queries.n * p.d);
-  p.backend->apply_queries(pp, from, {q, queries.n, p.d}, p.points(Impl::other(from)), p.d, out);
+  p.active->apply_queries(pp, from, {q, queries.n, p.d}, p.points(Impl::other(from)), p.d, out);
   p.uncentre(out);
   return out;
 }
@@ -255,7 +304,7 @@ LabelTransfer Problem::transfer_labels(const SolveResult& s, Side labels_on, std
     }
     if (!any) continue;
     std::vector<float> mass(dst * kc);
-    p.backend->apply(pp, rows, onehot, kc, false, mass);
+    p.active->apply(pp, rows, onehot, kc, false, mass);
     for (std::size_t j = 0; j < dst; ++j)
       for (std::size_t c = 0; c < kc; ++c) t.probabilities[j * classes + c0 + c] = mass[j * kc + c];
   }
@@ -292,7 +341,7 @@ std::vector<float> Problem::gradient(const SolveResult& s, Side wrt) const {
   // (and independent of the centring).
   const std::size_t count = p.count(wrt);
   std::vector<float> t(count * p.d);
-  p.backend->apply(pp, wrt, p.points(Impl::other(wrt)), p.d, true, t);
+  p.active->apply(pp, wrt, p.points(Impl::other(wrt)), p.d, true, t);
   const std::vector<float> r = p.marginal(pp, wrt);
   const std::vector<float>& pts = p.points(wrt);
   std::vector<float> g(count * p.d);
@@ -312,7 +361,7 @@ TopKCoupling Problem::top_k(const SolveResult& s, std::size_t k) const {
   t.k = std::min(k, p.m);
   t.columns.resize(t.rows * t.k);
   t.values.resize(t.rows * t.k);
-  p.backend->top_k(pp, t.k, t.columns, t.values);
+  p.active->top_k(pp, t.k, t.columns, t.values);
   return t;
 }
 
