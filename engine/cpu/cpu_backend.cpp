@@ -97,7 +97,17 @@ class CpuBackend final : public Backend {
     std::transform(g_.begin(), g_.end(), g.begin(), [](double v) { return static_cast<float>(v); });
   }
 
+  void set_pattern(std::shared_ptr<const BlockPattern> pattern) override {
+    if (pattern && (pattern->rows() != x_.n || pattern->cols() != y_.n))
+      throw std::invalid_argument("block pattern of " + std::to_string(pattern->rows()) + " × " +
+                                  std::to_string(pattern->cols()) + " points for a problem of " +
+                                  std::to_string(x_.n) + " × " + std::to_string(y_.n));
+    pattern_ = std::move(pattern);
+    gap_ = std::numeric_limits<double>::infinity();
+  }
+
   bool iterate(const IterationParams& p, int count) override {
+    if (pattern_) return iterate_blocks(p, count);
     const PlanParams pp{p.epsilon, p.cost_scale};
     if (p.epsilon != gap_epsilon_) {
       gap_ = std::numeric_limits<double>::infinity();  // the bound below holds for one ε only
@@ -106,14 +116,14 @@ class CpuBackend final : public Backend {
     std::vector<double> fn(x_.n), gn(y_.n);
     for (int it = 0; it < count; ++it) {
       if (p.scheme == Scheme::kAlternating) {
-        softmin_into(pp, x_, y_, g_, fn);
+        softmin_into(pp, x_, y_, g_, fn, Walk());
         for (std::size_t i = 0; i < x_.n; ++i) f_[i] = p.damping_f * fn[i];
-        softmin_into(pp, y_, x_, f_, gn);
+        softmin_into(pp, y_, x_, f_, gn, Walk());
         for (std::size_t j = 0; j < y_.n; ++j) g_[j] = p.damping_g * gn[j];
       } else {
         if (!(gap_ <= kFusedGap * p.epsilon && symmetric_fused(p, fn, gn))) {
-          softmin_into(pp, x_, y_, g_, fn);
-          softmin_into(pp, y_, x_, f_, gn);
+          softmin_into(pp, x_, y_, g_, fn, Walk());
+          softmin_into(pp, y_, x_, f_, gn, Walk());
         }
         // Bound for the next update: softmin is 1-Lipschitz in the sup norm, so
         // |f' − softmin_rows(g')| ≤ |f' − softmin_rows(g)| + |g' − g|, and likewise for g.
@@ -138,29 +148,33 @@ class CpuBackend final : public Backend {
   }
 
   void softmin(const PlanParams& p, Side rows, std::span<float> out) const override {
+    check_segments(p.segments.size());
+
     std::vector<double> v(rows == Side::kSource ? x_.n : y_.n);
     if (rows == Side::kSource)
-      softmin_into(p, x_, y_, g_, v);
+      softmin_into(p, x_, y_, g_, v, make_walk(p, true));
     else
-      softmin_into(p, y_, x_, f_, v);
+      softmin_into(p, y_, x_, f_, v, make_walk(p, false));
     std::transform(v.begin(), v.end(), out.begin(), [](double e) { return static_cast<float>(e); });
   }
 
   void apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k, bool normalized,
              std::span<float> out) const override {
+    check_segments(p.segments.size());
     const bool src = rows == Side::kSource;
     const Cloud& q = src ? x_ : y_;
     const Cloud& keys = src ? y_ : x_;
     const std::vector<double>& hq = src ? f_ : g_;
     const std::vector<double>& hk = src ? g_ : f_;
-    const std::vector<float> bias = make_bias(p, keys, hk);
+    const Walk walk = make_walk(p, src);
+    const std::vector<float> bias = make_bias(p, keys, hk, true, walk.key_segment);
     const cpu::ScoreSpec spec{q.queries(), keys.keys(), bias.data(), score_scale(p)};
-    const std::vector<double> lse2 = row_lse2(spec);
-    weighted_into(spec, lse2, v, k, out);
+    const std::vector<double> lse2 = row_lse2(spec, walk);
+    weighted_into(spec, lse2, v, k, out, walk);
     if (normalized) return;
     // Row mass r_i = w_i·exp((h_i − ĥ_i)/ε), ĥ the soft c-transform: Σ_j P_ij = r_i · Σ_j 2^{t_ij − lse2_i}.
     for (std::size_t i = 0; i < q.n; ++i) {
-      const double mass = row_mass(p, q, hq[i], lse2[i], i);
+      const double mass = row_mass(walk.row_params(p, i), q, hq[i], lse2[i], i);
       for (std::size_t c = 0; c < k; ++c) out[i * k + c] = static_cast<float>(out[i * k + c] * mass);
     }
   }
@@ -171,14 +185,17 @@ class CpuBackend final : public Backend {
     const std::vector<double>& hk = from == Side::kSource ? g_ : f_;
     const std::vector<float> bias = make_bias(p, keys, hk);
     const cpu::ScoreSpec spec{{q.data.data(), q.n, q.d}, keys.keys(), bias.data(), score_scale(p)};
-    weighted_into(spec, row_lse2(spec), v, k, out);
+    const Walk dense;
+    weighted_into(spec, row_lse2(spec, dense), v, k, out, dense);
   }
 
   void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,
              std::span<float> values) const override {
-    const std::vector<float> bias = make_bias(p, y_, g_);
-    const cpu::ScoreSpec spec{x_.queries(), y_.keys(), bias.data(), score_scale(p)};
-    const std::vector<double> lse2 = row_lse2(spec);
+    check_segments(p.segments.size());
+    const Walk walk = make_walk(p, true);
+    const std::vector<float> bias = make_bias(p, y_, g_, true, walk.key_segment);
+    const cpu::ScoreSpec full{x_.queries(), y_.keys(), bias.data(), score_scale(p)};
+    const std::vector<double> lse2 = row_lse2(full, walk);
     const std::int64_t tasks = static_cast<std::int64_t>((x_.n + kTaskRows - 1) / kTaskRows);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_)
     for (std::int64_t task = 0; task < tasks; ++task) {
@@ -190,11 +207,14 @@ class CpuBackend final : public Backend {
       };
       const std::size_t begin = static_cast<std::size_t>(task) * kTaskRows;
       const std::size_t end = std::min(x_.n, begin + kTaskRows);
+      const cpu::ScoreSpec spec = walk.spec(full, begin);
+      const auto spans = walk.key_spans(begin, y_.ld);
       for (std::size_t i0 = begin; i0 < end; i0 += kTileRows) {
         const std::size_t rows = std::min(kTileRows, end - i0);
         for (auto& h : heaps) h.clear();
-        for (std::size_t j0 = 0; j0 < y_.ld; j0 += kTileCols) {
-          const std::size_t cols = std::min(kTileCols, y_.ld - j0);
+        for (const auto& [kb, ke] : spans)
+        for (std::size_t j0 = kb; j0 < ke; j0 += kTileCols) {
+          const std::size_t cols = std::min(kTileCols, ke - j0);
           kernels_->scores(spec, i0, rows, j0, cols, tile.data());
           const std::size_t real = std::min(cols, y_.n - std::min(y_.n, j0));
           for (std::size_t r = 0; r < rows; ++r) {
@@ -216,8 +236,13 @@ class CpuBackend final : public Backend {
           const std::size_t i = i0 + r;
           auto& h = heaps[r];
           std::sort_heap(h.begin(), h.end(), worse);
-          const double mass = row_mass(p, x_, f_[i], lse2[i], i);
+          const double mass = row_mass(walk.row_params(p, i), x_, f_[i], lse2[i], i);
           for (std::size_t c = 0; c < k; ++c) {
+            if (c >= h.size()) {  // fewer listed columns than k (block-sparse pattern)
+              columns[i * k + c] = -1;
+              values[i * k + c] = 0.0f;
+              continue;
+            }
             columns[i * k + c] = h[c].second;
             values[i * k + c] = static_cast<float>(mass * std::exp2(h[c].first - lse2[i]));
           }
@@ -227,6 +252,87 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  /// How a pass over one side's rows (the queries) walks the keys: densely (no pattern) or over the pattern's
+  /// lists, with each block's segment parameters. A task of kTaskRows rows lies in one block (kBlockSize is a
+  /// multiple of kTaskRows), so the score scale is constant over a task.
+  struct Walk {
+    const BlockPattern* pattern = nullptr;
+    bool rows = true;                                        // queries are x (row lists) or y (column lists)
+    const std::vector<std::int32_t>* query_segment = nullptr;  // by query block; null: one segment
+    const std::vector<std::int32_t>* key_segment = nullptr;    // by key block
+    std::vector<float> scale;                                // by query block (pattern only)
+
+    std::size_t segment(std::size_t i) const { return query_segment ? (*query_segment)[i / kBlockSize] : 0; }
+    SegmentParams row_params(const PlanParams& p, std::size_t i) const { return segment_params(p, segment(i)); }
+    cpu::ScoreSpec spec(const cpu::ScoreSpec& s, std::size_t begin) const {
+      cpu::ScoreSpec out = s;
+      if (pattern) out.scale = scale[begin / kBlockSize];
+      return out;
+    }
+    /// Key columns [begin, end) that the task starting at query row `begin` visits (ld: the padded key count).
+    std::vector<std::pair<std::size_t, std::size_t>> key_spans(std::size_t begin, std::size_t ld) const {
+      if (!pattern) return {{0, ld}};
+      std::vector<std::pair<std::size_t, std::size_t>> out;
+      for (const BlockRange& r : pattern->list(rows, begin / kBlockSize))
+        out.emplace_back(static_cast<std::size_t>(r.begin) * kBlockSize,
+                         std::min(ld, static_cast<std::size_t>(r.end) * kBlockSize));
+      return out;
+    }
+  };
+
+  Walk make_walk(const PlanParams& p, bool rows) const {
+    Walk w;
+    if (!pattern_) return w;
+    w.pattern = pattern_.get();
+    w.rows = rows;
+    w.query_segment = rows ? &pattern_->row_segment() : &pattern_->col_segment();
+    w.key_segment = rows ? &pattern_->col_segment() : &pattern_->row_segment();
+    w.scale.resize(w.query_segment->size());
+    for (std::size_t b = 0; b < w.scale.size(); ++b) {
+      const SegmentParams sp = segment_params(p, (*w.query_segment)[b]);
+      w.scale[b] = score_scale(PlanParams{sp.epsilon, sp.cost_scale});
+    }
+    return w;
+  }
+
+  /// Throws std::invalid_argument when a pattern's segments have no parameters (given ones must cover them).
+  void check_segments(std::size_t given) const {
+    if (pattern_ && given > 0 && given < pattern_->segments())
+      throw std::invalid_argument(std::to_string(given) + " segment parameters for a block pattern of " +
+                                  std::to_string(pattern_->segments()) + " segments");
+  }
+
+  /// The block-sparse update (either scheme, per-segment ε, cost scale and damping): two soft c-transforms that
+  /// walk the lists; the potentials of inactive blocks stay as they are.
+  bool iterate_blocks(const IterationParams& p, int count) {
+    check_segments(p.segments.size());
+    const BlockPattern& pat = *pattern_;
+    const PlanParams pp{p.epsilon, p.cost_scale, p.segments};
+    const Walk wx = make_walk(pp, true), wy = make_walk(pp, false);
+    const auto active = [&](bool rows, std::size_t i) { return !pat.list(rows, i / kBlockSize).empty(); };
+    std::vector<double> fn(x_.n), gn(y_.n);
+    for (int it = 0; it < count; ++it) {
+      const bool alternating = p.scheme == Scheme::kAlternating;
+      softmin_into(pp, x_, y_, g_, fn, wx);
+      if (alternating) {
+        for (std::size_t i = 0; i < x_.n; ++i)
+          if (active(true, i)) f_[i] = segment_params(p, wx.segment(i)).damping_f * fn[i];
+      }
+      softmin_into(pp, y_, x_, f_, gn, wy);
+      if (!alternating) {
+        for (std::size_t i = 0; i < x_.n; ++i)
+          if (active(true, i)) f_[i] = 0.5 * (f_[i] + segment_params(p, wx.segment(i)).damping_f * fn[i]);
+      }
+      for (std::size_t j = 0; j < y_.n; ++j) {
+        if (!active(false, j)) continue;
+        const double g = segment_params(p, wy.segment(j)).damping_g * gn[j];
+        g_[j] = alternating ? g : 0.5 * (g_[j] + g);
+      }
+      if (!all_finite(f_) || !all_finite(g_)) return false;
+    }
+    return true;
+  }
+
   /// The symmetric update from one exponential per plan entry (docs/design.md §2): with E_ij = exp((f_i + g_j − C_ij)/ε),
   /// softmin_rows(g)_i = f_i − ε·ln Σ_j b_j E_ij and softmin_cols(f)_j = g_j − ε·ln Σ_i a_i E_ij, exactly. Rows are
   /// split into a fixed number of groups (set by n and m only, never by the thread count), each with its own
@@ -287,17 +393,27 @@ class CpuBackend final : public Backend {
 
   /// bias_j = log2 w_j + (h_j − s‖k_j‖²)/ε · log2(e), −∞ for zero weights and the padding; without the log2 w_j
   /// term when `with_weights` is false.
+  /// key_segment (by key block, pattern only): each key takes its segment's ε and cost scale.
   static std::vector<float> make_bias(const PlanParams& p, const Cloud& keys, const std::vector<double>& h,
-                                      bool with_weights = true) {
+                                      bool with_weights = true,
+                                      const std::vector<std::int32_t>* key_segment = nullptr) {
     std::vector<float> bias(keys.ld, -std::numeric_limits<float>::infinity());
-    for (std::size_t j = 0; j < keys.n; ++j)
+    if (key_segment == nullptr) {
+      for (std::size_t j = 0; j < keys.n; ++j)
+        bias[j] = static_cast<float>((with_weights ? keys.log2w[j] : 0.0) +
+                                     (h[j] - p.cost_scale * keys.norm[j]) / p.epsilon * kLog2e);
+      return bias;
+    }
+    for (std::size_t j = 0; j < keys.n; ++j) {
+      const SegmentParams sp = segment_params(p, (*key_segment)[j / kBlockSize]);
       bias[j] = static_cast<float>((with_weights ? keys.log2w[j] : 0.0) +
-                                   (h[j] - p.cost_scale * keys.norm[j]) / p.epsilon * kLog2e);
+                                   (h[j] - sp.cost_scale * keys.norm[j]) / sp.epsilon * kLog2e);
+    }
     return bias;
   }
 
   /// r_i = w_i·exp((h_i − s‖q_i‖²)/ε)·2^{lse2_i}, the plan mass of row i (computed in the log domain).
-  static double row_mass(const PlanParams& p, const Cloud& q, double h, double lse2, std::size_t i) {
+  static double row_mass(const SegmentParams& p, const Cloud& q, double h, double lse2, std::size_t i) {
     if (!(q.w[i] > 0)) return 0;
     return std::exp2(q.log2w[i] + (h - p.cost_scale * q.norm[i]) / p.epsilon * kLog2e + lse2);
   }
@@ -308,7 +424,7 @@ class CpuBackend final : public Backend {
   }
 
   /// lse2_i = log2 Σ_j 2^{t_ij} for every query row.
-  std::vector<double> row_lse2(const cpu::ScoreSpec& spec) const {
+  std::vector<double> row_lse2(const cpu::ScoreSpec& spec, const Walk& walk) const {
     const std::size_t n = spec.queries.count;
     std::vector<float> mx(n, -std::numeric_limits<float>::infinity());
     std::vector<double> sm(n, 0.0);
@@ -318,8 +434,10 @@ class CpuBackend final : public Backend {
     for (std::int64_t task = 0; task < tasks; ++task) {
       const std::size_t begin = static_cast<std::size_t>(task) * kTaskRows;
       const std::size_t end = std::min(n, begin + kTaskRows);
-      for (std::size_t kb = 0; kb < spec.keys.ld; kb += chunk)
-        kernels_->lse(spec, begin, end, kb, std::min(spec.keys.ld, kb + chunk), mx.data(), sm.data());
+      const cpu::ScoreSpec s = walk.spec(spec, begin);
+      for (const auto& [kb0, ke] : walk.key_spans(begin, spec.keys.ld))
+        for (std::size_t kb = kb0; kb < ke; kb += chunk)
+          kernels_->lse(s, begin, end, kb, std::min(ke, kb + chunk), mx.data(), sm.data());
     }
     std::vector<double> lse2(n);
     for (std::size_t i = 0; i < n; ++i) lse2[i] = mx[i] + std::log2(sm[i]);
@@ -328,7 +446,7 @@ class CpuBackend final : public Backend {
 
   /// out (queries × k) = Σ_j 2^{t_ij − lse2_i} V_j, V (keys × k) row-major; chunked over value columns.
   void weighted_into(const cpu::ScoreSpec& spec, const std::vector<double>& lse2, std::span<const float> v,
-                     std::size_t k, std::span<float> out) const {
+                     std::size_t k, std::span<float> out, const Walk& walk) const {
     const std::size_t n = spec.queries.count;
     const std::size_t nk = spec.keys.count;
     const std::size_t ld = spec.keys.ld;
@@ -345,8 +463,11 @@ class CpuBackend final : public Backend {
         const std::size_t begin = static_cast<std::size_t>(task) * kTaskRows;
         const std::size_t end = std::min(n, begin + kTaskRows);
         std::vector<double> acc((end - begin) * kc, 0.0);
-        for (std::size_t kb = 0; kb < ld; kb += chunk)
-          kernels_->weighted(spec, begin, end, kb, std::min(ld, kb + chunk), lse2.data(), vt.data(), kc, acc.data(), kc);
+        const cpu::ScoreSpec s = walk.spec(spec, begin);
+        for (const auto& [kb0, ke] : walk.key_spans(begin, ld))
+          for (std::size_t kb = kb0; kb < ke; kb += chunk)
+            kernels_->weighted(s, begin, end, kb, std::min(ke, kb + chunk), lse2.data(), vt.data(), kc, acc.data(),
+                               kc);
         for (std::size_t i = begin; i < end; ++i)
           for (std::size_t c = 0; c < kc; ++c) out[i * k + c0 + c] = static_cast<float>(acc[(i - begin) * kc + c]);
       }
@@ -355,11 +476,18 @@ class CpuBackend final : public Backend {
 
   /// out_i = s‖q_i‖² − ε·LSE_j[log w_j + (h_j − C_ij)/ε]: the soft c-transform of the keys' potential h.
   void softmin_into(const PlanParams& p, const Cloud& q, const Cloud& keys, const std::vector<double>& h,
-                    std::vector<double>& out) const {
-    const std::vector<float> bias = make_bias(p, keys, h);
+                    std::vector<double>& out, const Walk& walk) const {
+    const std::vector<float> bias = make_bias(p, keys, h, true, walk.key_segment);
     const cpu::ScoreSpec spec{q.queries(), keys.keys(), bias.data(), score_scale(p)};
-    const std::vector<double> lse2 = row_lse2(spec);
-    for (std::size_t i = 0; i < q.n; ++i) out[i] = p.cost_scale * q.norm[i] - p.epsilon * kLn2 * lse2[i];
+    const std::vector<double> lse2 = row_lse2(spec, walk);
+    if (!walk.pattern) {
+      for (std::size_t i = 0; i < q.n; ++i) out[i] = p.cost_scale * q.norm[i] - p.epsilon * kLn2 * lse2[i];
+      return;
+    }
+    for (std::size_t i = 0; i < q.n; ++i) {
+      const SegmentParams sp = walk.row_params(p, i);
+      out[i] = sp.cost_scale * q.norm[i] - sp.epsilon * kLn2 * lse2[i];  // +∞ for an inactive block
+    }
   }
 
   Cloud x_;

@@ -19,6 +19,10 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   std::string device() const override { return step_.description(); }
   EngineStatistics statistics() const override { return step_.statistics(); }
+  void set_pattern(std::shared_ptr<const BlockPattern> pattern) override {
+    step_.set_pattern(pattern);
+    pattern_ = std::move(pattern);
+  }
   void set_potentials(std::span<const float> f, std::span<const float> g) override { step_.set_potentials(f, g); }
   void get_potentials(std::span<float> f, std::span<float> g) const override { step_.get_potentials(f, g); }
   bool iterate(const IterationParams& p, int count) override { return step_.iterate(p, count); }

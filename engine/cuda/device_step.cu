@@ -13,6 +13,7 @@
 
 #include "apply_mma.cuh"
 #include "backend.hpp"
+#include "blocks.cuh"
 #include "device_buffer.hpp"
 #include "dispatch.hpp"
 #include "error.hpp"
@@ -107,8 +108,25 @@ class DeviceStep::Impl {
   void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns, std::span<float> values) const;
   bool apply_bilinear(const PlanParams& p, Side rows, std::span<const float> u, std::span<const float> w,
                       std::size_t e, std::span<const float> v, std::size_t k, std::span<float> out) const;
+  void set_pattern(std::shared_ptr<const BlockPattern> pattern);
 
  private:
+  // ---- Block-sparse mode (docs/block-sparse.md; the section at the end of this file) ---------------------------
+  BlockLists block_lists(bool x_rows) const;
+  /// The segment table of p (or the scalars) uploaded to seg_.
+  void upload_segments(std::span<const SegmentParams> segments, const SegmentParams& scalars) const;
+  bool block_iterate(const IterationParams& p, int count);
+  void block_softmin(const PlanParams& p, Side rows, std::span<float> out) const;
+  void block_apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k, bool normalized,
+                   std::span<float> out) const;
+  void block_top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,
+                   std::span<float> values) const;
+  std::shared_ptr<const BlockPattern> pattern_;
+  DeviceBuffer<int> pat_row_off_, pat_row_seg_, pat_col_off_, pat_col_seg_;
+  DeviceBuffer<int2> pat_row_ranges_, pat_col_ranges_;
+  int pat_splits_rows_ = 1, pat_splits_cols_ = 1;
+  mutable DeviceBuffer<SegmentScale> seg_;
+
   /// The column-side LSE partials of a pass over this shard's rows (splits × count), in the form the finalize kernel
   /// merges: as they are on one device; on several, each shard's splits merged into one (max, sum) pair per column
   /// and the pairs of every shard gathered (shards × count): the finalize kernel's merge of them is the exact
@@ -532,6 +550,7 @@ void DeviceStep::Impl::side_lse(bool x_rows, const float* h, const Scale& sc, co
 
 bool DeviceStep::Impl::iterate(const IterationParams& p, int count) {
   if (count <= 0) return true;
+  if (pattern_) return block_iterate(p, count);
   DeviceScope scope(device_);
   flags_.reserve(std::size_t(count) + 1);
   forecasts_.reserve(std::size_t(count) + 1);
@@ -657,6 +676,7 @@ void DeviceStep::Impl::row_lse2(const DevSide& rows, const DevSide& cols, const 
 }
 
 void DeviceStep::Impl::softmin(const PlanParams& p, Side rows, std::span<float> out) const {
+  if (pattern_) return block_softmin(p, rows, out);
   DeviceScope scope(device_);
   const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
   const bool source = rows == Side::kSource;
@@ -690,6 +710,7 @@ std::size_t apply_columns_per_pass(std::size_t rows, std::size_t cols, std::size
 void DeviceStep::Impl::apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k, bool normalized,
                         std::span<float> out) const {
   if (k == 0) return;
+  if (pattern_) return block_apply(p, rows, v, k, normalized, out);
   DeviceScope scope(device_);
   const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
   const bool source = rows == Side::kSource;
@@ -797,6 +818,7 @@ RowBounds row_bounds(std::span<const float> a, std::size_t e) {
 bool DeviceStep::Impl::apply_bilinear(const PlanParams& p, Side rows, std::span<const float> u,
                                       std::span<const float> w, std::size_t e, std::span<const float> v,
                                       std::size_t k, std::span<float> out) const {
+  if (pattern_) return false;  // the default's plain applications follow the pattern
   const int ei = static_cast<int>(std::min<std::size_t>(e, INT32_MAX));
   const bool tensor = use_mma_ && mma_supports(ei);
   const bool fma = !use_mma_ && bilinear_fma_supports(d_, ei);
@@ -903,6 +925,7 @@ void DeviceStep::Impl::top_k(const PlanParams& p, std::size_t k, std::span<std::
     throw std::invalid_argument("top_k needs 1 <= k <= m = " + std::to_string(m_) + " (got " + std::to_string(k) +
                                 ")");
   }
+  if (pattern_) return block_top_k(p, k, columns, values);
   DeviceScope scope(device_);
   const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
   topk_columns_.reserve(std::size_t(n_) * k);
@@ -983,6 +1006,192 @@ void DeviceStep::apply_queries(const PlanParams& p, Side from, PointsView q, std
 void DeviceStep::top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,
                        std::span<float> values) const {
   impl_->top_k(p, k, columns, values);
+}
+void DeviceStep::set_pattern(std::shared_ptr<const BlockPattern> pattern) { impl_->set_pattern(std::move(pattern)); }
+
+// ---- Block-sparse mode (docs/block-sparse.md): the lists on the device and the tiled kernels of blocks.cu --------
+
+void DeviceStep::Impl::set_pattern(std::shared_ptr<const BlockPattern> pattern) {
+  static_assert(kPatternBlock == static_cast<int>(kBlockSize), "blocks.cuh and block_pattern.hpp agree");
+  if (pattern && link_ != nullptr)
+    throw std::runtime_error("block-sparse patterns on several GPUs are not supported yet (docs/block-sparse.md)");
+  if (pattern && (pattern->rows() != std::size_t(n_) || pattern->cols() != std::size_t(m_)))
+    throw std::invalid_argument("block pattern of " + std::to_string(pattern->rows()) + " × " +
+                                std::to_string(pattern->cols()) + " points for a problem of " + std::to_string(n_) +
+                                " × " + std::to_string(m_));
+  DeviceScope scope(device_);
+  pattern_ = std::move(pattern);
+  if (!pattern_) return;
+  const auto ranges = [](const std::vector<BlockRange>& r) {
+    std::vector<int2> out(r.size());
+    for (std::size_t q = 0; q < r.size(); ++q) out[q] = make_int2(r[q].begin, r[q].end);
+    return out;
+  };
+  const std::vector<int2> rr = ranges(pattern_->row_ranges()), cr = ranges(pattern_->col_ranges());
+  pat_row_off_.upload(std::span<const int>(pattern_->row_offsets()), stream_);
+  pat_row_seg_.upload(std::span<const int>(pattern_->row_segment()), stream_);
+  pat_col_off_.upload(std::span<const int>(pattern_->col_offsets()), stream_);
+  pat_col_seg_.upload(std::span<const int>(pattern_->col_segment()), stream_);
+  pat_row_ranges_.upload(std::span<const int2>(rr), stream_);
+  pat_col_ranges_.upload(std::span<const int2>(cr), stream_);
+  // Splits: about two waves of thread blocks over the active 64-row tiles, never more than the longest list's tiles.
+  const auto splits = [&](bool rows) {
+    const std::size_t blocks = rows ? pattern_->row_blocks() : pattern_->col_blocks();
+    const std::size_t points = rows ? std::size_t(n_) : std::size_t(m_);
+    const std::size_t other = rows ? std::size_t(m_) : std::size_t(n_);
+    std::int64_t active_tiles = 0, most = 1;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      const auto list = pattern_->list(rows, b);
+      if (list.empty()) continue;
+      const auto [p0, p1] = BlockPattern::block_points(b, points);
+      active_tiles += std::int64_t((p1 - p0 + 63) / 64);  // 64-row thread blocks (blocks.cu)
+      std::int64_t tiles = 0;
+      for (const BlockRange& r : list) {
+        const std::size_t jb = std::size_t(r.begin) * kBlockSize, je = std::min(other, std::size_t(r.end) * kBlockSize);
+        tiles += std::int64_t((je - jb + 63) / 64);  // 64-column tiles
+      }
+      most = std::max(most, tiles);
+    }
+    const std::int64_t wanted = 2 * std::int64_t(std::max(resident_blocks_, 1));
+    return static_cast<int>(std::clamp<std::int64_t>((wanted + std::max<std::int64_t>(active_tiles, 1) - 1) /
+                                                         std::max<std::int64_t>(active_tiles, 1),
+                                                     1, most));
+  };
+  pat_splits_rows_ = splits(true);
+  pat_splits_cols_ = splits(false);
+  part_rows_.reserve(std::size_t(pat_splits_rows_) * n_);
+  part_cols_.reserve(std::size_t(pat_splits_cols_) * m_);
+  flags_.reserve(1);
+  op_flag_.reserve(1);
+  sync();
+}
+
+BlockLists DeviceStep::Impl::block_lists(bool x_rows) const {
+  if (x_rows)
+    return {pat_row_off_.get(), pat_row_ranges_.get(), pat_row_seg_.get(), static_cast<int>(pattern_->row_blocks())};
+  return {pat_col_off_.get(), pat_col_ranges_.get(), pat_col_seg_.get(), static_cast<int>(pattern_->col_blocks())};
+}
+
+void DeviceStep::Impl::upload_segments(std::span<const SegmentParams> segments, const SegmentParams& scalars) const {
+  const std::size_t count = pattern_->segments();
+  if (!segments.empty() && segments.size() < count)
+    throw std::invalid_argument(std::to_string(segments.size()) + " segment parameters for a block pattern of " +
+                                std::to_string(count) + " segments");
+  std::vector<SegmentScale> table(count);
+  for (std::size_t s = 0; s < count; ++s) {
+    const SegmentParams sp = segments.empty() ? scalars : segments[s];
+    const Scale sc = Scale::make(sp.epsilon, sp.cost_scale, d_);
+    table[s].alpha = sc.alpha;
+    table[s].c1 = sc.c1;
+    table[s].s = sc.s;
+    table[s].epsilon_ln2 = static_cast<float>(sp.epsilon * 0.6931471805599453);
+    table[s].lambda_f = static_cast<float>(sp.damping_f);
+    table[s].lambda_g = static_cast<float>(sp.damping_g);
+  }
+  seg_.upload(std::span<const SegmentScale>(table), stream_);
+}
+
+bool DeviceStep::Impl::block_iterate(const IterationParams& p, int count) {
+  DeviceScope scope(device_);
+  upload_segments(p.segments, SegmentParams{p.epsilon, p.cost_scale, p.damping_f, p.damping_g});
+  const DevSide x = x_side(), y = y_side();
+  const BlockLists lx = block_lists(true), ly = block_lists(false);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int), stream_));
+  const bool alternating = p.scheme == Scheme::kAlternating;
+  for (int it = 0; it < count; ++it) {
+    launch_block_lse(x, y, g_.get(), d_, lx, seg_.get(), pat_splits_rows_, part_rows_.get(), stream_);
+    if (alternating)
+      launch_block_finalize(Finalize::kAlternating, part_rows_.get(), pat_splits_rows_, x, lx, seg_.get(), true,
+                            f_.get(), flags_.get(), stream_);
+    launch_block_lse(y, x, f_.get(), d_, ly, seg_.get(), pat_splits_cols_, part_cols_.get(), stream_);
+    if (!alternating)
+      launch_block_finalize(Finalize::kSymmetric, part_rows_.get(), pat_splits_rows_, x, lx, seg_.get(), true,
+                            f_.get(), flags_.get(), stream_);
+    launch_block_finalize(alternating ? Finalize::kAlternating : Finalize::kSymmetric, part_cols_.get(),
+                          pat_splits_cols_, y, ly, seg_.get(), false, g_.get(), flags_.get(), stream_);
+  }
+  int nonfinite = 0;
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(&nonfinite, flags_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  sync();
+  cold_ = false;
+  carry_forecast_ = false;
+  return nonfinite == 0;
+}
+
+void DeviceStep::Impl::block_softmin(const PlanParams& p, Side rows, std::span<float> out) const {
+  DeviceScope scope(device_);
+  upload_segments(p.segments, SegmentParams{p.epsilon, p.cost_scale, 1, 1});
+  const bool source = rows == Side::kSource;
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const BlockLists lists = block_lists(source);
+  const int splits = source ? pat_splits_rows_ : pat_splits_cols_;
+  part_ops_.reserve(std::size_t(splits) * r.count);
+  softmin_out_.reserve(r.count);
+  launch_block_lse(r, c, source ? g_.get() : f_.get(), d_, lists, seg_.get(), splits, part_ops_.get(), stream_);
+  launch_block_finalize(Finalize::kSoftmin, part_ops_.get(), splits, r, lists, seg_.get(), source,
+                        softmin_out_.get(), nullptr, stream_);
+  softmin_out_.download(out.first(r.count), stream_);
+  sync();
+}
+
+void DeviceStep::Impl::block_apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k,
+                                   bool normalized, std::span<float> out) const {
+  DeviceScope scope(device_);
+  upload_segments(p.segments, SegmentParams{p.epsilon, p.cost_scale, 1, 1});
+  const bool source = rows == Side::kSource;
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const BlockLists lists = block_lists(source);
+  const float* h = source ? g_.get() : f_.get();
+  const float* pot = source ? f_.get() : g_.get();
+  const int splits = source ? pat_splits_rows_ : pat_splits_cols_;
+  part_ops_.reserve(std::size_t(splits) * r.count);
+  lse_.reserve(r.count);
+  wsum_.reserve(r.count);
+  launch_block_lse(r, c, h, d_, lists, seg_.get(), splits, part_ops_.get(), stream_);
+  launch_block_finalize(Finalize::kLse2, part_ops_.get(), splits, r, lists, seg_.get(), source, lse_.get(), nullptr,
+                        stream_);
+  // The lists transpose the sides, so each side's rows own their sums: no atomics, no shard sums. V in chunks that
+  // keep V and the output under kApplyBytes.
+  const std::size_t kc = apply_columns_per_pass(std::size_t(r.count), std::size_t(c.count), k);
+  std::vector<float> staging(kc < k ? std::max(std::size_t(r.count), std::size_t(c.count)) * kc : 0);
+  for (std::size_t c0 = 0; c0 < k; c0 += kc) {
+    const std::size_t width = std::min(kc, k - c0);
+    if (width == k) {
+      vin_.upload(v.first(std::size_t(c.count) * k), stream_);
+    } else {
+      sync();
+      for (int j = 0; j < c.count; ++j)
+        std::memcpy(&staging[std::size_t(j) * width], &v[std::size_t(j) * k + c0], width * sizeof(float));
+      vin_.upload(std::span<const float>(staging.data(), std::size_t(c.count) * width), stream_);
+    }
+    out_.reserve(std::size_t(r.count) * width);
+    launch_block_apply(r, c, h, d_, lists, seg_.get(), lse_.get(), vin_.get(), static_cast<int>(width), out_.get(),
+                       wsum_.get(), stream_);
+    launch_block_apply_scale(r, lists, seg_.get(), pot, lse_.get(), wsum_.get(), static_cast<int>(width), normalized,
+                             out_.get(), stream_);
+    if (width == k) {
+      out_.download(out.first(std::size_t(r.count) * k), stream_);
+      sync();
+    } else {
+      out_.download(std::span<float>(staging.data(), std::size_t(r.count) * width), stream_);
+      sync();
+      for (int i = 0; i < r.count; ++i)
+        std::memcpy(&out[std::size_t(i) * k + c0], &staging[std::size_t(i) * width], width * sizeof(float));
+    }
+  }
+}
+
+void DeviceStep::Impl::block_top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,
+                                   std::span<float> values) const {
+  DeviceScope scope(device_);
+  upload_segments(p.segments, SegmentParams{p.epsilon, p.cost_scale, 1, 1});
+  topk_columns_.reserve(std::size_t(n_) * k);
+  out_.reserve(std::size_t(n_) * k);
+  launch_block_top_k(x_side(), y_side(), f_.get(), g_.get(), d_, block_lists(true), seg_.get(), static_cast<int>(k),
+                     topk_columns_.get(), out_.get(), stream_);
+  topk_columns_.download(columns.first(std::size_t(n_) * k), stream_);
+  out_.download(values.first(std::size_t(n_) * k), stream_);
+  sync();
 }
 
 }  // namespace cuda

@@ -85,6 +85,8 @@ class DeviceStep {
   /// shards, v (n × k) this shard's rows.
   void apply_queries(const PlanParams& p, Side from, PointsView q, std::span<const float> v, std::size_t k,
                      std::span<float> out) const;
+  /// Backend::set_pattern (one device only for now: a step with a ShardLink refuses a pattern).
+  void set_pattern(std::shared_ptr<const BlockPattern> pattern);
   /// This shard's rows.
   void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns, std::span<float> values) const;
 

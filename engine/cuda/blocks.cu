@@ -1,0 +1,352 @@
+// Block-sparse kernels (docs/block-sparse.md, blocks.cuh): the tiled fp32 kernels of softmin.cu, apply.cu and
+// top_k.cu with the column loop walking the row block's listed ranges, and each thread block's scalars read from
+// its row block's segment (a listed pair's two blocks share one segment, so the column biases use it too).
+// A thread block's 64 rows lie in one row block (kPatternBlock is a multiple of kTileRows).
+
+#include <cmath>
+
+#include "blocks.cuh"
+#include "device_common.cuh"
+#include "error.hpp"
+
+namespace flashot::detail::cuda {
+namespace {
+
+static_assert(kPatternBlock % kTileRows == 0 && kPatternBlock % kTileCols == 0, "blocks hold whole tiles");
+
+/// Calls body(j0, j_end) for every 64-column tile of row block rb's lists, tiles [t_begin, t_end) of the flattened
+/// sequence (j_end: the end of the tile's range, for masking).
+template <class Body>
+__device__ __forceinline__ void walk_tiles(const BlockLists& lists, int rb, int cols_count, int t_begin, int t_end,
+                                           Body&& body) {
+  int t = 0;
+  for (int q = lists.offsets[rb]; q < lists.offsets[rb + 1] && t < t_end; ++q) {
+    const int2 r = lists.ranges[q];
+    const int jb = r.x * kPatternBlock, je = min(r.y * kPatternBlock, cols_count);
+    const int nt = (je - jb + kTileCols - 1) / kTileCols;
+    const int lo = max(t_begin - t, 0), hi = min(t_end - t, nt);
+    for (int tt = lo; tt < hi; ++tt) body(jb + tt * kTileCols, je);
+    t += nt;
+  }
+}
+
+/// Number of 64-column tiles row block rb lists.
+__device__ __forceinline__ int list_tiles(const BlockLists& lists, int rb, int cols_count) {
+  int t = 0;
+  for (int q = lists.offsets[rb]; q < lists.offsets[rb + 1]; ++q) {
+    const int2 r = lists.ranges[q];
+    const int jb = r.x * kPatternBlock, je = min(r.y * kPatternBlock, cols_count);
+    t += (je - jb + kTileCols - 1) / kTileCols;
+  }
+  return t;
+}
+
+__device__ __forceinline__ float bias_of(const PointSet& cols, const float* h, const SegmentScale& sc, int j) {
+  return sc.c1 * (h[j] - sc.s * cols.norm2[j]) + kLog2e * cols.logw[j];
+}
+
+template <int DK>
+__global__ void __launch_bounds__(kTileThreads) block_lse_kernel(PointSet rows, PointSet cols, const float* __restrict__ h,
+                                                                 int d, BlockLists lists,
+                                                                 const SegmentScale* __restrict__ seg,
+                                                                 float2* __restrict__ partials) {
+  __shared__ TileStage<DK> st;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int i0 = blockIdx.x * kTileRows;
+  const int rb = i0 / kPatternBlock;
+  const SegmentScale sc = seg[lists.segment[rb]];
+  const int tiles = list_tiles(lists, rb, cols.count);
+  const int per = (tiles + gridDim.y - 1) / gridDim.y;
+  const int t_begin = blockIdx.y * per, t_end = min(tiles, t_begin + per);
+  float run_max[4], run_sum[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) run_max[r] = kNoMax, run_sum[r] = 0.f;
+  walk_tiles(lists, rb, cols.count, t_begin, t_end, [&](int j0, int j_end) {
+    float acc[4][4];
+    tile_dots<DK>(rows.points, rows.count, i0, cols.points, j_end, j0, d, st, acc);
+    float v[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int j = j0 + tx + 16 * c;
+      v[c] = j < j_end ? bias_of(cols, h, sc, j) : -INFINITY;
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      float s[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[c] = fmaf(sc.alpha, acc[r][c], v[c]);
+      const float top = fmaxf(fmaxf(s[0], s[1]), fmaxf(s[2], s[3]));
+      if (top > run_max[r]) {
+        run_sum[r] *= fast_exp2(run_max[r] - top);
+        run_max[r] = top;
+      }
+#pragma unroll
+      for (int c = 0; c < 4; ++c) run_sum[r] += fast_exp2(s[c] - run_max[r]);
+    }
+  });
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+#pragma unroll
+    for (int offset = 1; offset < 16; offset <<= 1) {
+      const float om = __shfl_xor_sync(0xffffffffu, run_max[r], offset);
+      const float os = __shfl_xor_sync(0xffffffffu, run_sum[r], offset);
+      merge_lse(run_max[r], run_sum[r], om, os);
+    }
+    const int i = i0 + ty + 16 * r;
+    if (tx == 0 && i < rows.count)
+      partials[std::size_t(blockIdx.y) * rows.count + i] = make_float2(run_max[r], run_sum[r]);
+  }
+}
+
+__global__ void block_finalize_kernel(Finalize mode, const float2* __restrict__ partials, int splits, PointSet rows,
+                                      BlockLists lists, const SegmentScale* __restrict__ seg, bool source,
+                                      float* __restrict__ out, int* nonfinite) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= rows.count) return;
+  const int rb = i / kPatternBlock;
+  if (lists.offsets[rb] == lists.offsets[rb + 1]) {  // an inactive block
+    if (mode == Finalize::kSoftmin) out[i] = INFINITY;
+    if (mode == Finalize::kLse2) out[i] = -INFINITY;
+    return;
+  }
+  const SegmentScale sc = seg[lists.segment[rb]];
+  float m = kNoMax, sum = 0.f;
+  for (int k = 0; k < splits; ++k) {
+    const float2 p = partials[std::size_t(k) * rows.count + i];
+    merge_lse<true>(m, sum, p.x, p.y);
+  }
+  const float lse2 = m + log2f(sum);
+  const float softmin = sc.s * rows.norm2[i] - sc.epsilon_ln2 * lse2;
+  const float lambda = source ? sc.lambda_f : sc.lambda_g;
+  float result;
+  switch (mode) {
+    case Finalize::kLse2: result = lse2; break;
+    case Finalize::kSoftmin: result = softmin; break;
+    case Finalize::kAlternating: result = lambda * softmin; break;
+    default: result = 0.5f * (out[i] + lambda * softmin); break;
+  }
+  out[i] = result;
+  if (!isfinite(result) && nonfinite != nullptr) *nonfinite = 1;
+}
+
+template <int DK>
+__global__ void __launch_bounds__(kTileThreads) block_apply_kernel(PointSet rows, PointSet cols, const float* __restrict__ h,
+                                                                   int d, BlockLists lists,
+                                                                   const SegmentScale* __restrict__ seg,
+                                                                   const float* __restrict__ lse2,
+                                                                   const float* __restrict__ v, int k,
+                                                                   float* __restrict__ out, float* __restrict__ wsum) {
+  __shared__ TileStage<DK> st;
+  __shared__ float w[kTileRows][kTileCols + 4];       // (BM, BN) plan weights of the tile
+  __shared__ float vals[kTileCols][kApplyChunk + 4];  // (BN, KC) the tile's rows of V
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int i0 = blockIdx.x * kTileRows;
+  const int rb = i0 / kPatternBlock;
+  const int kc0 = blockIdx.z * kApplyChunk;
+  const SegmentScale sc = seg[lists.segment[rb]];
+  float shift[4], total[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int i = i0 + ty + 16 * r;
+    shift[r] = i < rows.count ? lse2[i] : INFINITY;
+    total[r] = 0.f;
+  }
+  float result[4][4] = {};
+  walk_tiles(lists, rb, cols.count, 0, 1 << 30, [&](int j0, int j_end) {
+    float acc[4][4];
+    tile_dots<DK>(rows.points, rows.count, i0, cols.points, j_end, j0, d, st, acc);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int j = j0 + tx + 16 * c;
+      const float bias = j < j_end ? bias_of(cols, h, sc, j) : -INFINITY;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float e = fast_exp2(fmaf(sc.alpha, acc[r][c], bias) - shift[r]);
+        w[ty + 16 * r][tx + 16 * c] = e;
+        total[r] += e;
+      }
+    }
+    for (int e = threadIdx.x; e < kTileCols * kApplyChunk; e += kTileThreads) {
+      const int jj = e / kApplyChunk, cc = e % kApplyChunk, j = j0 + jj, col = kc0 + cc;
+      vals[jj][cc] = (j < j_end && col < k) ? v[std::size_t(j) * k + col] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int jj = 0; jj < kTileCols; ++jj) {
+      float b[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) b[c] = vals[jj][tx + 16 * c];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float a = w[ty + 16 * r][jj];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) result[r][c] = fmaf(a, b[c], result[r][c]);
+      }
+    }
+  });
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int i = i0 + ty + 16 * r;
+    if (i >= rows.count) continue;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int col = kc0 + tx + 16 * c;
+      if (col < k) out[std::size_t(i) * k + col] = result[r][c];
+    }
+  }
+  if (blockIdx.z == 0) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      float t = total[r];
+#pragma unroll
+      for (int offset = 1; offset < 16; offset <<= 1) t += __shfl_xor_sync(0xffffffffu, t, offset);
+      const int i = i0 + ty + 16 * r;
+      if (tx == 0 && i < rows.count) wsum[i] = t;
+    }
+  }
+}
+
+__global__ void block_apply_scale_kernel(PointSet rows, BlockLists lists, const SegmentScale* __restrict__ seg,
+                                         const float* __restrict__ pot, const float* __restrict__ lse2,
+                                         const float* __restrict__ wsum, int k, bool normalized,
+                                         float* __restrict__ out) {
+  const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= std::size_t(rows.count) * k) return;
+  const int i = static_cast<int>(e / k);
+  const float total = wsum[i];
+  if (!(total > 0.f)) {
+    out[e] = 0.f;
+    return;
+  }
+  float mass = 1.f;
+  if (!normalized) {
+    const SegmentScale sc = seg[lists.segment[i / kPatternBlock]];
+    mass = exp2f(sc.c1 * (pot[i] - sc.s * rows.norm2[i]) + kLog2e * rows.logw[i] + lse2[i]);
+  }
+  out[e] = out[e] * (mass / total);
+}
+
+__global__ void __launch_bounds__(kTileThreads) block_top_k_kernel(PointSet x, PointSet y, const float* __restrict__ f,
+                                                                   const float* __restrict__ g, int d, BlockLists lists,
+                                                                   const SegmentScale* __restrict__ seg, int k,
+                                                                   std::int32_t* __restrict__ columns,
+                                                                   float* __restrict__ values) {
+  __shared__ TileStage<> st;
+  __shared__ float scores[kTileRows][kTileCols + 1];
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int i0 = blockIdx.x * kTileRows;
+  const int rb = i0 / kPatternBlock;
+  const SegmentScale sc = seg[lists.segment[rb]];
+  const int own = i0 + threadIdx.x;
+  const bool owner = threadIdx.x < kTileRows && own < x.count;
+  float* row_values = values + std::size_t(own) * k;
+  std::int32_t* row_columns = columns + std::size_t(own) * k;
+  if (owner) {
+    for (int t = 0; t < k; ++t) row_values[t] = -INFINITY, row_columns[t] = -1;
+  }
+  float kth = -INFINITY;
+  walk_tiles(lists, rb, y.count, 0, 1 << 30, [&](int j0, int j_end) {
+    float acc[4][4];
+    tile_dots(x.points, x.count, i0, y.points, j_end, j0, d, st, acc);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int j = j0 + tx + 16 * c;
+      const float bias = j < j_end ? bias_of(y, g, sc, j) : -INFINITY;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) scores[ty + 16 * r][tx + 16 * c] = fmaf(sc.alpha, acc[r][c], bias);
+    }
+    __syncthreads();
+    if (owner) {
+      const int ncols = min(kTileCols, j_end - j0);
+      for (int jj = 0; jj < ncols; ++jj) {
+        const float s = scores[threadIdx.x][jj];
+        if (!(s > kth)) continue;
+        int pos = k - 1;
+        while (pos > 0 && row_values[pos - 1] < s) {
+          row_values[pos] = row_values[pos - 1];
+          row_columns[pos] = row_columns[pos - 1];
+          --pos;
+        }
+        row_values[pos] = s;
+        row_columns[pos] = j0 + jj;
+        kth = row_values[k - 1];
+      }
+    }
+  });
+  if (!owner) return;
+  const float* xi = x.points + std::size_t(own) * d;
+  const float epsilon = sc.epsilon_ln2 / kLn2;
+  for (int t = 0; t < k; ++t) {
+    const int j = row_columns[t];
+    if (j < 0 || !(row_values[t] > -INFINITY)) {
+      row_columns[t] = -1;
+      row_values[t] = 0.f;
+      continue;
+    }
+    const float* yj = y.points + std::size_t(j) * d;
+    float cost = 0.f;
+    for (int q = 0; q < d; ++q) {
+      const float diff = xi[q] - yj[q];
+      cost = fmaf(diff, diff, cost);
+    }
+    row_values[t] = x.weight[own] * y.weight[j] * expf((f[own] + g[j] - sc.s * cost) / epsilon);
+  }
+}
+
+}  // namespace
+
+void launch_block_lse(const PointSet& rows, const PointSet& cols, const float* h, int d, const BlockLists& lists,
+                      const SegmentScale* seg, int splits, float2* partials, cudaStream_t stream) {
+  if (rows.count == 0) return;
+  const dim3 grid(div_up(rows.count, kTileRows), splits);
+  if (d <= 4)
+    block_lse_kernel<4><<<grid, kTileThreads, 0, stream>>>(rows, cols, h, d, lists, seg, partials);
+  else
+    block_lse_kernel<kTileDepth><<<grid, kTileThreads, 0, stream>>>(rows, cols, h, d, lists, seg, partials);
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+void launch_block_finalize(Finalize mode, const float2* partials, int splits, const PointSet& rows,
+                           const BlockLists& lists, const SegmentScale* seg, bool source, float* out, int* nonfinite,
+                           cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  if (rows.count == 0) return;
+  block_finalize_kernel<<<div_up(rows.count, kThreads), kThreads, 0, stream>>>(mode, partials, splits, rows, lists,
+                                                                               seg, source, out, nonfinite);
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+void launch_block_apply(const PointSet& rows, const PointSet& cols, const float* h, int d, const BlockLists& lists,
+                        const SegmentScale* seg, const float* lse2, const float* v, int k, float* out, float* wsum,
+                        cudaStream_t stream) {
+  if (rows.count == 0 || k == 0) return;
+  const dim3 grid(div_up(rows.count, kTileRows), 1, div_up(k, kApplyChunk));
+  if (d <= 4)
+    block_apply_kernel<4><<<grid, kTileThreads, 0, stream>>>(rows, cols, h, d, lists, seg, lse2, v, k, out, wsum);
+  else
+    block_apply_kernel<kTileDepth><<<grid, kTileThreads, 0, stream>>>(rows, cols, h, d, lists, seg, lse2, v, k, out,
+                                                                      wsum);
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+void launch_block_apply_scale(const PointSet& rows, const BlockLists& lists, const SegmentScale* seg,
+                              const float* pot, const float* lse2, const float* wsum, int k, bool normalized,
+                              float* out, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const std::int64_t elements = std::int64_t(rows.count) * k;
+  if (elements == 0) return;
+  block_apply_scale_kernel<<<div_up(elements, kThreads), kThreads, 0, stream>>>(rows, lists, seg, pot, lse2, wsum, k,
+                                                                                normalized, out);
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+void launch_block_top_k(const PointSet& x, const PointSet& y, const float* f, const float* g, int d,
+                        const BlockLists& lists, const SegmentScale* seg, int k, std::int32_t* columns,
+                        float* values, cudaStream_t stream) {
+  if (x.count == 0) return;
+  block_top_k_kernel<<<div_up(x.count, kTileRows), kTileThreads, 0, stream>>>(x, y, f, g, d, lists, seg, k, columns,
+                                                                              values);
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace flashot::detail::cuda
