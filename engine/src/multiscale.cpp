@@ -154,7 +154,7 @@ struct Run {
     q.mass = std::max({1.0, L.mass_a, L.mass_b});
     const double all = static_cast<double>(L.tx->blocks) * static_cast<double>(L.ty->blocks);
     q.max_pairs = static_cast<std::size_t>(std::min(kMaxListedPairs, dense_fraction * all));
-    PatternResult p = certified_pattern(*L.tx, *L.ty, f, g, q);
+    PatternResult p = certified_pattern(*L.tx, *L.ty, L.x, L.y, f, g, q);
     r.multiscale.pattern_seconds += seconds_since(t0);
     return p;
   }
@@ -412,7 +412,7 @@ class PlanBackend final : public Backend {
     q.mass = std::max({1.0, L_.mass_a, L_.mass_b});
     const double all = static_cast<double>(L_.tx->blocks) * static_cast<double>(L_.ty->blocks);
     q.max_pairs = static_cast<std::size_t>(std::min(kMaxListedPairs, dense_fraction_ * all));
-    L_.pattern = certified_pattern(*L_.tx, *L_.ty, f, g, q).pattern;
+    L_.pattern = certified_pattern(*L_.tx, *L_.ty, L_.x, L_.y, f, g, q).pattern;
     L_.backend->set_pattern(L_.pattern);
     pattern_version_ = version_;
     epsilon_ = epsilon;

@@ -18,46 +18,93 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-/// Per level: the smallest and largest potential over every node's points.
+/// Per level and node: the smallest and largest potential over the node's points (lo, hi), a gradient z fitted to
+/// the potential over the node, and the extremes of h_i − ⟨z, x_i − c⟩ over the node (flat_lo, flat_hi): the
+/// potential with its linear part removed (docs/multiscale.md, "The bound").
 struct PotentialBounds {
-  std::vector<std::vector<double>> lo, hi;
+  std::vector<std::vector<double>> lo, hi, flat_lo, flat_hi, z;
 };
 
-PotentialBounds potential_bounds(const ClusterTree& t, std::span<const float> h) {
+PotentialBounds potential_bounds(const ClusterTree& t, std::span<const float> pts, std::span<const float> h) {
   PotentialBounds b;
   const int H = t.height;
-  b.lo.resize(H + 1);
-  b.hi.resize(H + 1);
+  const std::size_t d = t.d;
+  for (auto* v : {&b.lo, &b.hi, &b.flat_lo, &b.flat_hi, &b.z}) v->resize(H + 1);
   b.lo[H].assign(t.blocks, kInf);
   b.hi[H].assign(t.blocks, -kInf);
+  b.flat_lo[H].assign(t.blocks, kInf);
+  b.flat_hi[H].assign(t.blocks, -kInf);
+  b.z[H].assign(t.blocks * d, 0.0);
 #pragma omp parallel for schedule(static)
   for (std::size_t k = 0; k < t.blocks; ++k) {
-    double lo = kInf, hi = -kInf;
-    for (std::size_t p = t.begin(H, k); p < t.end(H, k); ++p) {
+    const std::size_t p0 = t.begin(H, k), p1 = t.end(H, k);
+    const double* c = t.centre[H].data() + k * d;
+    double lo = kInf, hi = -kInf, mean = 0;
+    for (std::size_t p = p0; p < p1; ++p) {
       lo = std::min<double>(lo, h[p]);
       hi = std::max<double>(hi, h[p]);
+      mean += h[p];
+    }
+    mean /= static_cast<double>(p1 - p0);
+    // Least-squares gradient: (Σ u uᵀ + λI) z = Σ u (h − mean), through the tree's Cholesky factor.
+    std::vector<double> z(d, 0.0);
+    for (std::size_t p = p0; p < p1; ++p)
+      for (std::size_t q = 0; q < d; ++q) z[q] += (pts[p * d + q] - c[q]) * (h[p] - mean);
+    const double* L = t.leaf_gram.data() + k * d * d;
+    for (std::size_t i = 0; i < d; ++i) {  // forward: L y = rhs
+      for (std::size_t q = 0; q < i; ++q) z[i] -= L[i * d + q] * z[q];
+      z[i] /= L[i * d + i];
+    }
+    for (std::size_t i = d; i-- > 0;) {  // backward: Lᵀ z = y
+      for (std::size_t q = i + 1; q < d; ++q) z[i] -= L[q * d + i] * z[q];
+      z[i] /= L[i * d + i];
+    }
+    double flo = kInf, fhi = -kInf;
+    for (std::size_t p = p0; p < p1; ++p) {
+      double v = h[p];
+      for (std::size_t q = 0; q < d; ++q) v -= z[q] * (pts[p * d + q] - c[q]);
+      flo = std::min(flo, v);
+      fhi = std::max(fhi, v);
     }
     b.lo[H][k] = lo;
     b.hi[H][k] = hi;
+    b.flat_lo[H][k] = flo;
+    b.flat_hi[H][k] = fhi;
+    std::copy(z.begin(), z.end(), b.z[H].begin() + static_cast<std::ptrdiff_t>(k * d));
   }
   for (int level = H - 1; level >= 0; --level) {
     const std::size_t nc = t.count(level), below = t.count(level + 1);
     b.lo[level].assign(nc, kInf);
     b.hi[level].assign(nc, -kInf);
-    for (std::size_t k = 0; k < nc; ++k)
-      for (std::size_t c = 2 * k; c < std::min(2 * k + 2, below); ++c) {
+    b.flat_lo[level].assign(nc, kInf);
+    b.flat_hi[level].assign(nc, -kInf);
+    b.z[level].assign(nc * d, 0.0);
+#pragma omp parallel for schedule(static) if (nc > 256)
+    for (std::size_t k = 0; k < nc; ++k) {
+      const std::size_t c0 = 2 * k, c1 = std::min(2 * k + 2, below);
+      double* zp = b.z[level].data() + k * d;
+      for (std::size_t c = c0; c < c1; ++c) {
         b.lo[level][k] = std::min(b.lo[level][k], b.lo[level + 1][c]);
         b.hi[level][k] = std::max(b.hi[level][k], b.hi[level + 1][c]);
+        for (std::size_t q = 0; q < d; ++q) zp[q] += b.z[level + 1][c * d + q] / static_cast<double>(c1 - c0);
       }
+      // For i in child c: h_i − ⟨z_P, x_i − c_P⟩ = (h_i − ⟨z_c, x_i − c_c⟩) + ⟨z_c − z_P, x_i − c_c⟩ − ⟨z_P, c_c − c_P⟩.
+      const double* cp = t.centre[level].data() + k * d;
+      for (std::size_t c = c0; c < c1; ++c) {
+        const double* zc = b.z[level + 1].data() + c * d;
+        const double* cc = t.centre[level + 1].data() + c * d;
+        double dz = 0, shift = 0;
+        for (std::size_t q = 0; q < d; ++q) {
+          dz += (zc[q] - zp[q]) * (zc[q] - zp[q]);
+          shift += zp[q] * (cc[q] - cp[q]);
+        }
+        const double spread = t.radius[level + 1][c] * std::sqrt(dz);
+        b.flat_hi[level][k] = std::max(b.flat_hi[level][k], b.flat_hi[level + 1][c] + spread - shift);
+        b.flat_lo[level][k] = std::min(b.flat_lo[level][k], b.flat_lo[level + 1][c] - spread - shift);
+      }
+    }
   }
   return b;
-}
-
-void atomic_max(double& target, double value) {
-  std::atomic_ref<double> ref(target);
-  double seen = ref.load(std::memory_order_relaxed);
-  while (value > seen && !ref.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
-  }
 }
 
 struct Pair {
@@ -66,38 +113,40 @@ struct Pair {
 
 }  // namespace
 
-PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, std::span<const float> f,
-                                std::span<const float> g, const PatternRequest& q) {
+PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, std::span<const float> x,
+                                std::span<const float> y, std::span<const float> f, std::span<const float> g,
+                                const PatternRequest& q) {
   const std::size_t d = tx.d;
   const double s = q.cost_scale;
   const double absolute = -q.epsilon * (q.truncation + std::log(std::max(1.0, q.mass)));
-  const double relative = q.epsilon * q.truncation;
-  const PotentialBounds bf = potential_bounds(tx, f), bg = potential_bounds(ty, g);
+  const PotentialBounds bf = potential_bounds(tx, x, f), bg = potential_bounds(ty, y, g);
   const int steps = std::max(tx.height, ty.height);
 
   std::vector<Pair> kept{{0, 0}};
-  std::vector<double> row_best{-kInf}, col_best{-kInf};  // R_I, K_J of the current levels
   int lx = 0, ly = 0;
-  const auto bounds = [&](const Pair& pr, double& upper, double& lower) {
+  const auto bound = [&](const Pair& pr) {
     const double* ci = tx.centre[lx].data() + std::size_t{pr.i} * d;
     const double* cj = ty.centre[ly].data() + std::size_t{pr.j} * d;
-    double dist = 0;
-    for (std::size_t c = 0; c < d; ++c) dist += (ci[c] - cj[c]) * (ci[c] - cj[c]);
-    dist = std::sqrt(dist);
-    const double radii = tx.radius[lx][pr.i] + ty.radius[ly][pr.j];
+    const double* zi = bf.z[lx].data() + std::size_t{pr.i} * d;
+    const double* zj = bg.z[ly].data() + std::size_t{pr.j} * d;
+    // w = c_I − c_J; ‖z_I − 2s·w‖ and ‖z_J + 2s·w‖ bound the linear parts the flat extremes left out.
+    double w2 = 0, ai = 0, bj = 0;
+    for (std::size_t c = 0; c < d; ++c) {
+      const double w = ci[c] - cj[c];
+      w2 += w * w;
+      ai += (zi[c] - 2 * s * w) * (zi[c] - 2 * s * w);
+      bj += (zj[c] + 2 * s * w) * (zj[c] + 2 * s * w);
+    }
+    const double dist = std::sqrt(w2);
+    const double ri = tx.radius[lx][pr.i], rj = ty.radius[ly][pr.j];
     // A relative slack on the radii covers the fp32 rounding of the backend's cost (docs/multiscale.md).
-    const double slack = 1e-6 * (dist + radii);
-    const double gap = std::max(0.0, dist - radii - slack);
-    const double far = dist + radii + slack;
-    upper = bf.hi[lx][pr.i] + bg.hi[ly][pr.j] - s * gap * gap;
-    lower = bf.lo[lx][pr.i] + bg.lo[ly][pr.j] - s * far * far;
+    const double slack = 1e-6 * (dist + ri + rj);
+    const double gap = std::max(0.0, dist - ri - rj - slack);
+    const double linear = (ri + slack) * std::sqrt(ai) + (rj + slack) * std::sqrt(bj);
+    // Two valid bounds (centre distance alone; with the fitted linear parts): the tighter one.
+    return std::min(bf.hi[lx][pr.i] + bg.hi[ly][pr.j] - s * gap * gap,
+                    bf.flat_hi[lx][pr.i] + bg.flat_hi[ly][pr.j] - s * w2 + linear);
   };
-  {
-    double u, l;
-    bounds(kept[0], u, l);
-    row_best[0] = l;
-    col_best[0] = l;
-  }
   std::vector<Pair> cand;
   std::vector<double> upper;
   for (int step = 1; step <= steps; ++step) {
@@ -122,31 +171,31 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
       for (std::uint32_t i = i0; i < i1; ++i)
         for (std::uint32_t j = j0; j < j1; ++j) cand[o++] = {i, j};
     }
-    // A parent's row and column lower bounds hold for every child (its rows are the parent's rows).
-    std::vector<double> rb(cx), kb(cy);
-    for (std::size_t i = 0; i < cx; ++i) rb[i] = row_best[down_x ? i / 2 : i];
-    for (std::size_t j = 0; j < cy; ++j) kb[j] = col_best[down_y ? j / 2 : j];
     lx = nx;
     ly = ny;
     upper.resize(cand.size());
 #pragma omp parallel for schedule(static)
-    for (std::size_t p = 0; p < cand.size(); ++p) {
-      double l;
-      bounds(cand[p], upper[p], l);
-      atomic_max(rb[cand[p].i], l);
-      atomic_max(kb[cand[p].j], l);
-    }
+    for (std::size_t p = 0; p < cand.size(); ++p) upper[p] = bound(cand[p]);
+    // Every node keeps at least its most promising pair: a row (column) whose potentials are still far below
+    // their fixed point is not cut off; the next update raises them and the next check lists more.
     std::vector<std::uint8_t> keep(cand.size());
-#pragma omp parallel for schedule(static)
+    std::vector<std::size_t> row_best(cx, SIZE_MAX), col_best(cy, SIZE_MAX);
+    std::vector<std::uint8_t> row_has(cx, 0), col_has(cy, 0);
     for (std::size_t p = 0; p < cand.size(); ++p) {
-      const double threshold = std::min({absolute, rb[cand[p].i] - relative, kb[cand[p].j] - relative});
-      keep[p] = upper[p] > threshold ? 1 : 0;
+      const Pair pr = cand[p];
+      keep[p] = upper[p] > absolute ? 1 : 0;
+      row_has[pr.i] |= keep[p];
+      col_has[pr.j] |= keep[p];
+      if (row_best[pr.i] == SIZE_MAX || upper[p] > upper[row_best[pr.i]]) row_best[pr.i] = p;
+      if (col_best[pr.j] == SIZE_MAX || upper[p] > upper[col_best[pr.j]]) col_best[pr.j] = p;
     }
+    for (std::size_t i = 0; i < cx; ++i)
+      if (!row_has[i] && row_best[i] != SIZE_MAX) keep[row_best[i]] = 1;
+    for (std::size_t j = 0; j < cy; ++j)
+      if (!col_has[j] && col_best[j] != SIZE_MAX) keep[col_best[j]] = 1;
     kept.clear();
     for (std::size_t p = 0; p < cand.size(); ++p)
       if (keep[p]) kept.push_back(cand[p]);
-    row_best = std::move(rb);
-    col_best = std::move(kb);
   }
 
   if (kept.size() > q.max_pairs) return {};

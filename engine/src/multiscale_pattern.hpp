@@ -2,13 +2,14 @@
 // Certified block lists of the multiscale solver (docs/multiscale.md, "The bound"). Private to the engine.
 //
 // For potentials (f, g) at ε and clusters with centres c, radii r: every entry of a cluster pair (I, J) satisfies
-//   f_i + g_j − C_ij ≤ U_IJ = max_I f + max_J g − s·(max(0, ‖c_I − c_J‖ − r_I − r_J))²
-//   f_i + g_j − C_ij ≥ L_IJ = min_I f + min_J g − s·(‖c_I − c_J‖ + r_I + r_J)²
-// A pair is dropped when U_IJ ≤ min(−ε·(τ + log M), R_I − ε·τ, K_J − ε·τ), with M = max(1, Σa, Σb) and R_I, K_J
-// lower bounds of the largest f_i + g_j − C_ij of every row of I and every column of J (the largest L over the
-// pairs examined). Then every dropped entry has P_ij ≤ e^{−τ}·a_i·b_j/M and is ≤ e^{−τ} times its row's and its
-// column's largest entry. Descending the two trees together, a dropped pair's children are never examined (their
-// bounds are tighter: child balls lie inside their parent's).
+//   f_i + g_j − C_ij ≤ U_IJ = min( max_I f + max_J g − s·(max(0, ‖c_I − c_J‖ − r_I − r_J))²,
+//                                  F_I + G_J − s‖w‖² + r_I‖z_I − 2s·w‖ + r_J‖z_J + 2s·w‖ )
+//   with w = c_I − c_J, z_I a gradient fitted to f over I, F_I = max_{i∈I} f_i − ⟨z_I, x_i − c_I⟩ (likewise G_J),
+// and a lower bound L_IJ of the same two forms (docs/multiscale.md derives both).
+// A pair is dropped when U_IJ ≤ −ε·(τ + log M), M = max(1, Σa, Σb): then every entry in it has
+// P_ij = a_i b_j e^{(f_i + g_j − C_ij)/ε} ≤ e^{−τ}·a_i·b_j/M, so a row loses at most e^{−τ}·a_i of mass. Descending
+// the two trees together, a dropped pair's children are never examined. Every row and column node keeps at least
+// its pair of largest U (potentials far below their fixed point are never cut off from every column).
 
 #include <cstddef>
 #include <memory>
@@ -34,9 +35,11 @@ struct PatternResult {
   double kept_fraction = 1;                     // share of the n·m point pairs inside listed block pairs
 };
 
-/// Lists for potentials f (n), g (m) given in the trees' (permuted) order. Trees must have block == kBlockSize.
-PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, std::span<const float> f,
-                                std::span<const float> g, const PatternRequest& request);
+/// Lists for points x (n×d), y (m×d) and potentials f (n), g (m), all in the trees' (permuted) order. Trees
+/// must have block == kBlockSize.
+PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, std::span<const float> x,
+                                std::span<const float> y, std::span<const float> f, std::span<const float> g,
+                                const PatternRequest& request);
 
 /// True when every pair listed in `inner` is listed in `outer`.
 bool pattern_contains(const BlockPattern& outer, const BlockPattern& inner);

@@ -15,7 +15,7 @@ namespace flashot::detail {
 
 namespace {
 
-/// Morton order is used up to this dimension; above it a PCA tree (docs/multiscale.md).
+/// Morton codes interleave 63/d bits per axis: beyond this dimension the cells get too coarse.
 constexpr std::size_t kMortonMaxDim = 4;
 /// Points of a node used to find its principal direction.
 constexpr std::size_t kPcaSample = 2048;
@@ -136,7 +136,11 @@ int ClusterTree::level_with_at_most(std::size_t limit) const {
   return level;
 }
 
-ClusterTree build_cluster_tree(PointsView p, std::span<const float> w, std::size_t block, std::uint64_t seed) {
+ClusterTree build_cluster_tree(PointsView p, std::span<const float> w, std::size_t block, std::uint64_t seed,
+                               TreeOrder order) {
+  if (order == TreeOrder::kMorton && p.d > kMortonMaxDim)
+    throw std::invalid_argument("cluster tree: Morton order needs d ≤ " + std::to_string(kMortonMaxDim) + " (got " +
+                                std::to_string(p.d) + ")");
   if (block == 0) throw std::invalid_argument("cluster tree: block must be ≥ 1 (got 0)");
   if (p.n >= (std::size_t{1} << 32))
     throw std::invalid_argument("multiscale: at most 2^32 − 1 points per cloud (got " + std::to_string(p.n) + ")");
@@ -146,7 +150,7 @@ ClusterTree build_cluster_tree(PointsView p, std::span<const float> w, std::size
   t.block = block;
   t.blocks = (p.n + block - 1) / block;
   t.height = ceil_log2(std::max<std::size_t>(1, t.blocks));
-  if (p.d <= kMortonMaxDim) {
+  if (order == TreeOrder::kMorton) {
     t.kind = "morton";
     t.order = morton_order(p);
   } else {
@@ -169,6 +173,7 @@ ClusterTree build_cluster_tree(PointsView p, std::span<const float> w, std::size
     t.centre[H].assign(nb * d, 0.0);
     t.radius[H].assign(nb, 0.0);
     t.mass[H].assign(nb, 0.0);
+    t.leaf_gram.assign(nb * d * d, 0.0);
 #pragma omp parallel for schedule(static)
     for (std::size_t k = 0; k < nb; ++k) {
       const std::size_t b = t.begin(H, k), e = t.end(H, k);
@@ -190,6 +195,29 @@ ClusterTree build_cluster_tree(PointsView p, std::span<const float> w, std::size
       }
       t.radius[H][k] = std::sqrt(r2);
       t.mass[H][k] = mass;
+      // Gram matrix of the offsets, then its Cholesky factor in place. The ridge keeps it positive definite for
+      // blocks flatter than d (surfaces, low intrinsic dimension): the fit then ignores the empty directions.
+      double* G = t.leaf_gram.data() + k * d * d;
+      for (std::size_t s = b; s < e; ++s) {
+        const float* x = p.data.data() + std::size_t{t.order[s]} * d;
+        for (std::size_t i = 0; i < d; ++i)
+          for (std::size_t j = 0; j <= i; ++j) G[i * d + j] += (x[i] - c[i]) * (x[j] - c[j]);
+      }
+      double trace = 0;
+      for (std::size_t i = 0; i < d; ++i) trace += G[i * d + i];
+      const double ridge = 1e-6 * trace / static_cast<double>(d) + 1e-30;
+      for (std::size_t i = 0; i < d; ++i) G[i * d + i] += ridge;
+      for (std::size_t j = 0; j < d; ++j) {
+        double diag = G[j * d + j];
+        for (std::size_t q = 0; q < j; ++q) diag -= G[j * d + q] * G[j * d + q];
+        diag = std::sqrt(std::max(diag, ridge));
+        G[j * d + j] = diag;
+        for (std::size_t i = j + 1; i < d; ++i) {
+          double v = G[i * d + j];
+          for (std::size_t q = 0; q < j; ++q) v -= G[i * d + q] * G[j * d + q];
+          G[i * d + j] = v / diag;
+        }
+      }
     }
   }
   for (int level = H - 1; level >= 0; --level) {

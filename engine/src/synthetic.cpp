@@ -66,7 +66,8 @@ Shape parse_shape(const std::string& text) {
                               "')");
 }
 
-std::vector<float> generate(Shape shape, std::size_t n, std::size_t d, std::uint64_t seed, std::size_t clusters) {
+std::vector<float> generate(Shape shape, std::size_t n, std::size_t d, std::uint64_t seed, std::size_t clusters,
+                            std::uint64_t sample) {
   if (d == 0) throw std::invalid_argument("synthetic data: d must be ≥ 1 (got 0)");
   const bool surface = shape == Shape::kSphere || shape == Shape::kTorus || shape == Shape::kBumpy;
   if (surface && d != 3)
@@ -104,7 +105,7 @@ std::vector<float> generate(Shape shape, std::size_t n, std::size_t d, std::uint
   }
 #pragma omp parallel for schedule(static)
   for (std::size_t i = 0; i < n; ++i) {
-    Stream r = stream(seed, i + 1, static_cast<std::uint64_t>(shape) + 1);
+    Stream r = stream(seed ^ (sample * 0x2545f4914f6cdd1dULL), i + 1, static_cast<std::uint64_t>(shape) + 1);
     float* p = out.data() + i * d;
     switch (shape) {
       case Shape::kNormal:

@@ -25,8 +25,10 @@ std::string to_string(Shape);
 Shape parse_shape(const std::string&);
 
 /// n points of `shape` in d dimensions. The surfaces need d = 3 (std::invalid_argument otherwise). `clusters` is
-/// the number of mixture components of kClusters (≥ 1; 0 picks min(256, max(8, n / 2000))).
-std::vector<float> generate(Shape shape, std::size_t n, std::size_t d, std::uint64_t seed, std::size_t clusters = 0);
+/// the number of mixture components of kClusters (≥ 1; 0 picks min(256, max(8, n / 2000))). `seed` fixes the shape
+/// (the mixture's components, the bumps); `sample` draws another independent sample of the same shape.
+std::vector<float> generate(Shape shape, std::size_t n, std::size_t d, std::uint64_t seed, std::size_t clusters = 0,
+                            std::uint64_t sample = 0);
 
 /// A known smooth deformation of points (n × d): y = R·x + t + amplitude·sin(2x + φ) per axis, with R a seeded
 /// rotation (in the first two or three axes), t a seeded shift of 0.1 and φ seeded phases. Same order as x: y_i is
