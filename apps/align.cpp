@@ -83,6 +83,7 @@ int align_main(const std::vector<std::string>& args) {
       ("source", po::value<std::string>()->required(), "SOURCE (query) .h5ad or .ply")
       ("target", po::value<std::string>()->required(), "TARGET (reference) .h5ad or .ply");
   add_backend_options(options);
+  add_multiscale_option(options);
   add_spatial_options(options);  // --spatial: tissue slices by fused Gromov-Wasserstein (apps/spatial.cpp)
   po::positional_options_description positional;
   positional.add("source", 1).add("target", 1);
@@ -133,6 +134,7 @@ int align_main(const std::vector<std::string>& args) {
   solve.reach_source = require_non_negative_double(vm, "reach-source");
   solve.reach_target = require_non_negative_double(vm, "reach-target");
   solve.tolerance = require_non_negative_double(vm, "tol");
+  solve.multiscale = multiscale_option(vm);
   const long long max_iters = require_positive(vm, "max-iters");
   if (max_iters > 100'000'000) throw UsageError("--max-iters is too large (got " + std::to_string(max_iters) + ")");
   solve.max_iterations = int(max_iters);

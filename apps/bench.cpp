@@ -16,6 +16,7 @@
 
 #include "cli.hpp"
 #include "flashot/flashot.hpp"
+#include "flashot/synthetic.hpp"
 
 namespace flashot::cli {
 namespace {
@@ -67,18 +68,58 @@ std::string format_ms(double ms) {
 
 
 /// The end-to-end job of issue 3 (1M × 1M, d = 50 on one H200 in under 60 s): every phase timed once.
-int end_to_end(std::size_t n, std::size_t m, std::size_t d, double eps, double tolerance, double scaling,
-               Scheme scheme, std::uint64_t seed, const BackendOptions& backend) {
+/// The --data clouds of a pair: the historical normal / clusters generators (kept for the recorded benchmarks), or
+/// a flashot/synthetic.hpp shape; --pair deformed makes y a known deformation of a second sample of x's shape.
+struct BenchData {
+  std::vector<float> x, y, a, b;
+};
+
+BenchData bench_data(const std::string& data, const std::string& pair, std::size_t n, std::size_t m, std::size_t d,
+                     std::uint64_t seed) {
   std::mt19937_64 rng(seed);
-  const std::vector<float> x = normal_points(rng, n * d);
-  const std::vector<float> y = normal_points(rng, m * d);
-  const std::vector<float> a = positive_weights(rng, n);
-  const std::vector<float> b = positive_weights(rng, m);
+  BenchData out;
+  if (data == "normal" || data == "clusters") {
+    const bool clusters = data == "clusters";
+    out.x = clusters ? clustered_points(rng, n, d) : normal_points(rng, n * d);
+    out.y = clusters ? clustered_points(rng, m, d) : normal_points(rng, m * d);
+  } else {
+    const synthetic::Shape shape = synthetic::parse_shape(data == "mixture" ? "clusters" : data);
+    // Same shape (the mixture's components fixed by n and `seed`), another independent sample.
+    const std::size_t components = std::min<std::size_t>(256, std::max<std::size_t>(8, n / 2000));
+    out.x = synthetic::generate(shape, n, d, seed, components, 0);
+    out.y = synthetic::generate(shape, m, d, seed, components, 1);
+  }
+  if (pair == "deformed") out.y = synthetic::deform(out.y, d, seed + 2);
+  out.a = positive_weights(rng, n);
+  out.b = positive_weights(rng, m);
+  return out;
+}
+
+struct EndToEnd {
+  double eps = 0, blur_relative = 0, tolerance = 0, scaling = 0.5;
+  Scheme scheme = Scheme::kSymmetric;
+  Multiscale multiscale = Multiscale::kAuto;
+  std::string data, pair;
+  std::uint64_t seed = 0;
+};
+
+int end_to_end(std::size_t n, std::size_t m, std::size_t d, const EndToEnd& e, const BackendOptions& backend) {
+  const double eps = e.eps, tolerance = e.tolerance, scaling = e.scaling;
+  const Scheme scheme = e.scheme;
+  const auto generate_start = std::chrono::steady_clock::now();
+  const BenchData data = bench_data(e.data, e.pair, n, m, d, e.seed);
+  const double generate = seconds_since(generate_start);
+  const std::vector<float>& x = data.x;
+  const std::vector<float>& y = data.y;
+  const std::vector<float>& a = data.a;
+  const std::vector<float>& b = data.b;
   const auto start = std::chrono::steady_clock::now();
   Problem problem(PointsView{x, n, d}, PointsView{y, m, d}, a, b, backend);
   const double upload = seconds_since(start);
   SolveOptions solve;
   solve.blur = std::sqrt(eps);
+  solve.blur_relative = e.blur_relative;
+  solve.multiscale = e.multiscale;
   solve.scaling = scaling;
   solve.tolerance = tolerance;
   solve.max_iterations = 10000;
@@ -115,7 +156,22 @@ int end_to_end(std::size_t n, std::size_t m, std::size_t d, double eps, double t
             << ",\"solve_s\":" << number(solve_seconds) << ",\"barycentric_s\":" << number(project_seconds)
             << ",\"total_s\":" << number(total) << ",\"projection_sum\":" << number(checksum)
             << ",\"device_peak_bytes\":" << memory.peak_bytes << ",\"device_peak_bytes_per_point_dim\":"
-            << number(double(memory.peak_bytes) / (double(n + m) * double(d))) << "}" << std::endl;
+            << number(double(memory.peak_bytes) / (double(n + m) * double(d))) << ",\"data\":" << text(e.data)
+            << ",\"pair\":" << text(e.pair) << ",\"generate_s\":" << number(generate)
+            << ",\"final_epsilon\":" << number(result.epsilon) << ",\"dual_cost\":" << number(result.dual_cost)
+            << ",\"primal_cost\":" << number(result.primal_cost) << ",\"multiscale\":{\"used\":"
+            << (result.multiscale.used ? "true" : "false") << ",\"certified\":"
+            << (result.multiscale.certified ? "true" : "false") << ",\"hierarchy_s\":"
+            << number(result.multiscale.hierarchy_seconds) << ",\"pattern_s\":"
+            << number(result.multiscale.pattern_seconds) << ",\"stages\":[";
+  for (std::size_t k = 0; k < result.multiscale.stages.size(); ++k) {
+    const MultiscaleStage& s = result.multiscale.stages[k];
+    std::cout << (k ? "," : "") << "{\"epsilon\":" << number(s.epsilon) << ",\"iterations\":" << s.iterations
+              << ",\"coarse\":" << (s.coarse ? "true" : "false") << ",\"dense\":" << (s.dense ? "true" : "false")
+              << ",\"kept_pairs\":" << s.kept_pairs << ",\"total_pairs\":" << s.total_pairs
+              << ",\"kept_fraction\":" << number(s.kept_fraction) << ",\"rechecks\":" << s.rechecks << "}";
+  }
+  std::cout << "]}}" << std::endl;
   return 0;
 }
 
@@ -143,7 +199,12 @@ int bench_main(const std::vector<std::string>& args) {
                      "marginal error is at most --tolerance, barycentric projection of the source; prints one JSON "
                      "object with the phases' seconds and the peak device memory")
       ("tolerance", po::value<double>()->default_value(1e-3), "--end-to-end: marginal-error tolerance")
-      ("scaling", po::value<double>()->default_value(0.5), "--end-to-end: epsilon-scaling factor on the blur");
+      ("scaling", po::value<double>()->default_value(0.5), "--end-to-end: epsilon-scaling factor on the blur")
+      ("blur-relative", po::value<double>()->default_value(0),
+       "--end-to-end: final blur as a fraction of the diameter (> 0 overrides --eps), e.g. 0.01")
+      ("pair", po::value<std::string>()->default_value("independent"),
+       "--end-to-end: independent (two samples) | deformed (y a known smooth deformation of a sample of x's shape)");
+  add_multiscale_option(options);
   add_backend_options(options);
   const po::variables_map vm = parse(args, options);
   if (vm.count("help")) {
@@ -163,8 +224,15 @@ int bench_main(const std::vector<std::string>& args) {
   if (iters > 1'000'000'000) throw UsageError("--iters is too large (got " + std::to_string(iters) + ")");
   BackendOptions backend = backend_options(vm);
   const std::string data = vm["data"].as<std::string>();
-  if (data != "normal" && data != "clusters")
-    throw UsageError("--data must be normal or clusters (got '" + data + "')");
+  if (data != "normal" && data != "clusters" && data != "mixture" && data != "uniform" && data != "sphere" &&
+      data != "torus" && data != "bumpy")
+    throw UsageError("--data must be normal, clusters, mixture, uniform, sphere, torus or bumpy (got '" + data + "')");
+  if ((data == "sphere" || data == "torus" || data == "bumpy") && d != 3)
+    throw UsageError("--data " + data + " is a surface in 3-D: --d must be 3 (got " + std::to_string(d) + ")");
+  const std::string pair = vm["pair"].as<std::string>();
+  if (pair != "independent" && pair != "deformed")
+    throw UsageError("--pair must be independent or deformed (got '" + pair + "')");
+  const Multiscale multiscale = multiscale_option(vm);
   try {
     backend.cuda.kernel = parse_score_kernel(vm["kernel"].as<std::string>());
   } catch (const std::invalid_argument& e) {
@@ -180,8 +248,17 @@ int bench_main(const std::vector<std::string>& args) {
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
     }
-    return end_to_end(n, m, d, eps, tolerance, scaling, scheme,
-                      static_cast<std::uint64_t>(vm["seed"].as<long long>()), backend);
+    EndToEnd e;
+    e.eps = eps;
+    e.blur_relative = require_non_negative_double(vm, "blur-relative");
+    e.tolerance = tolerance;
+    e.scaling = scaling;
+    e.scheme = scheme;
+    e.multiscale = multiscale;
+    e.data = data;
+    e.pair = pair;
+    e.seed = static_cast<std::uint64_t>(vm["seed"].as<long long>());
+    return end_to_end(n, m, d, e, backend);
   }
   SolveOptions solve;
   try {
@@ -193,13 +270,14 @@ int bench_main(const std::vector<std::string>& args) {
   solve.tolerance = 0;
   solve.max_iterations = static_cast<int>(iters);
   solve.diagnostics = false;  // time the iterations alone, as the peers in tests/bench/peers/peers.sh are timed
+  solve.multiscale = multiscale;
 
-  std::mt19937_64 rng(static_cast<std::uint64_t>(vm["seed"].as<long long>()));
   const bool clusters = data == "clusters";
-  const std::vector<float> x = clusters ? clustered_points(rng, n, d) : normal_points(rng, n * d);
-  const std::vector<float> y = clusters ? clustered_points(rng, m, d) : normal_points(rng, m * d);
-  const std::vector<float> a = positive_weights(rng, n);
-  const std::vector<float> b = positive_weights(rng, m);
+  const BenchData generated = bench_data(data, pair, n, m, d, static_cast<std::uint64_t>(vm["seed"].as<long long>()));
+  const std::vector<float>& x = generated.x;
+  const std::vector<float>& y = generated.y;
+  const std::vector<float>& a = generated.a;
+  const std::vector<float>& b = generated.b;
   Problem problem(PointsView{x, n, d}, PointsView{y, m, d}, a, b, backend);
 
   const auto timed_solve = [&] {
@@ -210,8 +288,8 @@ int bench_main(const std::vector<std::string>& args) {
       throw std::runtime_error("the solve produced non-finite values, so its timing means nothing: " +
                                result.message);
     }
-    if (result.iterations != static_cast<int>(iters)) {
-      throw std::runtime_error("the solve ran " + std::to_string(result.iterations) + " iterations instead of " +
+    if (result.stages.empty() || result.stages.back().iterations != static_cast<int>(iters)) {
+      throw std::runtime_error("the final stage ran " + std::to_string(result.iterations) + " iterations instead of " +
                                std::to_string(iters));
     }
     return elapsed.count();

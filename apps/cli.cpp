@@ -110,6 +110,19 @@ BackendOptions backend_options(const po::variables_map& vm) {
   return backend;
 }
 
+void add_multiscale_option(po::options_description& options) {
+  options.add_options()("multiscale", po::value<std::string>()->default_value("auto"),
+                        "multiscale block-sparse solve: auto | on | off (auto: from n*m = 4e9 up; docs/multiscale.md)");
+}
+
+Multiscale multiscale_option(const po::variables_map& vm) {
+  try {
+    return parse_multiscale(vm["multiscale"].as<std::string>());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--") + e.what());
+  }
+}
+
 double require_non_negative_double(const po::variables_map& vm, const std::string& option) {
   const double value = vm[option].as<double>();
   if (!(value >= 0) || !std::isfinite(value)) {

@@ -50,6 +50,15 @@ std::string to_string(ScoreKernel k) {
   return "unknown";
 }
 
+std::string to_string(Multiscale m) {
+  switch (m) {
+    case Multiscale::kAuto: return "auto";
+    case Multiscale::kOn: return "on";
+    case Multiscale::kOff: return "off";
+  }
+  return "unknown";
+}
+
 std::string to_string(CpuIsa i) {
   switch (i) {
     case CpuIsa::kAuto: return "auto";
@@ -105,6 +114,12 @@ CpuIsa parse_cpu_isa(const std::string& text) {
   for (CpuIsa i : {CpuIsa::kAuto, CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx512})
     if (to_string(i) == text) return i;
   throw std::invalid_argument("CPU instruction set must be auto, generic, avx2 or avx512 (got '" + text + "')");
+}
+
+Multiscale parse_multiscale(const std::string& text) {
+  for (Multiscale m : {Multiscale::kAuto, Multiscale::kOn, Multiscale::kOff})
+    if (to_string(m) == text) return m;
+  throw std::invalid_argument("multiscale must be auto, on or off (got '" + text + "')");
 }
 
 }  // namespace flashot

@@ -12,6 +12,7 @@
 
 #include "backend.hpp"
 #include "flashot/flashot.hpp"
+#include "multiscale.hpp"
 #include "sinkhorn.hpp"
 #include "validation.hpp"
 
@@ -33,6 +34,19 @@ struct Problem::Impl {
   // Problem::on_device: x and y above stay empty; the operations that read points use the backend's resident ones.
   bool device_input = false;
   unsigned long long input_host_bytes = 0;  // EngineStatistics::input_host_bytes
+  BackendOptions options;
+  /// Built at the first multiscale solve (docs/multiscale.md): the hierarchies and a backend on permuted points.
+  mutable std::unique_ptr<detail::MultiscaleSolver> multiscale;
+  /// What the plan operations of the loaded result use: `backend`, or the multiscale plan backend (the certified
+  /// block pairs of a multiscale result's potentials, in the caller's order).
+  mutable detail::Backend* active = nullptr;
+
+  detail::MultiscaleSolver& multiscale_solver(std::uint64_t seed) const {
+    if (!multiscale || multiscale->seed() != seed)
+      multiscale = std::make_unique<detail::MultiscaleSolver>(options, PointsView{x, n, d}, PointsView{y, m, d}, a, b,
+                                                              seed);
+    return *multiscale;
+  }
 
   detail::PlanParams load(const SolveResult& s) const {
     if (s.f.size() != n || s.g.size() != m)
@@ -41,7 +55,21 @@ struct Problem::Impl {
                                   " and " + std::to_string(s.g.size()) + ")");
     if (!(s.epsilon > 0) || !std::isfinite(s.epsilon))
       throw std::invalid_argument("result.epsilon must be > 0 (got " + show(s.epsilon) + ")");
-    backend->set_potentials(s.f, s.g);
+    if (s.multiscale.used && device_input)
+      throw std::invalid_argument("result.multiscale.used is true, but this Problem::on_device problem solves dense "
+                                  "only: the result must come from a dense solve");
+    if (s.multiscale.used) {
+      if (!(s.multiscale.truncation > 0) || !(s.multiscale.dense_fraction > 0))
+        throw std::invalid_argument("result.multiscale must come from a multiscale solve: truncation " +
+                                    show(s.multiscale.truncation) + " and dense_fraction " +
+                                    show(s.multiscale.dense_fraction) + " must be > 0");
+      // Any hierarchy certifies the lists of the result's potentials; the solve's own is reused when present.
+      detail::MultiscaleSolver& ms = multiscale ? *multiscale : multiscale_solver(0);
+      active = &ms.plan_backend(s.multiscale.truncation, s.multiscale.dense_fraction);
+    } else {
+      active = backend.get();
+    }
+    active->set_potentials(s.f, s.g);
     return {s.epsilon, detail::cost_scale(s.cost)};
   }
 
@@ -53,7 +81,7 @@ struct Problem::Impl {
   std::vector<float> marginal(const detail::PlanParams& p, Side rows) const {
     const std::vector<float> ones(count(other(rows)), 1.0f);
     std::vector<float> out(count(rows));
-    backend->apply(p, rows, ones, 1, false, out);
+    active->apply(p, rows, ones, 1, false, out);
     return out;
   }
 
@@ -77,7 +105,7 @@ struct Problem::Impl {
       v[j * k + d + 1] = 1.0f;
     }
     std::vector<float> out(n * k);
-    backend->apply(p, Side::kSource, v, k, false, out);
+    active->apply(p, Side::kSource, v, k, false, out);
     double cost = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const double r = out[i * k + d + 1];
@@ -142,6 +170,8 @@ Problem::Problem(PointsView x, PointsView y, std::span<const float> a, std::span
   p.input_host_bytes = (p.n + p.m) * p.d * sizeof(float) + (a.size() + b.size()) * sizeof(float);
   const detail::ProblemData data{{p.x, p.n, p.d}, {p.y, p.m, p.d}, p.a, p.b};
   p.backend = detail::make_backend(options, data);
+  p.active = p.backend.get();
+  p.options = options;
 }
 
 Problem Problem::on_device(DevicePointsView x, DevicePointsView y, DeviceWeights a, DeviceWeights b,
@@ -226,6 +256,8 @@ Problem Problem::on_device(DevicePointsView x, DevicePointsView y, DeviceWeights
   data.device = x.device;
   data.centre = p.centre;
   p.backend = detail::make_backend(options, data);
+  p.active = p.backend.get();
+  p.options = options;
   return problem;
 }
 
@@ -248,11 +280,39 @@ double Problem::diameter() const { return impl_->diameter; }
 SolveResult Problem::solve(const SolveOptions& options) {
   const Impl& p = *impl_;
   detail::validate_solve_options(options, p.n, p.m, p.mass_a, p.mass_b, p.diameter);
+  detail::require(options.multiscale == Multiscale::kAuto || options.multiscale == Multiscale::kOn ||
+                      options.multiscale == Multiscale::kOff,
+                  "multiscale must be a Multiscale value", static_cast<double>(options.multiscale));
+  detail::require(std::isfinite(options.multiscale_truncation) && options.multiscale_truncation > 0,
+                  "multiscale_truncation must be > 0", options.multiscale_truncation);
+  detail::require(options.multiscale_dense_fraction > 0 && options.multiscale_dense_fraction <= 1,
+                  "multiscale_dense_fraction must be in (0, 1]", options.multiscale_dense_fraction);
   const auto start = std::chrono::steady_clock::now();
-  SolveResult r = detail::run_sinkhorn(*p.backend, {p.a, p.b, p.diameter}, options);
+  const double pairs = static_cast<double>(p.n) * static_cast<double>(p.m);
+  // A device-input problem keeps no host copy of the points, which the hierarchy is built from: kOn is refused
+  // before any work, kAuto stays dense.
+  if (p.device_input && options.multiscale == Multiscale::kOn)
+    throw std::invalid_argument(
+        "multiscale = on needs the points on the host; a Problem::on_device problem solves dense (got multiscale = on "
+        "for n·m = " + show(pairs) + ")");
+  const bool multiscale = !p.device_input && (options.multiscale == Multiscale::kOn ||
+                                              (options.multiscale == Multiscale::kAuto && pairs >= kMultiscaleAutoPairs));
+  SolveResult r;
+  if (multiscale) {
+    r = p.multiscale_solver(options.multiscale_seed).solve(options, p.diameter);
+    r.multiscale.reason = options.multiscale == Multiscale::kOn
+                              ? "multiscale on"
+                              : "auto: n·m = " + show(pairs) + " ≥ " + show(kMultiscaleAutoPairs);
+  } else {
+    p.backend->set_pattern(nullptr);
+    r = detail::run_sinkhorn(*p.backend, {p.a, p.b, p.diameter}, options);
+    r.multiscale.reason = options.multiscale == Multiscale::kOff ? "multiscale off"
+                          : p.device_input ? "auto: device input (no host copy of the points)"
+                                           : "auto: n·m = " + show(pairs) + " < " + show(kMultiscaleAutoPairs);
+  }
   r.primal_cost = std::numeric_limits<double>::quiet_NaN();
   if (r.reason != StopReason::kNonFinite && options.diagnostics) {
-    r.primal_cost = p.primal_cost({r.epsilon, detail::cost_scale(r.cost)});
+    r.primal_cost = p.primal_cost(p.load(r));
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
@@ -265,7 +325,7 @@ std::vector<float> Problem::apply_plan(const SolveResult& s, std::span<const flo
     throw std::invalid_argument("v must hold m·k = " + std::to_string(impl_->m * k) + " values (got " +
                                 std::to_string(v.size()) + ")");
   std::vector<float> out(impl_->n * k);
-  impl_->backend->apply(pp, Side::kSource, v, k, false, out);
+  impl_->active->apply(pp, Side::kSource, v, k, false, out);
   return out;
 }
 
@@ -277,7 +337,7 @@ std::vector<float> Problem::apply_plan_transpose(const SolveResult& s, std::span
     throw std::invalid_argument("u must hold n·k = " + std::to_string(impl_->n * k) + " values (got " +
                                 std::to_string(u.size()) + ")");
   std::vector<float> out(impl_->m * k);
-  impl_->backend->apply(pp, Side::kTarget, u, k, false, out);
+  impl_->active->apply(pp, Side::kTarget, u, k, false, out);
   return out;
 }
 
@@ -296,7 +356,7 @@ std::vector<float> Problem::barycentric(const SolveResult& s, Side from) const {
   if (p.device_input)
     p.backend->apply_points(pp, from, true, out);
   else
-    p.backend->apply(pp, from, p.points(Impl::other(from)), p.d, true, out);
+    p.active->apply(pp, from, p.points(Impl::other(from)), p.d, true, out);
   p.uncentre(out);
   return out;
 }
@@ -315,7 +375,7 @@ std::vector<float> Problem::map_points(const SolveResult& s, PointsView queries,
   if (p.device_input)
     p.backend->map_resident(pp, from, {q, queries.n, p.d}, out);
   else
-    p.backend->apply_queries(pp, from, {q, queries.n, p.d}, p.points(Impl::other(from)), p.d, out);
+    p.active->apply_queries(pp, from, {q, queries.n, p.d}, p.points(Impl::other(from)), p.d, out);
   p.uncentre(out);
   return out;
 }
@@ -356,7 +416,7 @@ LabelTransfer Problem::transfer_labels(const SolveResult& s, Side labels_on, std
     }
     if (!any) continue;
     std::vector<float> mass(dst * kc);
-    p.backend->apply(pp, rows, onehot, kc, false, mass);
+    p.active->apply(pp, rows, onehot, kc, false, mass);
     for (std::size_t j = 0; j < dst; ++j)
       for (std::size_t c = 0; c < kc; ++c) t.probabilities[j * classes + c0 + c] = mass[j * kc + c];
   }
@@ -398,7 +458,7 @@ std::vector<float> Problem::gradient(const SolveResult& s, Side wrt) const {
     return g;
   }
   std::vector<float> t(count * p.d);
-  p.backend->apply(pp, wrt, p.points(Impl::other(wrt)), p.d, true, t);
+  p.active->apply(pp, wrt, p.points(Impl::other(wrt)), p.d, true, t);
   const std::vector<float> r = p.marginal(pp, wrt);
   const std::vector<float>& pts = p.points(wrt);
   std::vector<float> g(count * p.d);
@@ -418,7 +478,7 @@ TopKCoupling Problem::top_k(const SolveResult& s, std::size_t k) const {
   t.k = std::min(k, p.m);
   t.columns.resize(t.rows * t.k);
   t.values.resize(t.rows * t.k);
-  p.backend->top_k(pp, t.k, t.columns, t.values);
+  p.active->top_k(pp, t.k, t.columns, t.values);
   return t;
 }
 

@@ -396,4 +396,17 @@ SolveResult run_sinkhorn(Backend& backend, const SolveInputs& in, const SolveOpt
   return std::move(run_sinkhorn_batch(backend, {&in, 1}, options, nullptr)[0]);
 }
 
+// For the multiscale loop (engine/src/multiscale.cpp), which runs its stages on several backends.
+double solve_marginal_error(const Backend& backend, const SolveInputs& in, const std::vector<float>& f,
+                            const std::vector<float>& g, double epsilon, double s, double rho_x, double rho_y,
+                            double mass_a) {
+  return marginal_error(backend, in, Potentials{f, g}, epsilon, s, rho_x, rho_y, mass_a);
+}
+double solve_dual_cost(const SolveInputs& in, const std::vector<float>& f, const std::vector<float>& g, double rho_x,
+                       double rho_y) {
+  return dual_term(in.a, f, rho_x) + dual_term(in.b, g, rho_y);
+}
+double solve_side_rho(double common, double own) { return side_rho(common, own); }
+double solve_damping(double epsilon, double rho) { return damping(epsilon, rho); }
+
 }  // namespace flashot::detail

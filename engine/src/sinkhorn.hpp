@@ -55,4 +55,14 @@ struct BatchLayout {
 std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const SolveInputs> inputs,
                                             std::span<const SolveOptions* const> options, const BatchLayout* layout);
 
+/// The pieces of run_sinkhorn that the multiscale loop (engine/src/multiscale.cpp) shares: the marginal error of
+/// SolveResult::marginal_error for potentials f, g (the backend's order), the dual cost, ρ of a side, λ = 1/(1+ε/ρ).
+double solve_marginal_error(const Backend& backend, const SolveInputs& in, const std::vector<float>& f,
+                            const std::vector<float>& g, double epsilon, double s, double rho_x, double rho_y,
+                            double mass_a);
+double solve_dual_cost(const SolveInputs& in, const std::vector<float>& f, const std::vector<float>& g, double rho_x,
+                       double rho_y);
+double solve_side_rho(double common, double own);
+double solve_damping(double epsilon, double rho);
+
 }  // namespace flashot::detail

@@ -27,6 +27,27 @@ nlohmann::json solve_json(const SolveResult& r) {
   j["solve_seconds"] = number(r.seconds);
   j["stages"] = nlohmann::json::array();
   for (const StageReport& s : r.stages) j["stages"].push_back({{"epsilon", number(s.epsilon)}, {"iterations", s.iterations}});
+  nlohmann::json ms;
+  ms["used"] = r.multiscale.used;
+  ms["reason"] = r.multiscale.reason;
+  if (r.multiscale.used) {
+    ms["certified"] = r.multiscale.certified;
+    ms["hierarchy"] = r.multiscale.hierarchy;
+    ms["block"] = r.multiscale.row_block;
+    ms["row_blocks"] = r.multiscale.row_blocks;
+    ms["column_blocks"] = r.multiscale.column_blocks;
+    ms["coarse_rows"] = r.multiscale.coarse_rows;
+    ms["coarse_columns"] = r.multiscale.coarse_columns;
+    ms["truncation"] = number(r.multiscale.truncation);
+    ms["hierarchy_seconds"] = number(r.multiscale.hierarchy_seconds);
+    ms["pattern_seconds"] = number(r.multiscale.pattern_seconds);
+    ms["stages"] = nlohmann::json::array();
+    for (const MultiscaleStage& s : r.multiscale.stages)
+      ms["stages"].push_back({{"epsilon", number(s.epsilon)}, {"iterations", s.iterations}, {"coarse", s.coarse},
+                              {"dense", s.dense}, {"kept_pairs", s.kept_pairs}, {"total_pairs", s.total_pairs},
+                              {"kept_fraction", number(s.kept_fraction)}, {"rechecks", s.rechecks}});
+  }
+  j["multiscale"] = ms;
   j["checks"] = nlohmann::json::array();
   for (const MarginalCheck& c : r.checks) {
     j["checks"].push_back({{"iteration", c.iteration}, {"epsilon", number(c.epsilon)}, {"error", number(c.error)}});

@@ -63,6 +63,9 @@ enum class ScoreKernel { kAuto, kRegister, kTiled, kTensor };
 /// Instruction set of the CPU backend's kernels (engine/cpu/kernels_<isa>.cpp). kAuto: the widest this CPU runs.
 /// Naming one the CPU lacks makes the Problem throw std::runtime_error.
 enum class CpuIsa { kAuto, kGeneric, kAvx2, kAvx512 };
+/// Multiscale block-sparse solving (SolveOptions::multiscale, docs/multiscale.md): kAuto picks it when n·m is at
+/// least kMultiscaleAutoPairs; kOn always (small problems may still fall back to dense stages); kOff never.
+enum class Multiscale { kAuto, kOn, kOff };
 /// Why a solve stopped.
 enum class StopReason {
   kTolerance,        ///< marginal error ≤ tolerance at a check of the final ε stage: converged
@@ -81,6 +84,7 @@ std::string to_string(Screening);
 std::string to_string(ScoreKernel);
 std::string to_string(StopReason);
 std::string to_string(CpuIsa);
+std::string to_string(Multiscale);
 /// Parse the names printed by to_string ("cpu", "symmetric", …). Throws std::invalid_argument naming the text.
 BackendKind parse_backend(const std::string&);
 Scheme parse_scheme(const std::string&);
@@ -88,6 +92,7 @@ Precision parse_precision(const std::string&);
 Screening parse_screening(const std::string&);
 ScoreKernel parse_score_kernel(const std::string&);
 CpuIsa parse_cpu_isa(const std::string&);
+Multiscale parse_multiscale(const std::string&);
 
 /// Reported to the progress callback at every marginal-error check.
 struct Progress {
@@ -186,11 +191,53 @@ struct SolveOptions {
   /// (one plan application): about 1–3 iterations' worth of work. false leaves both NaN — for timing loops that
   /// compare iterations with other libraries' iterations (`flashot bench`).
   bool diagnostics = true;
+  // ---- Multiscale block-sparse solving (docs/multiscale.md) ------------------------------------------------------
+  /// kAuto: multiscale when n·m ≥ kMultiscaleAutoPairs; kOn: always; kOff: every pair visited at every iteration.
+  Multiscale multiscale = Multiscale::kAuto;
+  /// Certified truncation level τ: a (row block, column block) pair is skipped only when a bound proves every plan
+  /// entry in it is ≤ e^{−τ}·a_i·b_j / max(1, total mass), so the mass skipped per row is ≤ e^{−τ} of the row's
+  /// weight. > 0; 20 keeps the truncation far below fp32 resolution of the cost.
+  double multiscale_truncation = 20;
+  /// A stage whose kept fraction of block pairs is above this runs dense instead (pruning does not pay). In (0, 1].
+  double multiscale_dense_fraction = 0.5;
+  /// Seed of the clustering (k-means / PCA-tree splits for d > 4); results depend on it only within the truncation.
+  std::uint64_t multiscale_seed = 0;
 };
+
+/// SolveOptions::multiscale = kAuto runs multiscale from this many point pairs n·m up (measured: docs/multiscale.md).
+inline constexpr double kMultiscaleAutoPairs = 4.0e9;
 
 struct StageReport {
   double epsilon = 0;
   int iterations = 0;
+};
+/// One stage of a multiscale solve: which share of the (row block, column block) pairs its iterations visited.
+struct MultiscaleStage {
+  double epsilon = 0;
+  int iterations = 0;
+  bool coarse = false;             ///< solved on cluster centres (weighted by cluster mass), not on the points
+  bool dense = false;              ///< ran dense: pruning did not pay (kept fraction > multiscale_dense_fraction)
+  unsigned long long kept_pairs = 0;   ///< block pairs visited (cluster pairs on a coarse stage)
+  unsigned long long total_pairs = 0;  ///< all block pairs
+  double kept_fraction = 1;        ///< share of the n·m point pairs inside the visited block pairs
+  int rechecks = 0;                ///< times the block lists were re-derived from moved potentials in this stage
+};
+/// What a multiscale solve did (SolveResult::multiscale); `used` false for a dense solve.
+struct MultiscaleReport {
+  bool used = false;
+  std::string reason;              ///< why multiscale was or was not used
+  std::string hierarchy;           ///< "morton" (d ≤ 4) or "pca-tree"
+  std::size_t row_block = 0, column_block = 0;   ///< points per block on each side
+  std::size_t row_blocks = 0, column_blocks = 0;
+  std::size_t coarse_rows = 0, coarse_columns = 0;  ///< clusters of the coarse problem
+  double truncation = 0;           ///< τ (SolveOptions::multiscale_truncation)
+  double dense_fraction = 0;       ///< SolveOptions::multiscale_dense_fraction
+  /// True when the final lists were re-derived from the final potentials and nothing outside them can exceed the
+  /// threshold (SolveOptions::multiscale_truncation); false when the budget ran out first.
+  bool certified = false;
+  double hierarchy_seconds = 0;    ///< building both cluster hierarchies
+  double pattern_seconds = 0;      ///< deriving block lists, all stages together
+  std::vector<MultiscaleStage> stages;
 };
 struct MarginalCheck {
   int iteration = 0;  ///< total iterations done when the check ran
@@ -221,6 +268,9 @@ struct SolveResult {
   double seconds = 0;   ///< wall time of the solve
   std::string backend;  ///< "cpu" or "cuda"
   std::string device;   ///< e.g. "2 threads, AVX2" or "NVIDIA H200 (sm_90)"
+  /// Multiscale block-sparse solve report (docs/multiscale.md); plan operations on a result with `used` visit the
+  /// certified block pairs of its potentials only.
+  MultiscaleReport multiscale;
 };
 
 /// What the CUDA backend's adaptive kernels did since the Problem was built (Problem::statistics). Counts, never

@@ -1,0 +1,528 @@
+// The multiscale block-sparse solver (docs/multiscale.md): a chain of levels (points, then centres of blocks,
+// then centres of those blocks, ...), the ε schedule run coarse to fine, certified block lists on every level
+// that has cluster trees, and a backend in the caller's order for the plan operations of a multiscale result.
+#include "multiscale.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "validation.hpp"
+
+namespace flashot::detail {
+
+namespace {
+
+/// A level with at most this many point pairs n·m runs dense and has no coarser level below it.
+constexpr double kDensePairs = double{1 << 24};
+/// A level hands the stages whose blur √(ε/s) exceeds this many times its mean leaf-block radius to the coarser
+/// level: there the coarse problem resolves the plan as well as the points would, and the block lists would be
+/// nearly dense (docs/multiscale.md, "Schedule").
+constexpr double kSwitchRadii = 2.0;
+/// Block lists are never longer than this (the BlockPattern offsets are 32-bit).
+constexpr double kMaxListedPairs = 2.0e9;
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::vector<float> permuted(std::span<const float> v, const std::vector<std::uint32_t>& order) {
+  std::vector<float> out(order.size());
+  for (std::size_t p = 0; p < order.size(); ++p) out[p] = v[order[p]];
+  return out;
+}
+
+}  // namespace
+
+struct MultiscaleLevel {
+  std::size_t n = 0, m = 0, d = 0;
+  double mass_a = 0, mass_b = 0;
+  std::vector<float> x, y, a, b;               // in this level's order (the trees' order where there are trees)
+  std::unique_ptr<ClusterTree> tx, ty;          // null on a dense level
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<MultiscaleLevel> coarse;      // the centres of this level's leaf blocks
+  double leaf_radius = 0;                       // mass-weighted mean leaf-block radius, the larger side
+  std::shared_ptr<const BlockPattern> pattern;  // what the backend holds now (null: dense)
+
+  std::size_t count(Side side) const { return side == Side::kSource ? n : m; }
+  /// Values of this level's order back to its input order (the coarser level's blocks, or the caller's points).
+  void to_input(std::span<const float> in, std::size_t k, Side side, std::span<float> out) const {
+    const ClusterTree* t = side == Side::kSource ? tx.get() : ty.get();
+    if (!t) {
+      std::copy(in.begin(), in.end(), out.begin());
+      return;
+    }
+    for (std::size_t p = 0; p < t->order.size(); ++p)
+      std::copy_n(in.data() + p * k, k, out.data() + std::size_t{t->order[p]} * k);
+  }
+  void from_input(std::span<const float> in, std::size_t k, Side side, std::span<float> out) const {
+    const ClusterTree* t = side == Side::kSource ? tx.get() : ty.get();
+    if (!t) {
+      std::copy(in.begin(), in.end(), out.begin());
+      return;
+    }
+    for (std::size_t p = 0; p < t->order.size(); ++p)
+      std::copy_n(in.data() + std::size_t{t->order[p]} * k, k, out.data() + p * k);
+  }
+};
+
+namespace {
+
+std::unique_ptr<MultiscaleLevel> build_level(const BackendOptions& options, PointsView x, PointsView y,
+                                             std::span<const float> a, std::span<const float> b, std::uint64_t seed,
+                                             bool top) {
+  auto L = std::make_unique<MultiscaleLevel>();
+  L->n = x.n;
+  L->m = y.n;
+  L->d = x.d;
+  for (float w : a) L->mass_a += w;
+  for (float w : b) L->mass_b += w;
+  const double pairs = static_cast<double>(x.n) * static_cast<double>(y.n);
+  const bool prune = x.n >= 2 * kBlockSize && y.n >= 2 * kBlockSize && (top || pairs > kDensePairs);
+  if (prune) {
+    L->tx = std::make_unique<ClusterTree>(build_cluster_tree(x, a, kBlockSize, seed));
+    L->ty = std::make_unique<ClusterTree>(build_cluster_tree(y, b, kBlockSize, seed ^ 0x5bd1e995u));
+    L->x = permute_rows(x.data, x.d, L->tx->order);
+    L->y = permute_rows(y.data, y.d, L->ty->order);
+    L->a = permuted(a, L->tx->order);
+    L->b = permuted(b, L->ty->order);
+    double radius = 0;
+    std::vector<float> cx, cy, mx, my;
+    for (const ClusterTree* t : {L->tx.get(), L->ty.get()}) {
+      const int H = t->height;
+      double mass = 0, sum = 0;
+      for (std::size_t k = 0; k < t->blocks; ++k) {
+        mass += t->mass[H][k];
+        sum += t->mass[H][k] * t->radius[H][k];
+      }
+      radius = std::max(radius, mass > 0 ? sum / mass : 0.0);
+      std::vector<float>& c = t == L->tx.get() ? cx : cy;
+      std::vector<float>& w = t == L->tx.get() ? mx : my;
+      c.assign(t->centre[H].begin(), t->centre[H].end());
+      w.assign(t->mass[H].begin(), t->mass[H].end());
+    }
+    L->leaf_radius = radius;
+    L->coarse = build_level(options, {cx, L->tx->blocks, x.d}, {cy, L->ty->blocks, x.d}, mx, my,
+                            seed * 0x9e3779b97f4a7c15ULL + 1, false);
+  } else {
+    L->x.assign(x.data.begin(), x.data.end());
+    L->y.assign(y.data.begin(), y.data.end());
+    L->a.assign(a.begin(), a.end());
+    L->b.assign(b.begin(), b.end());
+  }
+  const ProblemData data{{L->x, L->n, L->d}, {L->y, L->m, L->d}, L->a, L->b};
+  L->backend = make_backend(options, data);
+  return L;
+}
+
+/// One solve across the levels.
+struct Run {
+  const SolveOptions& o;
+  std::vector<double> eps;
+  double s = 1, rho_x = 0, rho_y = 0, diameter = 0;
+  double truncation = 20, dense_fraction = 0.5;
+  MultiscaleLevel* top = nullptr;
+  SolveResult& r;
+  bool stopped = false;
+  bool error_current = false;
+  int reached = 0;
+  int total_budget = 0;
+
+  int stage_count() const { return static_cast<int>(eps.size()); }
+  std::string stage_text(int k) const {
+    return "ε stage " + std::to_string(k + 1) + " of " + std::to_string(stage_count()) + " (ε = " + show(eps[k]) + ")";
+  }
+  void non_finite(int k) {
+    r.reason = StopReason::kNonFinite;
+    r.message = "a potential or marginal became non-finite at " + stage_text(k) + " after " +
+                std::to_string(r.iterations) + " iterations";
+    stopped = true;
+  }
+
+  /// Block lists of the level's current potentials at ε. Returns null for dense.
+  PatternResult lists(MultiscaleLevel& L, double epsilon) {
+    const auto t0 = Clock::now();
+    std::vector<float> f(L.n), g(L.m);
+    L.backend->get_potentials(f, g);
+    PatternRequest q;
+    q.epsilon = epsilon;
+    q.cost_scale = s;
+    q.truncation = truncation;
+    q.mass = std::max({1.0, L.mass_a, L.mass_b});
+    const double all = static_cast<double>(L.tx->blocks) * static_cast<double>(L.ty->blocks);
+    q.max_pairs = static_cast<std::size_t>(std::min(kMaxListedPairs, dense_fraction * all));
+    PatternResult p = certified_pattern(*L.tx, *L.ty, L.x, L.y, f, g, q);
+    r.multiscale.pattern_seconds += seconds_since(t0);
+    return p;
+  }
+
+  void install(MultiscaleLevel& L, std::shared_ptr<const BlockPattern> pattern, MultiscaleStage& st, double fraction) {
+    L.pattern = std::move(pattern);
+    L.backend->set_pattern(L.pattern);
+    st.dense = !L.pattern;
+    st.kept_pairs = L.pattern ? L.pattern->pairs() : st.total_pairs;
+    st.kept_fraction = L.pattern ? fraction : 1.0;
+  }
+
+  /// Re-derives the lists from moved potentials (final stage): pairs are only ever added, so the loop ends.
+  /// Returns true when a pair had to be added (the fixed point may move).
+  bool recheck(MultiscaleLevel& L, double epsilon, MultiscaleStage& st) {
+    if (!L.tx || !L.pattern) return false;  // dense: nothing dropped
+    ++st.rechecks;
+    PatternResult p = lists(L, epsilon);
+    if (!p.pattern) {
+      install(L, nullptr, st, 1.0);
+      return true;
+    }
+    if (pattern_contains(*L.pattern, *p.pattern)) return false;
+    auto merged = pattern_union(*L.pattern, *p.pattern);
+    double points = 0;
+    for (std::size_t rb = 0; rb < merged->row_blocks(); ++rb) {
+      const auto [b0, b1] = BlockPattern::block_points(rb, L.n);
+      for (const BlockRange& range : merged->row_list(rb)) {
+        const std::size_t c0 = static_cast<std::size_t>(range.begin) * kBlockSize;
+        const std::size_t c1 = std::min(L.m, static_cast<std::size_t>(range.end) * kBlockSize);
+        points += static_cast<double>(b1 - b0) * static_cast<double>(c1 - c0);
+      }
+    }
+    install(L, merged, st, points / (static_cast<double>(L.n) * static_cast<double>(L.m)));
+    return true;
+  }
+
+  /// Runs stages [kb, ke) on level L from `f`, `g` (the level's order; empty: zero, or the coarser level's
+  /// extrapolated potentials). Leaves the potentials on L's backend.
+  void run_level(MultiscaleLevel& L, int kb, int ke, std::vector<float> f, std::vector<float> g) {
+    const bool is_top = &L == top;
+    int split = kb;
+    if (L.coarse && f.empty()) {
+      const double switch_eps = s * (kSwitchRadii * L.leaf_radius) * (kSwitchRadii * L.leaf_radius);
+      while (split < ke - 1 && eps[split] > switch_eps) ++split;
+    }
+    if (f.empty()) f.assign(L.n, 0.0f);
+    if (g.empty()) g.assign(L.m, 0.0f);
+    if (split > kb) {
+      MultiscaleLevel& C = *L.coarse;
+      run_level(C, kb, split, {}, {});
+      // Carried down even after a cancel, so that the result's potentials belong to the points at eps[reached].
+      // Extrapolate: f_i = f_I + s·(‖x_i − T_I‖² − ‖c_I − T_I‖²), T_I the coarse plan's barycentric target of block
+      // I: the potentials' first-order change across a block (∇f = 2s(x − T)), exact for a translated block.
+      const std::size_t d = L.d;
+      for (const Side side : {Side::kSource, Side::kTarget}) {
+        const std::size_t nc = C.count(side), nother = C.count(side == Side::kSource ? Side::kTarget : Side::kSource);
+        std::vector<float> hc(C.n), kc(C.m);
+        C.backend->get_potentials(hc, kc);
+        std::vector<float> t(nc * d), t_in(nc * d), h_in(nc);
+        C.backend->apply({eps[split - 1], s}, side, side == Side::kSource ? C.y : C.x, d, true, t);
+        (void)nother;
+        C.to_input(t, d, side, t_in);
+        C.to_input(side == Side::kSource ? hc : kc, 1, side, h_in);
+        const std::vector<float>& pts = side == Side::kSource ? L.x : L.y;
+        const ClusterTree& tree = side == Side::kSource ? *L.tx : *L.ty;
+        std::vector<float>& h = side == Side::kSource ? f : g;
+        const int H = tree.height;
+        for (std::size_t p = 0; p < h.size(); ++p) {
+          const std::size_t k = p / kBlockSize;
+          double far = 0, near = 0;
+          for (std::size_t c = 0; c < d; ++c) {
+            const double u = pts[p * d + c] - t_in[k * d + c];
+            const double v = tree.centre[H][k * d + c] - t_in[k * d + c];
+            far += u * u;
+            near += v * v;
+          }
+          h[p] = static_cast<float>(h_in[k] + s * (far - near));
+        }
+      }
+    }
+    L.backend->set_potentials(f, g);
+    for (int k = split; k < ke && !stopped; ++k) run_stage(L, k, is_top && k == stage_count() - 1);
+  }
+
+  void run_stage(MultiscaleLevel& L, int k, bool final_stage) {
+    reached = k;
+    const IterationParams ip{eps[k], s, o.scheme, solve_damping(eps[k], rho_x), solve_damping(eps[k], rho_y)};
+    MultiscaleStage st;
+    st.epsilon = eps[k];
+    st.coarse = &L != top;
+    if (L.tx) {
+      st.total_pairs = static_cast<unsigned long long>(L.tx->blocks) * L.ty->blocks;
+      PatternResult p = lists(L, eps[k]);
+      install(L, p.pattern, st, p.kept_fraction);
+    } else {
+      st.total_pairs = static_cast<unsigned long long>(L.n) * L.m;
+      st.kept_pairs = st.total_pairs;
+      st.dense = true;
+    }
+    StageReport stage{eps[k], 0};
+    if (!final_stage) {
+      const bool ok = L.backend->iterate(ip, o.stage_iterations);
+      stage.iterations = st.iterations = o.stage_iterations;
+      r.iterations += o.stage_iterations;
+      r.stages.push_back(stage);
+      r.multiscale.stages.push_back(st);
+      if (!ok) {
+        non_finite(k);
+        return;
+      }
+      if (o.progress && !o.progress(Progress{k, stage_count(), eps[k], r.iterations, total_budget,
+                                             std::numeric_limits<double>::quiet_NaN()})) {
+        r.reason = StopReason::kCancelled;
+        r.message = "cancelled by the progress callback after " + stage_text(k);
+        stopped = true;
+      }
+      return;
+    }
+    // The final stage: iterate, re-derive the lists from the moved potentials, check the marginals.
+    const bool checking = o.tolerance > 0 || static_cast<bool>(o.progress);
+    const SolveInputs in{L.a, L.b, diameter};
+    std::vector<float> f(L.n), g(L.m);
+    int done = 0;
+    bool clean = false;  // the lists were re-derived from the current potentials and nothing was added
+    while (done < o.max_iterations) {
+      const int step = std::min(o.check_every, o.max_iterations - done);
+      const bool ok = L.backend->iterate(ip, step);
+      done += step;
+      r.iterations += step;
+      error_current = false;
+      clean = false;
+      if (!ok) {
+        non_finite(k);
+        break;
+      }
+      const bool grown = recheck(L, eps[k], st);
+      clean = !grown;
+      if (!checking) continue;
+      L.backend->get_potentials(f, g);
+      r.marginal_error = solve_marginal_error(*L.backend, in, f, g, eps[k], s, rho_x, rho_y, L.mass_a);
+      error_current = true;
+      r.checks.push_back(MarginalCheck{r.iterations, eps[k], r.marginal_error});
+      if (!std::isfinite(r.marginal_error)) {
+        non_finite(k);
+        break;
+      }
+      const bool converged = o.tolerance > 0 && r.marginal_error <= o.tolerance && !grown;
+      const bool go_on =
+          !o.progress || o.progress(Progress{k, stage_count(), eps[k], r.iterations, total_budget, r.marginal_error});
+      if (converged) {
+        r.converged = true;
+        r.reason = StopReason::kTolerance;
+        r.message = "converged: marginal error " + show(r.marginal_error) + " ≤ tolerance " + show(o.tolerance) +
+                    " after " + std::to_string(r.iterations) + " iterations";
+        break;
+      }
+      if (!go_on) {
+        r.reason = StopReason::kCancelled;
+        r.message = "cancelled by the progress callback at " + stage_text(k) + " after " +
+                    std::to_string(r.iterations) + " iterations";
+        break;
+      }
+    }
+    if (!clean && r.reason != StopReason::kNonFinite) clean = !recheck(L, eps[k], st);
+    r.multiscale.certified = clean || !L.pattern;
+    stage.iterations = st.iterations = done;
+    r.stages.push_back(stage);
+    r.multiscale.stages.push_back(st);
+    stopped = true;
+  }
+};
+
+/// The caller's order over level 0, with certified lists for whatever potentials are loaded.
+class PlanBackend final : public Backend {
+ public:
+  explicit PlanBackend(MultiscaleLevel& level) : L_(level) {}
+
+  void configure(double truncation, double dense_fraction) {
+    if (truncation != truncation_ || dense_fraction != dense_fraction_) version_++;
+    truncation_ = truncation;
+    dense_fraction_ = dense_fraction;
+  }
+
+  std::string name() const override { return L_.backend->name(); }
+  std::string device() const override { return L_.backend->device(); }
+  void set_potentials(std::span<const float> f, std::span<const float> g) override {
+    std::vector<float> fp(L_.n), gp(L_.m);
+    L_.from_input(f, 1, Side::kSource, fp);
+    L_.from_input(g, 1, Side::kTarget, gp);
+    L_.backend->set_potentials(fp, gp);
+    ++version_;
+  }
+  void get_potentials(std::span<float> f, std::span<float> g) const override {
+    std::vector<float> fp(L_.n), gp(L_.m);
+    L_.backend->get_potentials(fp, gp);
+    L_.to_input(fp, 1, Side::kSource, f);
+    L_.to_input(gp, 1, Side::kTarget, g);
+  }
+  bool iterate(const IterationParams& p, int count) override {
+    prepare(p.epsilon, p.cost_scale);
+    const bool ok = L_.backend->iterate(p, count);
+    ++version_;
+    return ok;
+  }
+  void softmin(const PlanParams& p, Side rows, std::span<float> out) const override {
+    prepare(p.epsilon, p.cost_scale);
+    std::vector<float> tmp(L_.count(rows));
+    L_.backend->softmin(p, rows, tmp);
+    L_.to_input(tmp, 1, rows, out);
+  }
+  void apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k, bool normalized,
+             std::span<float> out) const override {
+    prepare(p.epsilon, p.cost_scale);
+    const Side cols = rows == Side::kSource ? Side::kTarget : Side::kSource;
+    std::vector<float> vp(v.size()), tmp(out.size());
+    L_.from_input(v, k, cols, vp);
+    L_.backend->apply(p, rows, vp, k, normalized, tmp);
+    L_.to_input(tmp, k, rows, out);
+  }
+  void apply_queries(const PlanParams& p, Side from, PointsView q, std::span<const float> v, std::size_t k,
+                     std::span<float> out) const override {
+    const Side other = from == Side::kSource ? Side::kTarget : Side::kSource;
+    std::vector<float> vp(v.size());
+    L_.from_input(v, k, other, vp);
+    L_.backend->apply_queries(p, from, q, vp, k, out);  // dense: queries belong to no block
+  }
+  void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,
+             std::span<float> values) const override {
+    prepare(p.epsilon, p.cost_scale);
+    std::vector<std::int32_t> cp(columns.size());
+    std::vector<float> vp(values.size());
+    L_.backend->top_k(p, k, cp, vp);
+    for (std::int32_t& c : cp)
+      if (c >= 0 && L_.ty) c = static_cast<std::int32_t>(L_.ty->order[static_cast<std::size_t>(c)]);
+    std::vector<float> cf(cp.size());
+    // Rows back to the caller's order (the columns were mapped above).
+    for (std::size_t i = 0; i < L_.n; ++i) {
+      const std::size_t dst = L_.tx ? L_.tx->order[i] : i;
+      std::copy_n(cp.data() + i * k, k, columns.data() + dst * k);
+      std::copy_n(vp.data() + i * k, k, values.data() + dst * k);
+    }
+  }
+  EngineStatistics statistics() const override { return L_.backend->statistics(); }
+
+ private:
+  void prepare(double epsilon, double s) const {
+    if (!L_.tx || (version_ == pattern_version_ && epsilon == epsilon_ && s == scale_)) return;
+    std::vector<float> f(L_.n), g(L_.m);
+    L_.backend->get_potentials(f, g);
+    PatternRequest q;
+    q.epsilon = epsilon;
+    q.cost_scale = s;
+    q.truncation = truncation_;
+    q.mass = std::max({1.0, L_.mass_a, L_.mass_b});
+    const double all = static_cast<double>(L_.tx->blocks) * static_cast<double>(L_.ty->blocks);
+    q.max_pairs = static_cast<std::size_t>(std::min(kMaxListedPairs, dense_fraction_ * all));
+    L_.pattern = certified_pattern(*L_.tx, *L_.ty, L_.x, L_.y, f, g, q).pattern;
+    L_.backend->set_pattern(L_.pattern);
+    pattern_version_ = version_;
+    epsilon_ = epsilon;
+    scale_ = s;
+  }
+
+  MultiscaleLevel& L_;
+  double truncation_ = 20, dense_fraction_ = 0.5;
+  long long version_ = 1;
+  mutable long long pattern_version_ = 0;
+  mutable double epsilon_ = 0, scale_ = 0;
+};
+
+}  // namespace
+
+MultiscaleSolver::MultiscaleSolver(const BackendOptions& options, PointsView x, PointsView y,
+                                   std::span<const float> a, std::span<const float> b, std::uint64_t seed)
+    : seed_(seed) {
+  const auto t0 = Clock::now();
+  top_ = build_level(options, x, y, a, b, seed, true);
+  hierarchy_seconds_ = seconds_since(t0);
+}
+
+MultiscaleSolver::~MultiscaleSolver() = default;
+
+bool MultiscaleSolver::pruned() const { return static_cast<bool>(top_->tx); }
+
+SolveResult MultiscaleSolver::solve(const SolveOptions& o, double diameter) {
+  const auto start = Clock::now();
+  MultiscaleLevel& L = *top_;
+  SolveResult r;
+  Run run{o, {}, cost_scale(o.cost), solve_side_rho(o.reach, o.reach_source), solve_side_rho(o.reach, o.reach_target),
+          o.diameter > 0 ? o.diameter : diameter, o.multiscale_truncation, o.multiscale_dense_fraction, &L, r};
+  if (o.epsilon > 0) {
+    // A fixed ε: the coarse levels still warm-start it through a geometric schedule from the diameter down.
+    for (double e = run.s * run.diameter * run.diameter; e > o.epsilon; e *= o.scaling * o.scaling)
+      run.eps.push_back(e);
+    run.eps.push_back(o.epsilon);
+  } else {
+    run.eps = epsilon_schedule(o, run.diameter);
+  }
+  run.total_budget = (run.stage_count() - 1) * o.stage_iterations + o.max_iterations;
+
+  r.cost = o.cost;
+  r.diameter = run.diameter;
+  r.reach_source = run.rho_x;
+  r.reach_target = run.rho_y;
+  r.backend = L.backend->name();
+  r.device = L.backend->device();
+  r.reason = StopReason::kIterationBudget;
+  r.multiscale.used = true;
+  r.multiscale.hierarchy = L.tx ? L.tx->kind : "none";
+  r.multiscale.row_block = r.multiscale.column_block = kBlockSize;
+  r.multiscale.row_blocks = L.tx ? L.tx->blocks : 0;
+  r.multiscale.column_blocks = L.ty ? L.ty->blocks : 0;
+  {
+    const MultiscaleLevel* c = &L;
+    while (c->coarse) c = c->coarse.get();
+    r.multiscale.coarse_rows = c->n;
+    r.multiscale.coarse_columns = c->m;
+  }
+  r.multiscale.truncation = o.multiscale_truncation;
+  r.multiscale.dense_fraction = o.multiscale_dense_fraction;
+  r.multiscale.hierarchy_seconds = hierarchy_seconds_;
+
+  std::vector<float> f0, g0;
+  if (!o.initial_f.empty()) {
+    f0.resize(L.n);
+    L.from_input(o.initial_f, 1, Side::kSource, f0);
+  }
+  if (!o.initial_g.empty()) {
+    g0.resize(L.m);
+    L.from_input(o.initial_g, 1, Side::kTarget, g0);
+  }
+  if (f0.empty() != g0.empty()) {  // one side warm: the other starts at zero, and no coarse level runs
+    if (f0.empty()) f0.assign(L.n, 0.0f);
+    if (g0.empty()) g0.assign(L.m, 0.0f);
+  }
+  run.run_level(L, 0, run.stage_count(), std::move(f0), std::move(g0));
+
+  std::vector<float> f(L.n), g(L.m);
+  L.backend->get_potentials(f, g);
+  if (r.reason != StopReason::kNonFinite && r.reason != StopReason::kCancelled && !r.converged)
+    r.reason = o.tolerance == 0 ? StopReason::kFixedIterations : StopReason::kIterationBudget;
+  if (r.reason == StopReason::kFixedIterations)
+    r.message = "ran the " + std::to_string(r.iterations) + " iterations asked for (tolerance 0: no check)";
+  r.epsilon = run.eps[run.reached];
+  const SolveInputs in{L.a, L.b, run.diameter};
+  if (!o.diagnostics && !run.error_current) {
+    r.marginal_error = std::numeric_limits<double>::quiet_NaN();
+  } else if (!run.error_current && r.reason != StopReason::kNonFinite) {
+    r.marginal_error = solve_marginal_error(*L.backend, in, f, g, r.epsilon, run.s, run.rho_x, run.rho_y, L.mass_a);
+    if (!std::isfinite(r.marginal_error)) run.non_finite(run.reached);
+  }
+  if (r.reason == StopReason::kIterationBudget)
+    r.message = "not converged: marginal error " + show(r.marginal_error) + " > tolerance " + show(o.tolerance) +
+                " after max_iterations = " + std::to_string(o.max_iterations) + " at the final ε = " + show(r.epsilon);
+  r.f.resize(L.n);
+  r.g.resize(L.m);
+  L.to_input(f, 1, Side::kSource, r.f);
+  L.to_input(g, 1, Side::kTarget, r.g);
+  r.dual_cost = solve_dual_cost(in, f, g, run.rho_x, run.rho_y);
+  r.seconds = seconds_since(start);
+  return r;
+}
+
+Backend& MultiscaleSolver::plan_backend(double truncation, double dense_fraction) {
+  if (!plan_) plan_ = std::make_unique<PlanBackend>(*top_);
+  static_cast<PlanBackend&>(*plan_).configure(truncation, dense_fraction);
+  return *plan_;
+}
+
+}  // namespace flashot::detail

@@ -1,0 +1,50 @@
+#pragma once
+// The multiscale block-sparse solver (docs/multiscale.md). Private to the engine.
+//
+// A chain of levels: level 0 holds the problem's points permuted by their cluster trees (multiscale_tree.hpp);
+// level k+1 holds the centres of level k's leaf blocks, weighted by the blocks' masses, until a level is small
+// enough to run dense. The ε schedule runs coarse to fine: a level takes the stages whose ε is still large
+// against its blocks' radii, hands its potentials down (extrapolated to the points through the coarse plan's
+// barycentric targets), and the finer level runs the rest on certified block lists (multiscale_pattern.hpp),
+// re-derived at every stage and every marginal check. Results are returned in the caller's order.
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend.hpp"
+#include "multiscale_pattern.hpp"
+#include "multiscale_tree.hpp"
+#include "sinkhorn.hpp"
+
+namespace flashot::detail {
+
+struct MultiscaleLevel;
+
+class MultiscaleSolver {
+ public:
+  /// x (n×d), y (m×d) already centred; a, b the weights. Builds the hierarchies (threaded) and the backends.
+  MultiscaleSolver(const BackendOptions& options, PointsView x, PointsView y, std::span<const float> a,
+                   std::span<const float> b, std::uint64_t seed);
+  ~MultiscaleSolver();
+
+  std::uint64_t seed() const { return seed_; }
+  /// Whether level 0 prunes at all (false: the problem is too small for block lists; the solve runs dense).
+  bool pruned() const;
+
+  /// The ε-scaling solve. options validated; diameter the problem's. f, g in the caller's order.
+  SolveResult solve(const SolveOptions& options, double diameter);
+
+  /// A backend in the caller's order over level 0 whose operations visit the certified block pairs of the loaded
+  /// potentials (re-derived when the potentials or ε change) with truncation τ; dense where pruning does not pay.
+  Backend& plan_backend(double truncation, double dense_fraction);
+
+ private:
+  std::uint64_t seed_;
+  std::unique_ptr<MultiscaleLevel> top_;
+  std::unique_ptr<Backend> plan_;
+  double hierarchy_seconds_ = 0;
+};
+
+}  // namespace flashot::detail

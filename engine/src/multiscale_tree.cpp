@@ -1,0 +1,266 @@
+// Cluster hierarchies of the multiscale solver: Morton order (d ≤ 4) or a PCA tree (d > 4), then the centre,
+// radius and mass of every node of the implicit tree over blocks (docs/multiscale.md, "Hierarchy").
+#include "multiscale_tree.hpp"
+
+#include <omp.h>
+#include <parallel/algorithm>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <utility>
+
+namespace flashot::detail {
+
+namespace {
+
+/// Morton codes interleave 63/d bits per axis: beyond this dimension the cells get too coarse.
+constexpr std::size_t kMortonMaxDim = 4;
+/// Points of a node used to find its principal direction.
+constexpr std::size_t kPcaSample = 2048;
+constexpr int kPowerSteps = 6;
+/// Nodes with more points than this split their children as separate OpenMP tasks.
+constexpr std::size_t kTaskPoints = 1 << 14;
+
+std::uint64_t mix(std::uint64_t z) {  // splitmix64 finaliser
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+int ceil_log2(std::size_t v) {
+  int h = 0;
+  while ((std::size_t{1} << h) < v) ++h;
+  return h;
+}
+
+std::vector<std::uint32_t> morton_order(PointsView p) {
+  const std::size_t n = p.n, d = p.d;
+  const int bits = static_cast<int>(std::min<std::size_t>(31, 63 / d));
+  std::vector<double> lo(d, std::numeric_limits<double>::infinity()), hi(d, -std::numeric_limits<double>::infinity());
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t c = 0; c < d; ++c) {
+      lo[c] = std::min<double>(lo[c], p.data[i * d + c]);
+      hi[c] = std::max<double>(hi[c], p.data[i * d + c]);
+    }
+  // One scale for every axis keeps the curve's cells cubes (an anisotropic cloud is not stretched).
+  double extent = 0;
+  for (std::size_t c = 0; c < d; ++c) extent = std::max(extent, hi[c] - lo[c]);
+  const double cells = std::ldexp(1.0, bits) - 1;
+  const double scale = extent > 0 ? cells / extent : 0;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> keys(n);
+#pragma omp parallel for schedule(static)
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t code = 0;
+    for (std::size_t c = 0; c < d; ++c) {
+      const auto q = static_cast<std::uint64_t>(std::clamp((p.data[i * d + c] - lo[c]) * scale, 0.0, cells));
+      for (int b = 0; b < bits; ++b) code |= ((q >> b) & 1u) << (b * d + c);
+    }
+    keys[i] = {code, static_cast<std::uint32_t>(i)};
+  }
+  __gnu_parallel::sort(keys.begin(), keys.end());
+  std::vector<std::uint32_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = keys[i].second;
+  return order;
+}
+
+struct PcaSplitter {
+  PointsView p;
+  const ClusterTree& t;
+  std::uint64_t seed;
+  std::uint32_t* idx;
+
+  void split(int level, std::size_t k) const {
+    if (level == t.height) return;
+    const std::size_t b = t.begin(level, k), e = t.end(level, k);
+    const std::size_t mid = t.end(level + 1, 2 * k);
+    if (mid < e && e - b > 1) partition(level, k, b, mid, e);
+    const bool big = e - b > kTaskPoints;
+#pragma omp task if (big) firstprivate(level, k)
+    split(level + 1, 2 * k);
+    if (mid < e) {
+#pragma omp task if (big) firstprivate(level, k)
+      split(level + 1, 2 * k + 1);
+    }
+#pragma omp taskwait
+  }
+
+  /// Reorders idx[b, e) so that idx[b, mid) are the points of lowest projection on the principal direction.
+  void partition(int level, std::size_t k, std::size_t b, std::size_t mid, std::size_t e) const {
+    const std::size_t d = p.d, count = e - b;
+    const std::size_t stride = std::max<std::size_t>(1, count / kPcaSample);
+    std::vector<double> mean(d, 0.0);
+    std::size_t samples = 0;
+    for (std::size_t s = b; s < e; s += stride, ++samples)
+      for (std::size_t c = 0; c < d; ++c) mean[c] += p.data[idx[s] * d + c];
+    for (double& v : mean) v /= static_cast<double>(samples);
+    std::vector<double> v(d), next(d);
+    std::uint64_t state = mix(seed ^ mix((static_cast<std::uint64_t>(level) << 40) ^ k));
+    for (std::size_t c = 0; c < d; ++c) {
+      state = mix(state);
+      v[c] = static_cast<double>(state >> 11) * 0x1p-53 - 0.5;
+    }
+    for (int step = 0; step < kPowerSteps; ++step) {
+      std::fill(next.begin(), next.end(), 0.0);
+      for (std::size_t s = b; s < e; s += stride) {
+        const float* x = p.data.data() + std::size_t{idx[s]} * d;
+        double dot = 0;
+        for (std::size_t c = 0; c < d; ++c) dot += (x[c] - mean[c]) * v[c];
+        for (std::size_t c = 0; c < d; ++c) next[c] += dot * (x[c] - mean[c]);
+      }
+      double norm = 0;
+      for (double u : next) norm += u * u;
+      norm = std::sqrt(norm);
+      if (!(norm > 0)) break;  // all sampled points coincide: keep the current direction
+      for (std::size_t c = 0; c < d; ++c) v[c] = next[c] / norm;
+    }
+    std::vector<std::pair<double, std::uint32_t>> proj(count);
+    for (std::size_t s = 0; s < count; ++s) {
+      const float* x = p.data.data() + std::size_t{idx[b + s]} * d;
+      double dot = 0;
+      for (std::size_t c = 0; c < d; ++c) dot += x[c] * v[c];
+      proj[s] = {dot, idx[b + s]};
+    }
+    std::nth_element(proj.begin(), proj.begin() + static_cast<std::ptrdiff_t>(mid - b), proj.end());
+    for (std::size_t s = 0; s < count; ++s) idx[b + s] = proj[s].second;
+  }
+};
+
+}  // namespace
+
+int ClusterTree::level_with_at_most(std::size_t limit) const {
+  int level = 0;
+  while (level < height && count(level + 1) <= limit) ++level;
+  return level;
+}
+
+ClusterTree build_cluster_tree(PointsView p, std::span<const float> w, std::size_t block, std::uint64_t seed,
+                               TreeOrder order) {
+  if (order == TreeOrder::kMorton && p.d > kMortonMaxDim)
+    throw std::invalid_argument("cluster tree: Morton order needs d ≤ " + std::to_string(kMortonMaxDim) + " (got " +
+                                std::to_string(p.d) + ")");
+  if (block == 0) throw std::invalid_argument("cluster tree: block must be ≥ 1 (got 0)");
+  if (p.n >= (std::size_t{1} << 32))
+    throw std::invalid_argument("multiscale: at most 2^32 − 1 points per cloud (got " + std::to_string(p.n) + ")");
+  ClusterTree t;
+  t.n = p.n;
+  t.d = p.d;
+  t.block = block;
+  t.blocks = (p.n + block - 1) / block;
+  t.height = ceil_log2(std::max<std::size_t>(1, t.blocks));
+  if (order == TreeOrder::kMorton) {
+    t.kind = "morton";
+    t.order = morton_order(p);
+  } else {
+    t.kind = "pca-tree";
+    t.order.resize(p.n);
+    for (std::size_t i = 0; i < p.n; ++i) t.order[i] = static_cast<std::uint32_t>(i);
+    const PcaSplitter splitter{p, t, seed, t.order.data()};
+#pragma omp parallel
+#pragma omp single
+    splitter.split(0, 0);
+  }
+
+  const std::size_t d = p.d;
+  const int H = t.height;
+  t.centre.resize(H + 1);
+  t.radius.resize(H + 1);
+  t.mass.resize(H + 1);
+  {
+    const std::size_t nb = t.blocks;
+    t.centre[H].assign(nb * d, 0.0);
+    t.radius[H].assign(nb, 0.0);
+    t.mass[H].assign(nb, 0.0);
+    t.leaf_gram.assign(nb * d * d, 0.0);
+#pragma omp parallel for schedule(static)
+    for (std::size_t k = 0; k < nb; ++k) {
+      const std::size_t b = t.begin(H, k), e = t.end(H, k);
+      double mass = 0;
+      for (std::size_t s = b; s < e; ++s) mass += w[t.order[s]];
+      double* c = t.centre[H].data() + k * d;
+      for (std::size_t s = b; s < e; ++s) {
+        const double ws = mass > 0 ? w[t.order[s]] / mass : 1.0 / static_cast<double>(e - b);
+        for (std::size_t q = 0; q < d; ++q) c[q] += ws * p.data[std::size_t{t.order[s]} * d + q];
+      }
+      double r2 = 0;
+      for (std::size_t s = b; s < e; ++s) {
+        double dist = 0;
+        for (std::size_t q = 0; q < d; ++q) {
+          const double u = p.data[std::size_t{t.order[s]} * d + q] - c[q];
+          dist += u * u;
+        }
+        r2 = std::max(r2, dist);
+      }
+      t.radius[H][k] = std::sqrt(r2);
+      t.mass[H][k] = mass;
+      // Gram matrix of the offsets, then its Cholesky factor in place. The ridge keeps it positive definite for
+      // blocks flatter than d (surfaces, low intrinsic dimension): the fit then ignores the empty directions.
+      double* G = t.leaf_gram.data() + k * d * d;
+      for (std::size_t s = b; s < e; ++s) {
+        const float* x = p.data.data() + std::size_t{t.order[s]} * d;
+        for (std::size_t i = 0; i < d; ++i)
+          for (std::size_t j = 0; j <= i; ++j) G[i * d + j] += (x[i] - c[i]) * (x[j] - c[j]);
+      }
+      double trace = 0;
+      for (std::size_t i = 0; i < d; ++i) trace += G[i * d + i];
+      const double ridge = 1e-6 * trace / static_cast<double>(d) + 1e-30;
+      for (std::size_t i = 0; i < d; ++i) G[i * d + i] += ridge;
+      for (std::size_t j = 0; j < d; ++j) {
+        double diag = G[j * d + j];
+        for (std::size_t q = 0; q < j; ++q) diag -= G[j * d + q] * G[j * d + q];
+        diag = std::sqrt(std::max(diag, ridge));
+        G[j * d + j] = diag;
+        for (std::size_t i = j + 1; i < d; ++i) {
+          double v = G[i * d + j];
+          for (std::size_t q = 0; q < j; ++q) v -= G[i * d + q] * G[j * d + q];
+          G[i * d + j] = v / diag;
+        }
+      }
+    }
+  }
+  for (int level = H - 1; level >= 0; --level) {
+    const std::size_t nc = t.count(level);
+    t.centre[level].assign(nc * d, 0.0);
+    t.radius[level].assign(nc, 0.0);
+    t.mass[level].assign(nc, 0.0);
+    const std::size_t below = t.count(level + 1);
+    for (std::size_t k = 0; k < nc; ++k) {
+      const std::size_t c0 = 2 * k, c1 = std::min(2 * k + 2, below);
+      double mass = 0, pts = 0;
+      for (std::size_t c = c0; c < c1; ++c) {
+        mass += t.mass[level + 1][c];
+        pts += static_cast<double>(t.end(level + 1, c) - t.begin(level + 1, c));
+      }
+      double* centre = t.centre[level].data() + k * d;
+      for (std::size_t c = c0; c < c1; ++c) {
+        const double share = mass > 0 ? t.mass[level + 1][c] / mass
+                                      : static_cast<double>(t.end(level + 1, c) - t.begin(level + 1, c)) / pts;
+        for (std::size_t q = 0; q < d; ++q) centre[q] += share * t.centre[level + 1][c * d + q];
+      }
+      double r = 0;
+      for (std::size_t c = c0; c < c1; ++c) {
+        double dist = 0;
+        for (std::size_t q = 0; q < d; ++q) {
+          const double u = centre[q] - t.centre[level + 1][c * d + q];
+          dist += u * u;
+        }
+        r = std::max(r, std::sqrt(dist) + t.radius[level + 1][c]);
+      }
+      t.radius[level][k] = r;
+      t.mass[level][k] = mass;
+    }
+  }
+  return t;
+}
+
+std::vector<float> permute_rows(std::span<const float> points, std::size_t d, const std::vector<std::uint32_t>& order) {
+  std::vector<float> out(order.size() * d);
+#pragma omp parallel for schedule(static)
+  for (std::size_t p = 0; p < order.size(); ++p)
+    std::copy_n(points.data() + std::size_t{order[p]} * d, d, out.data() + p * d);
+  return out;
+}
+
+}  // namespace flashot::detail
