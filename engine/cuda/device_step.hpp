@@ -85,6 +85,10 @@ class DeviceStep {
   /// shards, v (n × k) this shard's rows.
   void apply_queries(const PlanParams& p, Side from, PointsView q, std::span<const float> v, std::size_t k,
                      std::span<float> out) const;
+  /// Backend::c_transform on this shard: rows = kSource: this shard's rows of x against all of y, h (m); kTarget:
+  /// every column against this shard's rows of x, h (this shard's n), index local to the shard.
+  void c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
+                   std::span<std::int32_t> index) const;
   /// This shard's rows.
   void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns, std::span<float> values) const;
 

@@ -49,15 +49,14 @@ double marginal_error(const Backend& backend, const SolveInputs& in, const Poten
   return (side(in.a, p.f, fh, rho_x) + side(in.b, p.g, gh, rho_y)) / mass_a;
 }
 
-/// ⟨a,f⟩ on a balanced side, ⟨a, ρ(1 − e^{−f/ρ})⟩ on an unbalanced one.
-double dual_term(std::span<const float> w, const std::vector<float>& h, double rho) {
+}  // namespace
+
+double dual_term(std::span<const float> w, std::span<const float> h, double rho) {
   double sum = 0;
   for (std::size_t i = 0; i < w.size(); ++i)
     sum += rho > 0 ? w[i] * rho * (1.0 - std::exp(-static_cast<double>(h[i]) / rho)) : w[i] * static_cast<double>(h[i]);
   return sum;
 }
-
-}  // namespace
 
 double cost_scale(Cost cost) { return cost == Cost::kHalfSquaredEuclidean ? 0.5 : 1.0; }
 
