@@ -52,7 +52,7 @@ template <int D, int R>
 __global__ void __launch_bounds__(kCtThreads) ct_small_kernel(CTransformSides sd, const float* __restrict__ h, float s,
                                                               int cols_per_split, float* __restrict__ best,
                                                               float* __restrict__ second, int* __restrict__ arg) {
-  __shared__ float tile[kCtTile][D + 1];  // coordinates, then the bias
+  __shared__ __align__(16) float tile[kCtTile][D + 1];  // coordinates, then the bias
   const int i_base = blockIdx.x * (kCtThreads * R) + threadIdx.x;
   const float two_s = 2.f * s;
   float xr[R][D];
@@ -83,8 +83,16 @@ __global__ void __launch_bounds__(kCtThreads) ct_small_kernel(CTransformSides sd
     const int ncol = min(kCtTile, j_end - j0);
     for (int jj = 0; jj < ncol; ++jj) {
       float q[D + 1];
+      if constexpr ((D + 1) % 4 == 0) {  // whole float4 loads (D = 3: one 128-bit broadcast per column)
 #pragma unroll
-      for (int k = 0; k <= D; ++k) q[k] = tile[jj][k];
+        for (int k = 0; k <= D; k += 4) {
+          const float4 v = *reinterpret_cast<const float4*>(&tile[jj][k]);
+          q[k] = v.x, q[k + 1] = v.y, q[k + 2] = v.z, q[k + 3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k <= D; ++k) q[k] = tile[jj][k];
+      }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         float t = q[D];

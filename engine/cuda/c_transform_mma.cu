@@ -57,8 +57,10 @@ __global__ void __launch_bounds__(kMmaThreads) ct_mma_kernel(CTransformSides sd,
         }
     }
   };
-  core.template run_tiles<overlap_fits<KS, 3>(), false>(smem, vtile, cop, tiles, j_end, tile_start, bias_at, epilogue,
-                                                        [](int, int) {});
+  // One score array (no overlapped next-tile products): the epilogue has no exponentials to hide the products
+  // behind, and the second array with the running best/second/column pushed KS = 4 to 255 registers and spills.
+  core.template run_tiles<false, false>(smem, vtile, cop, tiles, j_end, tile_start, bias_at, epilogue,
+                                        [](int, int) {});
   // The 4 lanes of a quad share a row: merge their columns (the lower column on an exact tie of the bests).
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
