@@ -124,6 +124,30 @@ TEST_P(CTransformTest, MatchesTheFp64BruteForceAtEveryWidthOnBothSides) {
   }
 }
 
+TEST_P(CTransformTest, EveryCudaScoreFamilyMatchesTheBruteForce) {
+  if (GetParam() != "cuda") GTEST_SKIP() << "the score families are the CUDA backend's";
+  // Each family forced (CudaTuning::kernel): the register pass (d ≤ 16), the tiled fp32 pass, the split-fp16
+  // tensor-core pass (d > 16), with and without the warpgroup kernels elsewhere in the problem.
+  for (const std::size_t d : {3, 16, 24, 64, 100, 130}) {
+    const std::size_t n = 700, m = 900;
+    const TestProblem pr = make_problem({.n = n, .m = m, .d = d, .seed = 70 + d});
+    const std::vector<float> g = random_potential(m, 17 + d, 0.2 * d);
+    const Brute ref = brute_force(pr.x, n, pr.y, m, d, g, 1.0);
+    std::vector<ScoreKernel> families = {ScoreKernel::kAuto, ScoreKernel::kTiled};
+    if (d <= 16) families.push_back(ScoreKernel::kRegister);
+    if (d <= 128) families.push_back(ScoreKernel::kTensor);
+    for (const ScoreKernel family : families) {
+      BackendOptions o = options();
+      o.cuda.kernel = family;
+      Problem problem(pr.xv(), pr.yv(), {}, {}, o);
+      const CTransform t = problem.c_transform(Side::kSource, g);
+      const int differing = expect_matches(t, ref, pr.x, pr.y, d, g, 1.0,
+                                           "d=" + std::to_string(d) + " family " + to_string(family));
+      EXPECT_LE(differing, 2) << "d=" << d << " family " << to_string(family);
+    }
+  }
+}
+
 TEST_P(CTransformTest, ExactTiesGoToTheLowestIndex) {
   // Integer lattice targets, each present three times (with equal potentials), and sources at midpoints between
   // two lattice points: every row has exact ties, resolved to the lowest index in any arithmetic.
