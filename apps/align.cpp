@@ -17,7 +17,9 @@
 #include "cli.hpp"
 #include "flashot/workflow/checks.hpp"
 #include "spatial.hpp"
+#include "flashot/label_cost.hpp"
 #include "flashot/workflow/dataset.hpp"
+#include "flashot/workflow/label_cost.hpp"
 #include "flashot/workflow/output_set.hpp"
 #include "flashot/workflow/progress.hpp"
 #include "flashot/workflow/report.hpp"
@@ -72,6 +74,12 @@ int align_main(const std::vector<std::string>& args) {
       ("transfer-labels", po::value<std::string>(), "COL: transfer TARGET obs COL to SOURCE as COL_flashot")
       ("compare-labels", po::value<std::string>(),
        "COL: SOURCE's own labels (obs COL) to score the transferred ones against (needs --transfer-labels)")
+      ("label-cost", po::value<std::string>(),
+       "COL: add label-weight x W[label_i, label_j] to the cost, labels from obs COL of both files")
+      ("label-weight", po::value<double>(), "lambda >= 0 of --label-cost (cost units, like blur^2)")
+      ("label-table", po::value<std::string>(),
+       "FILE.csv: W for --label-cost (header ,B1,B2,..; rows A,w,w,..: cost of SOURCE class A to TARGET class B); "
+       "default 0 for the same label, 1 otherwise")
       ("coupling", po::value<std::string>(), "FILE.h5ad | .zarr | .zarr.zip: the top-k coupling (obs = SOURCE rows, var = TARGET rows)")
       ("coupling-k", po::value<long long>()->default_value(kDefaultCouplingK), "entries kept per SOURCE row")
       ("save-solution", po::value<std::string>(), "FILE: potentials and points for `flashot map`")
@@ -113,8 +121,20 @@ int align_main(const std::vector<std::string>& args) {
   const std::filesystem::path source_path = vm["source"].as<std::string>();
   const std::filesystem::path target_path = vm["target"].as<std::string>();
   const std::filesystem::path out_path = vm["output"].as<std::string>();
-  check_paths(vm, {{"SOURCE", source_path}, {"TARGET", target_path}},
-              {"output", "coupling", "save-solution", "report"});
+  if (vm.count("label-table"))
+    check_paths(vm, {{"SOURCE", source_path}, {"TARGET", target_path},
+                     {"--label-table", std::filesystem::path(vm["label-table"].as<std::string>())}},
+                {"output", "coupling", "save-solution", "report"});
+  else
+    check_paths(vm, {{"SOURCE", source_path}, {"TARGET", target_path}},
+                {"output", "coupling", "save-solution", "report"});
+  const bool label_cost = vm.count("label-cost") > 0;
+  if (label_cost != (vm.count("label-weight") > 0))
+    throw UsageError("--label-cost COL and --label-weight LAMBDA go together");
+  if (vm.count("label-table") && !label_cost) throw UsageError("--label-table needs --label-cost");
+  if (label_cost && vm.count("save-solution"))
+    throw UsageError("--save-solution is not available with --label-cost (`flashot map` has no labels for new points)");
+  const double label_weight = label_cost ? require_non_negative_double(vm, "label-weight") : 0.0;
   workflow::FileKind kind;
   try {
     kind = workflow::file_kind(source_path);
@@ -185,8 +205,21 @@ int align_main(const std::vector<std::string>& args) {
   }
 
   // ---- Solve: ε relative to the data's diameter (the engine's) unless --blur is given ---------------------------------
-  Problem problem(source.view(), target.view(), {}, {}, backend);
-  const double diameter = problem.diameter();
+  std::optional<Problem> plain;
+  std::optional<LabelCostProblem> labelled;
+  nlohmann::json label_cost_report;
+  if (label_cost) {
+    const LabelCost cost = workflow::label_cost_from(source, target, vm["label-cost"].as<std::string>(), label_weight,
+                                                     vm.count("label-table") ? vm["label-table"].as<std::string>() : "");
+    labelled.emplace(source.view(), target.view(), std::span<const float>{}, std::span<const float>{}, cost, backend);
+    label_cost_report = {{"column", vm["label-cost"].as<std::string>()}, {"weight", label_weight},
+                         {"classes", cost.classes},
+                         {"table", vm.count("label-table") ? vm["label-table"].as<std::string>() : "default 1 - delta"},
+                         {"augmented_d", labelled->augmented_d()}};
+  } else {
+    plain.emplace(source.view(), target.view(), std::span<const float>{}, std::span<const float>{}, backend);
+  }
+  const double diameter = label_cost ? labelled->diameter() : plain->diameter();
   if (vm.count("blur")) {
     solve.blur = require_positive_double(vm, "blur");
   } else {
@@ -210,7 +243,7 @@ int align_main(const std::vector<std::string>& args) {
   catch_interrupt();
   SolveResult result;
   try {
-    result = problem.solve(solve);
+    result = label_cost ? labelled->solve(solve) : plain->solve(solve);
   } catch (...) {
     std::signal(SIGINT, SIG_DFL);
     display.finish();
@@ -229,12 +262,14 @@ int align_main(const std::vector<std::string>& args) {
   // ---- Results ------------------------------------------------------------------------------------------------
   const auto output_start = Clock::now();
   workflow::AlignmentOutput output;
-  output.mapped = problem.barycentric(result, Side::kSource);
+  output.mapped = label_cost ? labelled->barycentric(result, Side::kSource) : plain->barycentric(result, Side::kSource);
   output.scalars = {{"epsilon", result.epsilon}, {"cost", result.dual_cost}, {"marginal_error", result.marginal_error}};
   nlohmann::json label_report;
   std::optional<workflow::LabelAgreement> agreement;
   if (labels) {
-    output.transfer = problem.transfer_labels(result, Side::kTarget, labels->codes, labels->categories.size());
+    output.transfer = label_cost
+                          ? labelled->transfer_labels(result, Side::kTarget, labels->codes, labels->categories.size())
+                          : plain->transfer_labels(result, Side::kTarget, labels->codes, labels->categories.size());
     output.label_names = labels;
     std::size_t labelled = 0;
     double confidence = 0;
@@ -263,7 +298,8 @@ int align_main(const std::vector<std::string>& args) {
   workflow::OutputSet outputs;
   workflow::write_enriched_copy(source, output, outputs.stage(out_path), zarr_format);
   if (vm.count("coupling")) {
-    const TopKCoupling top = problem.top_k(result, std::size_t(coupling_k));
+    const TopKCoupling top = label_cost ? labelled->top_k(result, std::size_t(coupling_k))
+                                        : plain->top_k(result, std::size_t(coupling_k));
     io::SparseMatrix coupling;
     coupling.rows = top.rows;
     coupling.cols = target.n();
@@ -315,6 +351,7 @@ int align_main(const std::vector<std::string>& args) {
   report["parameters"]["backend_requested"] = to_string(backend.backend);
   report["parameters"]["threads"] = backend.threads;
   if (labels) report["label_transfer"] = label_report;
+  if (label_cost) report["label_cost"] = label_cost_report;
   report["outputs"] = {{"aligned", out_path.string()}};
   for (const char* name : {"coupling", "save-solution", "report"}) {
     if (vm.count(name)) report["outputs"][name] = vm[name].as<std::string>();

@@ -1,6 +1,8 @@
 // flashot map --solution FILE POINTS -o OUT: the out-of-sample entropic map of new points through a saved solution,
-// T(q) = Σ_j softmax_j(log b_j + (g_j − C(q, y_j))/ε) y_j — no re-solve (Problem::map_points).
+// T(q) = Σ_j softmax_j(log b_j + (g_j − C(q, y_j))/ε) y_j — no re-solve (Problem::map_points). --hard: each point
+// goes to exactly one target point, j*(q) = argmin_j (C(q, y_j) − g_j) (Problem::c_transform), T(q) = y_{j*}.
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -27,6 +29,9 @@ int map_main(const std::vector<std::string>& args) {
       ("where", po::value<std::string>(), "COL=VALUE: map only these rows")
       ("zarr-format", po::value<int>()->default_value(3),
        "2 | 3: zarr format of a new .zarr / .zarr.zip output from an .h5ad input (a zarr input keeps its own)")
+      ("hard", "hard assignment: each point goes to the one target point argmin_j (C(q, y_j) - g_j)")
+      ("assignment", po::value<std::string>(),
+       "FILE.csv (with --hard): row,target_index,value per mapped row (value = min_j C(q, y_j) - g_j)")
       ("report", po::value<std::string>(), "FILE.json")
       ("quiet,q", "no summary on stderr")
       ("points", po::value<std::string>()->required(), "POINTS .h5ad or .ply, in the solution's SOURCE space");
@@ -50,7 +55,9 @@ int map_main(const std::vector<std::string>& args) {
   const std::filesystem::path points_path = vm["points"].as<std::string>();
   const std::filesystem::path out_path = vm["output"].as<std::string>();
   const std::filesystem::path solution_path = vm["solution"].as<std::string>();
-  check_paths(vm, {{"--solution", solution_path}, {"POINTS", points_path}}, {"output", "report"});
+  check_paths(vm, {{"--solution", solution_path}, {"POINTS", points_path}}, {"output", "assignment", "report"});
+  const bool hard = vm.count("hard") > 0;
+  if (vm.count("assignment") && !hard) throw UsageError("--assignment needs --hard (the index it writes)");
   try {
     if (workflow::file_kind(out_path) != workflow::file_kind(points_path)) {
       throw UsageError("-o " + out_path.string() + " must be the same type of file as " + points_path.string());
@@ -87,24 +94,46 @@ int map_main(const std::vector<std::string>& args) {
                   solution.a, solution.b, backend);
   const SolveResult result = solution.result();
   workflow::AlignmentOutput output;
-  output.mapped = problem.map_points(result, points.view(), Side::kSource);
+  std::string assignment_text;
+  std::size_t distinct = 0;
+  if (hard) {
+    // The points against the solution's targets through g: one c-transform, no plan (docs/engine.md).
+    Problem queries(points.view(), PointsView{solution.y, solution.m, solution.d}, {}, solution.b, backend);
+    const CTransform t = queries.c_transform(Side::kSource, solution.g, solution.cost);
+    output.mapped.resize(points.n() * solution.d);
+    std::vector<bool> hit(solution.m, false);
+    assignment_text = "row,target_index,value\n";
+    for (std::size_t i = 0; i < points.n(); ++i) {
+      const std::size_t j = static_cast<std::size_t>(t.index[i]);
+      std::copy_n(solution.y.begin() + j * solution.d, solution.d, output.mapped.begin() + i * solution.d);
+      distinct += hit[j] ? 0 : 1;
+      hit[j] = true;
+      assignment_text += std::to_string(i) + "," + std::to_string(j) + "," + format_double(t.values[i]) + "\n";
+    }
+  } else {
+    output.mapped = problem.map_points(result, points.view(), Side::kSource);
+  }
   output.scalars = {{"epsilon", solution.epsilon}};
 
   workflow::OutputSet outputs;
   workflow::write_enriched_copy(points, output, outputs.stage(out_path), zarr_format);
+  if (vm.count("assignment"))
+    workflow::write_text_atomically(outputs.stage(vm["assignment"].as<std::string>()), assignment_text);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (vm.count("report")) {
-    const nlohmann::json report = {
+    nlohmann::json report = {
         {"command", "map"}, {"solution", solution_path.string()}, {"points", points_path.string()},
         {"representation", points.representation}, {"rows_mapped", points.n()}, {"epsilon", solution.epsilon},
         {"backend", problem.backend_name()}, {"device", problem.device_name()}, {"output", out_path.string()},
-        {"total_seconds", seconds}, {"peak_memory_bytes", workflow::peak_memory_bytes()},
+        {"mode", hard ? "hard" : "entropic"}, {"total_seconds", seconds}, {"peak_memory_bytes", workflow::peak_memory_bytes()},
         {"versions", workflow::versions_json()}};
+    if (hard) report["distinct_targets"] = distinct;
     workflow::write_text_atomically(outputs.stage(vm["report"].as<std::string>()),
                                report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   }
   outputs.commit();
   if (!vm.count("quiet")) {
+    if (hard) std::cerr << "flashot map: hard assignment to " << distinct << " distinct target points" << std::endl;
     std::cerr << "flashot map: mapped " << points.n() << " rows of " << points_path.string() << " ("
               << points.representation << ") through " << vm["solution"].as<std::string>() << " (epsilon "
               << format_short(solution.epsilon) << ", " << solution.m << " target points) into " << out_path.string()

@@ -251,6 +251,91 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void c_transform(double s, Side rows, std::span<const float> h, std::span<double> values,
+                   std::span<std::int32_t> index) const override {
+    const Cloud& q = rows == Side::kSource ? x_ : y_;
+    const Cloud& k = rows == Side::kSource ? y_ : x_;
+    // Scores to maximise: t_ij = 2s⟨q_i, k_j⟩ + (h_j − s‖k_j‖²) = s‖q_i‖² − (s‖q_i − k_j‖² − h_j).
+    std::vector<float> bias(k.ld, -std::numeric_limits<float>::infinity());
+    double kmax = 0, bmax = 0;
+    for (std::size_t j = 0; j < k.n; ++j) {
+      bias[j] = static_cast<float>(h[j] - s * k.norm[j]);
+      kmax = std::max(kmax, std::sqrt(k.norm[j]));
+      bmax = std::max(bmax, std::abs(static_cast<double>(bias[j])));
+    }
+    const cpu::ScoreSpec spec{q.queries(), k.keys(), bias.data(), static_cast<float>(2 * s)};
+    // |fp32 score − exact score| ≤ γ·(2s‖q_i‖·max‖k‖ + max|bias|): the scaled query (one rounding), the d FMAs and
+    // the bias's own rounding; (d + 4)·2^−23 is twice the standard γ_{d+2} bound.
+    const double unit = static_cast<double>(q.d + 4) * 0x1p-23;
+    const std::int64_t tasks = static_cast<std::int64_t>((q.n + kTaskRows - 1) / kTaskRows);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_)
+    for (std::int64_t task = 0; task < tasks; ++task) {
+      std::vector<float> tile(kTileRows * kTileCols);
+      const std::size_t begin = static_cast<std::size_t>(task) * kTaskRows;
+      const std::size_t end = std::min(q.n, begin + kTaskRows);
+      for (std::size_t i0 = begin; i0 < end; i0 += kTileRows) {
+        const std::size_t count = std::min(kTileRows, end - i0);
+        float best[kTileRows], second[kTileRows];
+        std::int32_t arg[kTileRows];
+        for (std::size_t r = 0; r < kTileRows; ++r) {
+          best[r] = second[r] = -std::numeric_limits<float>::infinity();
+          arg[r] = 0;
+        }
+        for (std::size_t j0 = 0; j0 < k.ld; j0 += kTileCols) {
+          const std::size_t cols = std::min(kTileCols, k.ld - j0);
+          kernels_->scores(spec, i0, count, j0, cols, tile.data());
+          const std::size_t real = std::min(cols, k.n - std::min(k.n, j0));
+          for (std::size_t r = 0; r < count; ++r) {
+            const float* t = tile.data() + r * kTileCols;
+            float b1 = best[r], b2 = second[r];
+            std::int32_t a1 = arg[r];
+            for (std::size_t j = 0; j < real; ++j) {
+              const float v = t[j];
+              if (v > b1) {
+                b2 = b1;
+                b1 = v;
+                a1 = static_cast<std::int32_t>(j0 + j);
+              } else if (v > b2) {
+                b2 = v;
+              }
+            }
+            best[r] = b1;
+            second[r] = b2;
+            arg[r] = a1;
+          }
+        }
+        for (std::size_t r = 0; r < count; ++r) {
+          const std::size_t i = i0 + r;
+          const double bound = unit * (2 * s * std::sqrt(q.norm[i]) * kmax + bmax);
+          if (static_cast<double>(best[r]) - second[r] > 2 * bound) {
+            index[i] = arg[r];
+            values[i] = direct_value(s, q, i, k, arg[r], h);
+            continue;
+          }
+          // A near tie: every column whose score may be the true best is re-decided from fp64 differences.
+          const double floor = static_cast<double>(best[r]) - 3 * bound;
+          double v_best = std::numeric_limits<double>::infinity();
+          std::int32_t j_best = arg[r];
+          for (std::size_t j0 = 0; j0 < k.ld; j0 += kTileCols) {
+            const std::size_t cols = std::min(kTileCols, k.ld - j0);
+            kernels_->scores(spec, i, 1, j0, cols, tile.data());
+            const std::size_t real = std::min(cols, k.n - std::min(k.n, j0));
+            for (std::size_t j = 0; j < real; ++j) {
+              if (!(tile[j] >= floor)) continue;
+              const double v = direct_value(s, q, i, k, j0 + j, h);
+              if (v < v_best) {
+                v_best = v;
+                j_best = static_cast<std::int32_t>(j0 + j);
+              }
+            }
+          }
+          index[i] = j_best;
+          values[i] = v_best;
+        }
+      }
+    }
+  }
+
  private:
   /// How a pass over one side's rows (the queries) walks the keys: densely (no pattern) or over the pattern's
   /// lists, with each block's segment parameters. A task of kTaskRows rows lies in one block (kBlockSize is a
@@ -380,6 +465,17 @@ class CpuBackend final : public Backend {
     for (std::size_t i = 0; i < n; ++i) fn[i] = f_[i] - p.epsilon * std::log(row_sums_[i]);
     for (std::size_t j = 0; j < m; ++j) gn[j] = g_[j] - p.epsilon * std::log(col_sums[j]);
     return true;
+  }
+
+  /// s·‖q_i − k_j‖² − h_j in fp64 from the direct differences.
+  static double direct_value(double s, const Cloud& q, std::size_t i, const Cloud& k, std::size_t j,
+                             std::span<const float> h) {
+    double dist = 0;
+    for (std::size_t c = 0; c < q.d; ++c) {
+      const double diff = static_cast<double>(q.x[i * q.d + c]) - k.x[j * k.d + c];
+      dist += diff * diff;
+    }
+    return s * dist - h[j];
   }
 
   static bool all_finite(const std::vector<double>& v) {

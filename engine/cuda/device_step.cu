@@ -14,6 +14,7 @@
 #include "apply_mma.cuh"
 #include "backend.hpp"
 #include "blocks.cuh"
+#include "c_transform.cuh"
 #include "device_buffer.hpp"
 #include "device_input.hpp"
 #include "dispatch.hpp"
@@ -107,6 +108,8 @@ class DeviceStep::Impl {
   void apply_queries(const PlanParams& p, Side from, PointsView q, std::span<const float> v, std::size_t k,
                      std::span<float> out) const;
   void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns, std::span<float> values) const;
+  void c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
+                   std::span<std::int32_t> index) const;
   bool apply_bilinear(const PlanParams& p, Side rows, std::span<const float> u, std::span<const float> w,
                       std::size_t e, std::span<const float> v, std::size_t k, std::span<float> out) const;
   // Over the resident points (device inputs, Backend::apply_points and the others).
@@ -282,6 +285,8 @@ class DeviceStep::Impl {
   // Operations over the resident points: results on the device, ones, per-row primal terms.
   mutable DeviceBuffer<float> rout_, rmass_, ones_;
   mutable DeviceBuffer<double> rterms_;
+  mutable CTransformScratch ct_scratch_;  // the hard c-transform's (c_transform.cu)
+  int sms_ = 0;
 };
 
 
@@ -314,6 +319,7 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
   device_name_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
   refuse_if_too_large(options, data);
   resident_blocks_ = prop.multiProcessorCount * 4;
+  sms_ = prop.multiProcessorCount;
   FLASHOT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   try {
     // Problem hands over clouds already centred (the expanded score 2⟨x,y⟩ − ‖y‖² then has no large common offset);
@@ -1126,6 +1132,19 @@ double DeviceStep::Impl::resident_primal_cost(const PlanParams& p) const {
   return p.cost_scale * cost;
 }
 
+void DeviceStep::Impl::c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
+                                   std::span<std::int32_t> index) const {
+  DeviceScope scope(device_);
+  const bool source = rows == Side::kSource;
+  const DevSide r = source ? x_side() : y_side();
+  const DevSide c = source ? y_side() : x_side();
+  const CTransformSides sides{r.points, r.norm2, r.count, c.points, c.norm2, c.count, d_};
+  // The tensor-core operands where the problem's soft c-transforms use them (split fp16), else fp32 scores.
+  const MmaOperands* rop = use_mma_ ? (source ? &xop_ : &yop_) : nullptr;
+  const MmaOperands* cop = use_mma_ ? (source ? &yop_ : &xop_) : nullptr;
+  run_c_transform(sides, h, cost_scale, sms_, rop, cop, values, index, ct_scratch_, stream_);
+}
+
 EngineStatistics DeviceStep::Impl::statistics() const {
   EngineStatistics out;
   out.one_pass_steps = tally_.one_pass;
@@ -1192,6 +1211,11 @@ void DeviceStep::apply_queries(const PlanParams& p, Side from, PointsView q, std
                                std::span<float> out) const {
   impl_->apply_queries(p, from, q, v, k, out);
 }
+void DeviceStep::c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
+                             std::span<std::int32_t> index) const {
+  impl_->c_transform(cost_scale, rows, h, values, index);
+}
+
 void DeviceStep::top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,
                        std::span<float> values) const {
   impl_->top_k(p, k, columns, values);

@@ -87,6 +87,10 @@ class DeviceStep {
                      std::span<float> out) const;
   /// Backend::set_pattern (one device only for now: a step with a ShardLink refuses a pattern).
   void set_pattern(std::shared_ptr<const BlockPattern> pattern);
+  /// Backend::c_transform on this shard: rows = kSource: this shard's rows of x against all of y, h (m); kTarget:
+  /// every column against this shard's rows of x, h (this shard's n), index local to the shard.
+  void c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
+                   std::span<std::int32_t> index) const;
   /// This shard's rows.
   void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns, std::span<float> values) const;
   /// Backend's operations over the resident points (device inputs; one device): apply_points, map_resident,

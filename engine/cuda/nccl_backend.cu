@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -40,6 +41,8 @@ template <>
 ncclDataType_t nccl_type<float>() { return ncclFloat32; }
 template <>
 ncclDataType_t nccl_type<std::int32_t>() { return ncclInt32; }
+template <>
+ncclDataType_t nccl_type<double>() { return ncclFloat64; }
 
 /// A shard's collectives: one communicator, called only from the thread that drives its device.
 class NcclLink final : public ShardLink {
@@ -86,6 +89,8 @@ class NcclBackend final : public Backend {
              std::span<float> values) const override;
   void apply_bilinear(const PlanParams& p, Side rows, std::span<const float> u, std::span<const float> w,
                       std::size_t e, std::span<const float> v, std::size_t k, std::span<float> out) const override;
+  void c_transform(double cost_scale, Side side, std::span<const float> h, std::span<double> values,
+                   std::span<std::int32_t> index) const override;
 
  private:
   /// Runs fn(l) for every local shard l: inline for one, one thread per device for several (each thread calls only
@@ -343,6 +348,46 @@ void NcclBackend::top_k(const PlanParams& p, std::size_t k, std::span<std::int32
   });
   share_rows<std::int32_t>(plan_, k, columns);
   share_rows<float>(plan_, k, values);
+}
+
+void NcclBackend::c_transform(double cost_scale, Side side, std::span<const float> h, std::span<double> values,
+                              std::span<std::int32_t> argmin) const {
+  if (side == Side::kSource) {
+    // Every row of x lives on one shard, which holds all of y: local, then every rank gets every part.
+    each([&](std::size_t l) {
+      const ShardRange r = rows(l);
+      steps_[l]->c_transform(cost_scale, side, h, values.subspan(r.begin, r.size()), argmin.subspan(r.begin, r.size()));
+    });
+    share_rows<double>(plan_, 1, values);
+    share_rows<std::int32_t>(plan_, 1, argmin);
+    return;
+  }
+  // Columns: every shard minimises over its own rows; the parts (shards × m) are shared and the smallest value
+  // wins, the lower shard (lower global index) on an exact tie, as on one device.
+  const std::size_t shards = plan_.size();
+  std::vector<double> part(shards * m_, std::numeric_limits<double>::infinity());
+  std::vector<std::int32_t> arg(shards * m_, 0);
+  each([&](std::size_t l) {
+    const ShardRange r = rows(l);
+    const std::size_t g = index(l);
+    steps_[l]->c_transform(cost_scale, side, h.subspan(r.begin, r.size()), std::span<double>(part).subspan(g * m_, m_),
+                           std::span<std::int32_t>(arg).subspan(g * m_, m_));
+  });
+  std::vector<ShardRange> parts(shards);
+  for (std::size_t g = 0; g < shards; ++g) parts[g] = ShardRange{g * m_, (g + 1) * m_};
+  share_rows<double>(parts, 1, std::span<double>(part));
+  share_rows<std::int32_t>(parts, 1, std::span<std::int32_t>(arg));
+  for (std::size_t j = 0; j < m_; ++j) {
+    double best = part[j];
+    std::int32_t at = arg[j] + static_cast<std::int32_t>(plan_[0].begin);
+    for (std::size_t g = 1; g < shards; ++g)
+      if (part[g * m_ + j] < best) {
+        best = part[g * m_ + j];
+        at = arg[g * m_ + j] + static_cast<std::int32_t>(plan_[g].begin);
+      }
+    values[j] = best;
+    argmin[j] = at;
+  }
 }
 
 }  // namespace

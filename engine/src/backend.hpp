@@ -132,6 +132,14 @@ class Backend {
   virtual void apply_bilinear(const PlanParams& p, Side rows, std::span<const float> u, std::span<const float> w,
                               std::size_t e, std::span<const float> v, std::size_t k, std::span<float> out) const;
 
+  /// Hard c-transform (docs/engine.md, "Hard c-transform"): rows = kSource: values_i = min_j (s·‖x_i − y_j‖² − h_j)
+  /// over all m columns with h (m); rows = kTarget: values_j = min_i (s·‖x_i − y_j‖² − h_i) with h (n). index: the
+  /// argmin, the lowest index among exact ties. Every value is the fp64 direct difference at the argmin, and the
+  /// argmin is exact to fp64: the fast fp32 scores only pick it where their error bound cannot flip it, and a row
+  /// with a near tie is re-decided from fp64 direct differences. Weights play no part (every point is a candidate).
+  virtual void c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
+                           std::span<std::int32_t> index) const = 0;
+
   /// What the adaptive kernels did so far (Problem::statistics); zero where there is nothing adaptive.
   virtual EngineStatistics statistics() const { return {}; }
 

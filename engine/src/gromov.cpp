@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "gromov_linear.hpp"
+#include "separable.hpp"
 #include "validation.hpp"
 
 namespace flashot {
@@ -22,11 +23,6 @@ namespace {
 
 void require(bool ok, const std::string& what, double value) {
   if (!ok) throw std::invalid_argument(what + " (got " + show(value) + ")");
-}
-
-double side_rho(double common, double own) {
-  const double reach = own > 0 ? own : common;
-  return reach * reach;
 }
 
 /// Copies `v` into fp64, subtracting the weighted mean (GW compares distances within a side, so each side may be
@@ -356,8 +352,8 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
 
   const auto start = std::chrono::steady_clock::now();
   const double eps = o.epsilon;
-  const double rho_x = side_rho(o.reach, o.reach_source);
-  const double rho_y = side_rho(o.reach, o.reach_target);
+  const double rho_x = detail::side_rho(o.reach, o.reach_source);
+  const double rho_y = detail::side_rho(o.reach, o.reach_target);
   // docs/gromov-wasserstein.md §4: a separable term A_i of the cost moves into the weights as a_i·e^{−κA_i},
   // κ = 1/(ε + ρ), on an unbalanced side; on a balanced side the potentials absorb it (κ = 0).
   const bool features = o.alpha < 1;
@@ -463,8 +459,6 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
     }
     if (t > 1) eps_t = std::max(eps, eps_t * o.annealing_factor);
     const bool at_final = eps_t <= eps;
-    const double kappa_x = rho_x > 0 ? 1.0 / (eps_t + rho_x) : 0.0;
-    const double kappa_y = rho_y > 0 ? 1.0 / (eps_t + rho_y) : 0.0;
     double tol_t = o.inner_tolerance;
     if (!at_final) tol_t = o.annealing_iterations > 0 ? 0.0 : std::max(tol_t, o.annealing_tolerance);
     else if (o.adaptive_tolerance > 0) {
@@ -473,18 +467,12 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
       tol_t = std::max(tol_t, std::min(adaptive_cap, proposal));
       adaptive_cap = tol_t;
     }
-    // A constant may move between A and B (C is unchanged): pick it so that the largest weight factor e^{−κA}
-    // is the same on both sides (and 1 on a lone unbalanced side), far from fp32 overflow.
-    const double min_a = *std::min_element(sep_a.begin(), sep_a.end());
-    const double min_b = *std::min_element(sep_b.begin(), sep_b.end());
-    double delta = 0;
-    if (kappa_x > 0 && kappa_y > 0) delta = (kappa_y * min_b - kappa_x * min_a) / (kappa_x + kappa_y);
-    else if (kappa_x > 0) delta = -min_a;
-    else if (kappa_y > 0) delta = min_b;
-    for (double& v : sep_a) v += delta;
-    for (double& v : sep_b) v -= delta;
-    for (std::size_t i = 0; i < p.n; ++i) wa[i] = static_cast<float>(p.a[i] * std::exp(-kappa_x * sep_a[i]));
-    for (std::size_t j = 0; j < p.m; ++j) wb[j] = static_cast<float>(p.b[j] * std::exp(-kappa_y * sep_b[j]));
+    // The separable terms at this outer iteration's ε (separable.hpp); a constant may move between A and B (C is
+    // unchanged): the largest weight factors are made equal.
+    const detail::SeparableTerms separable(eps_t, rho_x, rho_y);
+    separable.balance(sep_a, sep_b);
+    wa = separable.source_weights(p.a, sep_a);
+    wb = separable.target_weights(p.b, sep_b);
 
     // ---- One entropic OT solve on the augmented points. ------------------------------------------------------
     p.problem.reset();  // the previous problem's device memory goes before the next one's is taken
@@ -505,9 +493,9 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
         so.initial_f.resize(p.n);
         so.initial_g.resize(p.m);
         for (std::size_t i = 0; i < p.n; ++i)
-          so.initial_f[i] = static_cast<float>(f_true[i] - (1 - eps_t * kappa_x) * sep_a[i]);
+          so.initial_f[i] = static_cast<float>(f_true[i] - separable.source_share() * sep_a[i]);
         for (std::size_t j = 0; j < p.m; ++j)
-          so.initial_g[j] = static_cast<float>(g_true[j] - (1 - eps_t * kappa_y) * sep_b[j]);
+          so.initial_g[j] = static_cast<float>(g_true[j] - separable.target_share() * sep_b[j]);
       }
     } else if (warm) {
       so.epsilon = eps_t;
@@ -515,9 +503,9 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
       so.initial_f.resize(p.n);
       so.initial_g.resize(p.m);
       for (std::size_t i = 0; i < p.n; ++i)
-        so.initial_f[i] = static_cast<float>(f_true[i] - (1 - eps_t * kappa_x) * sep_a[i]);
+        so.initial_f[i] = static_cast<float>(f_true[i] - separable.source_share() * sep_a[i]);
       for (std::size_t j = 0; j < p.m; ++j)
-        so.initial_g[j] = static_cast<float>(g_true[j] - (1 - eps_t * kappa_y) * sep_b[j]);
+        so.initial_g[j] = static_cast<float>(g_true[j] - separable.target_share() * sep_b[j]);
     } else if (o.epsilon_scaling) {
       so.blur = std::sqrt(eps_t);
       so.scaling = o.scaling;
@@ -542,8 +530,8 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
     }
     f_true.resize(p.n);
     g_true.resize(p.m);
-    for (std::size_t i = 0; i < p.n; ++i) f_true[i] = s.f[i] + (1 - eps_t * kappa_x) * sep_a[i];
-    for (std::size_t j = 0; j < p.m; ++j) g_true[j] = s.g[j] + (1 - eps_t * kappa_y) * sep_b[j];
+    for (std::size_t i = 0; i < p.n; ++i) f_true[i] = s.f[i] + separable.source_share() * sep_a[i];
+    for (std::size_t j = 0; j < p.m; ++j) g_true[j] = s.g[j] + separable.target_share() * sep_b[j];
 
     // ---- The new plan's moments, energy and feature cost: one plan application. ------------------------------
     const std::vector<float> rows = p.problem->apply_plan(s, values, k);

@@ -482,6 +482,78 @@ TopKCoupling Problem::top_k(const SolveResult& s, std::size_t k) const {
   return t;
 }
 
+CTransform Problem::c_transform(Side rows, std::span<const float> h, Cost cost) const {
+  const Impl& p = *impl_;
+  const std::size_t count = p.count(rows);
+  const std::size_t other = p.count(Impl::other(rows));
+  const std::string name = rows == Side::kSource ? "g" : "f";
+  if (h.size() != other)
+    throw std::invalid_argument("the potential " + name + " must hold " + std::to_string(other) +
+                                " values, one per point of the other side (got " + std::to_string(h.size()) + ")");
+  for (std::size_t j = 0; j < h.size(); ++j)
+    if (!std::isfinite(h[j]))
+      throw std::invalid_argument("the potential " + name + "[" + std::to_string(j) + "] must be finite (got " +
+                                  show(h[j]) + ")");
+  CTransform t;
+  t.rows = rows;
+  t.cost = cost;
+  std::vector<double> values(count);
+  t.index.resize(count);
+  p.backend->c_transform(detail::cost_scale(cost), rows, h, values, t.index);
+  t.values.resize(count);
+  for (std::size_t i = 0; i < count; ++i) t.values[i] = static_cast<float>(values[i]);
+  return t;
+}
+
+CTransform Problem::c_transform(const SolveResult& s, Side rows) const {
+  const Impl& p = *impl_;
+  if (s.f.size() != p.n || s.g.size() != p.m)
+    throw std::invalid_argument("result must come from this problem: f and g must have n = " + std::to_string(p.n) +
+                                " and m = " + std::to_string(p.m) + " values (got " + std::to_string(s.f.size()) +
+                                " and " + std::to_string(s.g.size()) + ")");
+  return c_transform(rows, rows == Side::kSource ? std::span<const float>(s.g) : std::span<const float>(s.f), s.cost);
+}
+
+CTransformGradient Problem::c_transform_gradient(const CTransform& t, std::span<const float> w) const {
+  const Impl& p = *impl_;
+  const std::size_t count = p.count(t.rows);
+  const std::size_t other = p.count(Impl::other(t.rows));
+  if (t.index.size() != count || t.values.size() != count)
+    throw std::invalid_argument("the c-transform must come from this problem: " + std::to_string(count) +
+                                " values and indices (got " + std::to_string(t.values.size()) + " and " +
+                                std::to_string(t.index.size()) + ")");
+  if (!w.empty() && w.size() != count)
+    throw std::invalid_argument("the cotangent w must hold " + std::to_string(count) + " values or none (got " +
+                                std::to_string(w.size()) + ")");
+  if (p.device_input)
+    throw std::invalid_argument("c_transform_gradient reads the points on the host; this Problem::on_device problem "
+                                "keeps them on cuda:" + std::to_string(p.options.device) +
+                                " only (build the Problem from host arrays for the gradient)");
+  const double s = detail::cost_scale(t.cost);
+  const std::vector<float>& pts = p.points(t.rows);
+  const std::vector<float>& qts = p.points(Impl::other(t.rows));
+  CTransformGradient g;
+  g.points.assign(count * p.d, 0.0f);
+  g.other.assign(other * p.d, 0.0f);
+  std::vector<double> pot(other, 0.0), oth(other * p.d, 0.0);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::int32_t j = t.index[i];
+    if (j < 0 || static_cast<std::size_t>(j) >= other)
+      throw std::invalid_argument("the c-transform's index[" + std::to_string(i) + "] must be in [0, " +
+                                  std::to_string(other) + ") (got " + std::to_string(j) + ")");
+    const double wi = w.empty() ? 1.0 : w[i];
+    pot[j] -= wi;
+    for (std::size_t c = 0; c < p.d; ++c) {
+      const double grad = wi * 2 * s * (static_cast<double>(pts[i * p.d + c]) - qts[j * p.d + c]);
+      g.points[i * p.d + c] = static_cast<float>(grad);
+      oth[j * p.d + c] -= grad;
+    }
+  }
+  g.potential.assign(pot.begin(), pot.end());
+  g.other.assign(oth.begin(), oth.end());
+  return g;
+}
+
 namespace {
 /// The three solves of the debiased divergence and their combination, for either kind of input.
 DivergenceResult divergence_of(Problem& xy, Problem& xx, Problem& yy, const SolveOptions& options) {

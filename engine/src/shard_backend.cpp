@@ -198,6 +198,25 @@ class ShardedBackend final : public Backend {
     each_shard([&](std::size_t s) { children_[s]->top_k(p, k, rows_of(columns, s, k), rows_of(values, s, k)); });
   }
 
+  void c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
+                   std::span<std::int32_t> index) const override {
+    if (rows == Side::kSource) {
+      // Every row of x lives on one shard, which holds all of y.
+      each_shard([&](std::size_t s) {
+        children_[s]->c_transform(cost_scale, rows, h, rows_of(values, s, 1), rows_of(index, s, 1));
+      });
+      return;
+    }
+    // Columns: each shard minimises over its own rows of x; the smallest value wins, the lower shard (lower
+    // global index) on an exact tie, which is what one device gives.
+    std::vector<std::vector<double>> part(plan_.size(), std::vector<double>(m_));
+    std::vector<std::vector<std::int32_t>> arg(plan_.size(), std::vector<std::int32_t>(m_));
+    each_shard([&](std::size_t s) {
+      children_[s]->c_transform(cost_scale, rows, h.subspan(plan_[s].begin, plan_[s].size()), part[s], arg[s]);
+    });
+    combine_c_transform(part, arg, values, index);
+  }
+
  private:
   /// ε of column j: its segment's (pattern with segment parameters), else the common one.
   double column_epsilon(const PlanParams& p, std::size_t j) const {
@@ -263,6 +282,23 @@ class ShardedBackend final : public Backend {
   template <class T>
   std::span<T> rows_of(std::span<T> all, std::size_t s, std::size_t width) const {
     return all.subspan(plan_[s].begin * width, plan_[s].size() * width);
+  }
+
+  /// The column-side hard c-transform of every shard combined: min value, global index, lower shard on ties.
+  void combine_c_transform(const std::vector<std::vector<double>>& part,
+                           const std::vector<std::vector<std::int32_t>>& arg, std::span<double> values,
+                           std::span<std::int32_t> index) const {
+    for (std::size_t j = 0; j < m_; ++j) {
+      double best = part[0][j];
+      std::int32_t at = arg[0][j] + static_cast<std::int32_t>(plan_[0].begin);
+      for (std::size_t s = 1; s < plan_.size(); ++s)
+        if (part[s][j] < best) {
+          best = part[s][j];
+          at = arg[s][j] + static_cast<std::int32_t>(plan_[s].begin);
+        }
+      values[j] = best;
+      index[j] = at;
+    }
   }
 
   /// Runs fn(s) for s in [0, count): concurrently, one thread per shard, for device children.

@@ -45,6 +45,8 @@ double marginal_error(const SolveInputs& in, std::span<const float> f, std::span
   return (side(in.a, f, fh, rho_x) + side(in.b, g, gh, rho_y)) / mass_a;
 }
 
+}  // namespace
+
 /// ⟨a,f⟩ on a balanced side, ⟨a, ρ(1 − e^{−f/ρ})⟩ on an unbalanced one.
 double dual_term(std::span<const float> w, std::span<const float> h, double rho) {
   double sum = 0;
@@ -52,8 +54,6 @@ double dual_term(std::span<const float> w, std::span<const float> h, double rho)
     sum += rho > 0 ? w[i] * rho * (1.0 - std::exp(-static_cast<double>(h[i]) / rho)) : w[i] * static_cast<double>(h[i]);
   return sum;
 }
-
-}  // namespace
 
 double cost_scale(Cost cost) { return cost == Cost::kHalfSquaredEuclidean ? 0.5 : 1.0; }
 

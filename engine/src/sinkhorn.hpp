@@ -13,6 +13,9 @@ namespace flashot::detail {
 /// Factor s in C = s·‖x − y‖².
 double cost_scale(Cost cost);
 
+/// ⟨w, h⟩ on a balanced side (ρ = 0), ⟨w, ρ(1 − e^{−h/ρ})⟩ on an unbalanced one: one side's SolveResult::dual_cost.
+double dual_term(std::span<const float> w, std::span<const float> h, double rho);
+
 /// The final blur: blur_relative · diameter when blur_relative > 0, else blur (data units; ε = blur²).
 double final_blur(const SolveOptions& options, double diameter);
 /// The ε of every stage: {ε} for a fixed ε; else ε_0 = s·diameter², ε_{k+1} = ε_k·scaling², while above blur²,

@@ -316,6 +316,23 @@ struct TopKCoupling {
   std::vector<float> values;          ///< (rows × k) plan entries P_ij
 };
 
+/// The hard c-transform of one side (Problem::c_transform, docs/engine.md "Hard c-transform"): for every point i of
+/// that side, value_i = min_j (C_ij − h_j) over every point j of the other side, and the argmin j* (the lowest
+/// index among exact ties). Semi-dual and semi-discrete OT, hard assignments from (soft) potentials.
+struct CTransform {
+  Side rows = Side::kSource;          ///< the side whose points were minimised for
+  Cost cost = Cost::kSquaredEuclidean;
+  std::vector<float> values;          ///< (count) min_j (C_ij − h_j), cost units
+  std::vector<std::int32_t> index;    ///< (count) the argmin j* on the other side
+};
+/// Gradients of the hard c-transform (almost everywhere: where the argmin is unique), as a vector-Jacobian product
+/// with a cotangent w (one weight per value; empty = all ones): ∂value_i/∂p_i = 2s(p_i − q_{j*}), ∂value_i/∂h = −e_{j*}.
+struct CTransformGradient {
+  std::vector<float> points;     ///< (count × d) w_i · 2s(p_i − q_{j*_i}): the gradient w.r.t. the minimised side
+  std::vector<float> potential;  ///< (other side's count) −Σ_{i: j*_i = j} w_i: the gradient w.r.t. h
+  std::vector<float> other;      ///< (other side's count × d) −Σ_{i: j*_i = j} w_i·2s(p_i − q_j): w.r.t. the other side
+};
+
 /// An OT problem resident on one backend: points and weights are copied in once, then solved and queried.
 /// Not thread-safe: use one Problem per thread. Movable, not copyable.
 class Problem {
@@ -382,6 +399,17 @@ class Problem {
   std::vector<float> gradient(const SolveResult& s, Side wrt) const;
   /// Top-k entries of every row of P. Throws std::invalid_argument for k = 0.
   TopKCoupling top_k(const SolveResult& s, std::size_t k) const;
+
+  /// Hard c-transform of side `rows` against the other side's potential h (m values for rows = kSource, n for
+  /// kTarget; cost units), with cost C = s‖x − y‖² of `cost`: value_i = min_j (C_ij − h_j) and its argmin. Streaming,
+  /// O((n + m)·d) memory. Values are fp64 direct differences at the argmin, the argmin exact to fp64 (near ties of
+  /// the fast scores are re-decided in fp64). Throws std::invalid_argument for a wrong size or non-finite h.
+  CTransform c_transform(Side rows, std::span<const float> h, Cost cost = Cost::kSquaredEuclidean) const;
+  /// The same through a solution's potentials: rows = kSource minimises C_ij − g_j, kTarget C_ij − f_i.
+  CTransform c_transform(const SolveResult& s, Side rows) const;
+  /// Gradients of Σ_i w_i·value_i (CTransformGradient) for a c-transform of this problem; w empty = all ones.
+  /// Throws std::invalid_argument when t does not match this problem or w has the wrong size.
+  CTransformGradient c_transform_gradient(const CTransform& t, std::span<const float> w = {}) const;
 
   struct Impl;
 

@@ -1,0 +1,365 @@
+// The hard c-transform kernels (c_transform.cuh; docs/engine.md, "Hard c-transform").
+//
+// Scores t_ij = 2s⟨p_i, q_j⟩ + bias_j, bias_j = fp32(h_j − s‖q_j‖²), are maximised: max_j t_ij = s‖p_i‖² − value_i.
+// Pass 1: d ≤ 16, the register kernel (rows' coordinates in registers, columns broadcast from shared memory, fp32
+// FMA, as small_d.cuh's kernels); d > 16, the tiled fp32 kernel (tile_dots of device_common.cuh, the kTiled path's
+// 64 × 64 tile). Each keeps per row the best score, its column and the second-best score, per column split.
+// d > 16 with the split-fp16 tensor-core operands of the problem: c_transform_mma.cu.
+//
+// Exactness of the argmin: every fp32 score is within E_i = (d + 4)·2^−23·(2s‖p_i‖·max‖q‖ + max|bias|) of the exact
+// one (twice the standard γ_{d+2} bound of the dot product, the scaled coordinates and the bias's rounding). The
+// split-fp16 tensor-core scores: P = scale·p is held as hi + lo, both fp16, with |P − hi − lo| ≤ 2^−22|P| + 2^−25
+// (lo's rounding, and fp16's subnormal spacing); the dropped lo·lo product and the two roundings add at most
+// 3·2^−22·|P_k||Q_k| + 2^−25(|P_k| + |Q_k|) per coordinate, and the tensor core's fp32 accumulation of 3d products
+// (which may truncate rather than round) at most 3d·2^−22 of Σ|P_k Q_k|; so E_i = (3d + 8)·2^−22·2s‖p_i‖·max‖q‖ +
+// 2^−25·√d·2s·(‖p_i‖/scale_q + max‖q‖/scale_p) + (d + 4)·2^−23·max|bias| bounds them (the 1% margin in ct_bound
+// covers the bound's own rounding). When best − second > 2E_i no other column can be the true argmax; otherwise the
+// row is re-decided: every column whose fp32 score (refine kernel, error ≤ the fp32 E_i ≤ E_i) is ≥ best − 3E_i is
+// evaluated as s·‖p_i − q_j‖² − h_j in fp64 and the smallest wins, the lowest index on an exact tie. The value of
+// every row is that fp64 direct difference at its argmin.
+
+#include <algorithm>
+#include <cmath>
+
+#include "c_transform.cuh"
+#include "device_common.cuh"
+#include "error.hpp"
+
+namespace flashot::detail::cuda {
+namespace {
+
+constexpr int kCtThreads = 128;
+constexpr int kCtTile = 256;  // columns per shared-memory tile of the register kernel
+constexpr int kRefineThreads = 256;
+
+/// Running (best, arg, second) of a row, branch-free: an exact tie with the best makes second = best (flagged).
+__device__ __forceinline__ void ct_update(float t, int j, float& b1, int& a1, float& b2) {
+  b2 = fmaxf(b2, fminf(t, b1));
+  a1 = t > b1 ? j : a1;
+  b1 = fmaxf(t, b1);
+}
+
+/// Merges another (best, arg, second) into a row's; the lower column wins an exact tie of the bests.
+__device__ __forceinline__ void ct_merge(float& b1, int& a1, float& b2, float c1, int ca, float c2) {
+  b2 = fmaxf(fmaxf(b2, c2), fminf(b1, c1));
+  if (c1 > b1 || (c1 == b1 && ca < a1)) {
+    b1 = c1;
+    a1 = ca;
+  }
+}
+
+template <int D, int R>
+__global__ void __launch_bounds__(kCtThreads) ct_small_kernel(CTransformSides sd, const float* __restrict__ h, float s,
+                                                              int cols_per_split, float* __restrict__ best,
+                                                              float* __restrict__ second, int* __restrict__ arg) {
+  __shared__ __align__(16) float tile[kCtTile][D + 1];  // coordinates, then the bias
+  const int i_base = blockIdx.x * (kCtThreads * R) + threadIdx.x;
+  const float two_s = 2.f * s;
+  float xr[R][D];
+  float b1[R], b2[R];
+  int a1[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = i_base + r * kCtThreads;
+#pragma unroll
+    for (int k = 0; k < D; ++k) xr[r][k] = (i < sd.nrows && k < sd.d) ? two_s * sd.rows[std::size_t(i) * sd.d + k] : 0.f;
+    b1[r] = b2[r] = -INFINITY;
+    a1[r] = 0;
+  }
+  const int j_begin = blockIdx.y * cols_per_split;
+  const int j_end = min(sd.ncols, j_begin + cols_per_split);
+  for (int j0 = j_begin; j0 < j_end; j0 += kCtTile) {
+    __syncthreads();
+    for (int e = threadIdx.x; e < kCtTile * (D + 1); e += kCtThreads) {
+      const int jj = e / (D + 1), k = e % (D + 1), j = j0 + jj;
+      float v;
+      if (k < D)
+        v = (j < j_end && k < sd.d) ? sd.cols[std::size_t(j) * sd.d + k] : 0.f;
+      else
+        v = j < j_end ? h[j] - s * sd.cols_norm2[j] : -INFINITY;
+      tile[jj][k] = v;
+    }
+    __syncthreads();
+    const int ncol = min(kCtTile, j_end - j0);
+    for (int jj = 0; jj < ncol; ++jj) {
+      float q[D + 1];
+      if constexpr ((D + 1) % 4 == 0) {  // whole float4 loads (D = 3: one 128-bit broadcast per column)
+#pragma unroll
+        for (int k = 0; k <= D; k += 4) {
+          const float4 v = *reinterpret_cast<const float4*>(&tile[jj][k]);
+          q[k] = v.x, q[k + 1] = v.y, q[k + 2] = v.z, q[k + 3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k <= D; ++k) q[k] = tile[jj][k];
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float t = q[D];
+#pragma unroll
+        for (int k = 0; k < D; ++k) t = fmaf(xr[r][k], q[k], t);
+        ct_update(t, j0 + jj, b1[r], a1[r], b2[r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = i_base + r * kCtThreads;
+    if (i >= sd.nrows) continue;
+    const std::size_t at = std::size_t(blockIdx.y) * sd.nrows + i;
+    best[at] = b1[r];
+    second[at] = b2[r];
+    arg[at] = a1[r];
+  }
+}
+
+__global__ void __launch_bounds__(kTileThreads) ct_tiled_kernel(CTransformSides sd, const float* __restrict__ h,
+                                                                float s, int cols_per_split, float* __restrict__ best,
+                                                                float* __restrict__ second, int* __restrict__ arg) {
+  __shared__ TileStage<> st;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int i0 = blockIdx.x * kTileRows;
+  const float two_s = 2.f * s;
+  float b1[4], b2[4];
+  int a1[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) b1[r] = b2[r] = -INFINITY, a1[r] = 0;
+  const int j_begin = blockIdx.y * cols_per_split;
+  const int j_end = min(sd.ncols, j_begin + cols_per_split);
+  for (int j0 = j_begin; j0 < j_end; j0 += kTileCols) {
+    float acc[4][4];
+    tile_dots(sd.rows, sd.nrows, i0, sd.cols, j_end, j0, sd.d, st, acc);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int j = j0 + tx + 16 * c;
+      const float bias = j < j_end ? h[j] - s * sd.cols_norm2[j] : -INFINITY;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) ct_update(fmaf(two_s, acc[r][c], bias), j, b1[r], a1[r], b2[r]);
+    }
+  }
+  // The 16 lanes that share a row (tid = 16·ty + tx) merge their columns.
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+#pragma unroll
+    for (int offset = 8; offset > 0; offset /= 2) {
+      const float c1 = __shfl_xor_sync(0xffffffffu, b1[r], offset);
+      const float c2 = __shfl_xor_sync(0xffffffffu, b2[r], offset);
+      const int ca = __shfl_xor_sync(0xffffffffu, a1[r], offset);
+      ct_merge(b1[r], a1[r], b2[r], c1, ca, c2);
+    }
+    const int i = i0 + ty + 16 * r;
+    if (tx == 0 && i < sd.nrows) {
+      const std::size_t at = std::size_t(blockIdx.y) * sd.nrows + i;
+      best[at] = b1[r];
+      second[at] = b2[r];
+      arg[at] = a1[r];
+    }
+  }
+}
+
+/// maxima[0] = max‖q_j‖, maxima[1] = max|fp32(h_j − s‖q_j‖²)|, as the bits of non-negative floats (ordered as
+/// unsigned integers).
+__global__ void ct_maxima_kernel(CTransformSides sd, const float* __restrict__ h, float s, unsigned* maxima) {
+  float norm = 0.f, bias = 0.f;
+  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < sd.ncols; j += gridDim.x * blockDim.x) {
+    norm = fmaxf(norm, sqrtf(sd.cols_norm2[j]));
+    bias = fmaxf(bias, fabsf(h[j] - s * sd.cols_norm2[j]));
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    norm = fmaxf(norm, __shfl_xor_sync(0xffffffffu, norm, offset));
+    bias = fmaxf(bias, __shfl_xor_sync(0xffffffffu, bias, offset));
+  }
+  if (threadIdx.x % 32 == 0) {
+    atomicMax(&maxima[0], __float_as_uint(norm));
+    atomicMax(&maxima[1], __float_as_uint(bias));
+  }
+}
+
+__device__ __forceinline__ double ct_direct(const CTransformSides& sd, const float* h, double s, int i, int j) {
+  const float* p = sd.rows + std::size_t(i) * sd.d;
+  const float* q = sd.cols + std::size_t(j) * sd.d;
+  double dist = 0;
+  for (int k = 0; k < sd.d; ++k) {
+    const double diff = double(p[k]) - double(q[k]);
+    dist = fma(diff, diff, dist);
+  }
+  return s * dist - double(h[j]);
+}
+
+/// What E_i is made of (the header comment): dot = factor of 2s‖p_i‖·max‖q‖, sub = factor of 2s·(‖p_i‖·sub_p +
+/// max‖q‖·sub_q), bias = factor of max|bias|.
+struct ScoreBound {
+  float dot = 0, sub = 0, sub_p = 0, sub_q = 0, bias = 0;
+};
+
+__device__ __forceinline__ float ct_bound(const CTransformSides& sd, const unsigned* maxima, float s, int i,
+                                          const ScoreBound& b) {
+  const float np = sqrtf(sd.rows_norm2[i]), nq = __uint_as_float(maxima[0]);
+  // sqrtf and the products round too: 1% more covers them.
+  return 1.01f * (b.dot * 2.f * s * np * nq + b.sub * 2.f * s * (np * b.sub_p + nq * b.sub_q) +
+                  b.bias * __uint_as_float(maxima[1]));
+}
+
+/// One thread per row: the splits merged; a row decided by its margin gets its fp64 value, the others are listed.
+__global__ void ct_merge_kernel(CTransformSides sd, const float* __restrict__ h, float s, int splits, ScoreBound sb,
+                                const unsigned* __restrict__ maxima, float* __restrict__ best,
+                                const float* __restrict__ second, const int* __restrict__ arg,
+                                double* __restrict__ values, int* __restrict__ list, int* __restrict__ count) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= sd.nrows) return;
+  float b1 = best[i], b2 = second[i];
+  int a1 = arg[i];
+  for (int p = 1; p < splits; ++p) {
+    const std::size_t at = std::size_t(p) * sd.nrows + i;
+    ct_merge(b1, a1, b2, best[at], arg[at], second[at]);
+  }
+  const float bound = ct_bound(sd, maxima, s, i, sb);
+  if (b1 - b2 > 2.f * bound) {
+    values[i] = ct_direct(sd, h, s, i, a1);
+    best[i] = __int_as_float(a1);  // the index, read back with the values (below)
+    return;
+  }
+  best[i] = b1;
+  list[atomicAdd(count, 1)] = i;
+  values[i] = NAN;  // marks a listed row
+}
+
+/// One warp per listed row: every column within 3E of the row's best is evaluated in fp64, the smallest value wins
+/// (the lowest column on an exact tie).
+__global__ void __launch_bounds__(kRefineThreads) ct_refine_kernel(CTransformSides sd, const float* __restrict__ h,
+                                                                   float s, ScoreBound sb,
+                                                                   const unsigned* __restrict__ maxima,
+                                                                   float* __restrict__ best,
+                                                                   const int* __restrict__ list,
+                                                                   const int* __restrict__ count,
+                                                                   double* __restrict__ values) {
+  const int lane = threadIdx.x % 32;
+  const int warps = gridDim.x * (kRefineThreads / 32);
+  const float two_s = 2.f * s;
+  for (int w = blockIdx.x * (kRefineThreads / 32) + threadIdx.x / 32; w < *count; w += warps) {
+    const int i = list[w];
+    const float floor = best[i] - 3.f * ct_bound(sd, maxima, s, i, sb);
+    const float* p = sd.rows + std::size_t(i) * sd.d;
+    double v_best = INFINITY;
+    int j_best = 0x7fffffff;
+    for (int j = lane; j < sd.ncols; j += 32) {
+      const float* q = sd.cols + std::size_t(j) * sd.d;
+      float t = h[j] - s * sd.cols_norm2[j];
+      for (int k = 0; k < sd.d; ++k) t = fmaf(two_s * p[k], q[k], t);
+      if (!(t >= floor)) continue;
+      const double v = ct_direct(sd, h, s, i, j);
+      if (v < v_best) v_best = v, j_best = j;  // columns rise within a lane: the first of a tie stays
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const double ov = __shfl_xor_sync(0xffffffffu, v_best, offset);
+      const int oj = __shfl_xor_sync(0xffffffffu, j_best, offset);
+      if (ov < v_best || (ov == v_best && oj < j_best)) v_best = ov, j_best = oj;
+    }
+    if (lane == 0) {
+      values[i] = v_best;
+      best[i] = __int_as_float(j_best);
+    }
+  }
+}
+
+/// The smallest instantiated register width ≥ d (0: the tiled kernel).
+int ct_width(int d) {
+  for (int w : {1, 2, 3, 4, 6, 8, 12, 16})
+    if (d <= w) return w;
+  return 0;
+}
+
+template <int D>
+constexpr int ct_rows() {
+  return D <= 4 ? 8 : 4;
+}
+
+template <int D>
+void launch_small(const CTransformSides& sd, const float* h, float s, int sms, CTransformScratch& sc, int& splits,
+                  cudaStream_t stream) {
+  constexpr int R = ct_rows<D>();
+  const int blocks = div_up(sd.nrows, kCtThreads * R);
+  // Enough blocks for every multiprocessor to hold several, in whole tiles of columns per split.
+  const int tiles = div_up(sd.ncols, kCtTile);
+  splits = std::max(1, std::min(tiles, div_up(8LL * sms, blocks)));
+  const int per = div_up(tiles, splits) * kCtTile;
+  splits = div_up(sd.ncols, per);
+  sc.best.reserve(std::size_t(splits) * sd.nrows);
+  sc.second.reserve(std::size_t(splits) * sd.nrows);
+  sc.arg.reserve(std::size_t(splits) * sd.nrows);
+  ct_small_kernel<D, R><<<dim3(blocks, splits), kCtThreads, 0, stream>>>(sd, h, s, per, sc.best.get(),
+                                                                          sc.second.get(), sc.arg.get());
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+void launch_tiled(const CTransformSides& sd, const float* h, float s, int sms, CTransformScratch& sc, int& splits,
+                  cudaStream_t stream) {
+  const int blocks = div_up(sd.nrows, kTileRows);
+  const int tiles = div_up(sd.ncols, kTileCols);
+  splits = std::max(1, std::min(tiles, div_up(8LL * sms, blocks)));
+  const int per = div_up(tiles, splits) * kTileCols;
+  splits = div_up(sd.ncols, per);
+  sc.best.reserve(std::size_t(splits) * sd.nrows);
+  sc.second.reserve(std::size_t(splits) * sd.nrows);
+  sc.arg.reserve(std::size_t(splits) * sd.nrows);
+  ct_tiled_kernel<<<dim3(blocks, splits), kTileThreads, 0, stream>>>(sd, h, s, per, sc.best.get(), sc.second.get(),
+                                                                    sc.arg.get());
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, double cost_scale, int sms,
+                     const MmaOperands* rop, const MmaOperands* cop, std::span<double> values,
+                     std::span<std::int32_t> index, CTransformScratch& sc, cudaStream_t stream) {
+  if (sd.nrows == 0 || sd.ncols == 0) return;
+  const float s = static_cast<float>(cost_scale);
+  sc.h.upload(h_host.first(sd.ncols), stream);
+  sc.maxima.reserve(2);
+  sc.counters.reserve(1);
+  sc.list.reserve(sd.nrows);
+  sc.values.reserve(sd.nrows);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(sc.maxima.get(), 0, 2 * sizeof(unsigned), stream));
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(sc.counters.get(), 0, sizeof(int), stream));
+  ct_maxima_kernel<<<std::max(1, std::min(4 * sms, div_up(sd.ncols, 256))), 256, 0, stream>>>(sd, sc.h.get(), s,
+                                                                                             sc.maxima.get());
+  FLASHOT_CUDA_CHECK_LAUNCH();
+  int splits = 1;
+  ScoreBound sb;
+  sb.dot = sb.bias = float(sd.d + 4) * 0x1p-23f;
+  const bool tensor = sd.d > 16 && rop != nullptr && cop != nullptr && c_transform_mma_serves(*rop, *cop);
+  if (tensor) {
+    sb.dot = float(3 * sd.d + 8) * 0x1p-22f;
+    sb.sub = 0x1p-25f * std::sqrt(float(sd.d));
+    sb.sub_p = 1.f / cop->scale;
+    sb.sub_q = 1.f / rop->scale;
+    launch_c_transform_mma(sd, *rop, *cop, sc.h.get(), s, sms, sc, splits, stream);
+  } else switch (ct_width(sd.d)) {
+    case 1: launch_small<1>(sd, sc.h.get(), s, sms, sc, splits, stream); break;
+    case 2: launch_small<2>(sd, sc.h.get(), s, sms, sc, splits, stream); break;
+    case 3: launch_small<3>(sd, sc.h.get(), s, sms, sc, splits, stream); break;
+    case 4: launch_small<4>(sd, sc.h.get(), s, sms, sc, splits, stream); break;
+    case 6: launch_small<6>(sd, sc.h.get(), s, sms, sc, splits, stream); break;
+    case 8: launch_small<8>(sd, sc.h.get(), s, sms, sc, splits, stream); break;
+    case 12: launch_small<12>(sd, sc.h.get(), s, sms, sc, splits, stream); break;
+    case 16: launch_small<16>(sd, sc.h.get(), s, sms, sc, splits, stream); break;
+    default: launch_tiled(sd, sc.h.get(), s, sms, sc, splits, stream); break;
+  }
+  ct_merge_kernel<<<div_up(sd.nrows, 256), 256, 0, stream>>>(sd, sc.h.get(), s, splits, sb, sc.maxima.get(),
+                                                              sc.best.get(), sc.second.get(), sc.arg.get(),
+                                                              sc.values.get(), sc.list.get(), sc.counters.get());
+  FLASHOT_CUDA_CHECK_LAUNCH();
+  ct_refine_kernel<<<std::max(1, 2 * sms), kRefineThreads, 0, stream>>>(sd, sc.h.get(), s, sb, sc.maxima.get(),
+                                                                        sc.best.get(), sc.list.get(),
+                                                                        sc.counters.get(), sc.values.get());
+  FLASHOT_CUDA_CHECK_LAUNCH();
+  sc.values.download(values.first(sd.nrows), stream);
+  // best[i] now holds the argmin's bits (merge or refine kernel).
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(index.data(), sc.best.get(), sizeof(std::int32_t) * sd.nrows,
+                                     cudaMemcpyDeviceToHost, stream));
+  FLASHOT_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+}  // namespace flashot::detail::cuda

@@ -1,0 +1,291 @@
+// The hard c-transform (Problem::c_transform) on every backend against an fp64 brute force over the points as
+// given (no centring): values, argmins, ties (lowest index), both sides, shards, gradients by finite differences.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend_fixture.hpp"
+#include "problems.hpp"
+
+namespace flashot::test {
+namespace {
+
+struct Brute {
+  std::vector<double> values;
+  std::vector<std::int32_t> index;
+  double scale = 0;  // max |value|, for tolerances
+};
+
+/// value_i = min_j (s‖p_i − q_j‖² − h_j) in fp64, the first j of an exact tie.
+Brute brute_force(const std::vector<float>& p, std::size_t np, const std::vector<float>& q, std::size_t nq,
+                  std::size_t d, const std::vector<float>& h, double s) {
+  Brute b;
+  b.values.resize(np);
+  b.index.resize(np);
+  for (std::size_t i = 0; i < np; ++i) {
+    double best = std::numeric_limits<double>::infinity();
+    std::int32_t at = -1;
+    for (std::size_t j = 0; j < nq; ++j) {
+      double dist = 0;
+      for (std::size_t c = 0; c < d; ++c) {
+        const double diff = static_cast<double>(p[i * d + c]) - q[j * d + c];
+        dist += diff * diff;
+      }
+      const double v = s * dist - h[j];
+      if (v < best) best = v, at = static_cast<std::int32_t>(j);
+    }
+    b.values[i] = best;
+    b.index[i] = at;
+    b.scale = std::max(b.scale, std::abs(best));
+  }
+  return b;
+}
+
+/// s‖p_i − q_j‖² − h_j in fp64 for one pair.
+double pair_value(const std::vector<float>& p, std::size_t i, const std::vector<float>& q, std::size_t j,
+                  std::size_t d, const std::vector<float>& h, double s) {
+  double dist = 0;
+  for (std::size_t c = 0; c < d; ++c) {
+    const double diff = static_cast<double>(p[i * d + c]) - q[j * d + c];
+    dist += diff * diff;
+  }
+  return s * dist - h[j];
+}
+
+std::vector<float> random_potential(std::size_t n, std::uint64_t seed, double scale) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-scale, scale);
+  std::vector<float> h(n);
+  for (float& v : h) v = static_cast<float>(u(rng));
+  return h;
+}
+
+class CTransformTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const auto b = available_backends();
+    if (std::find(b.begin(), b.end(), GetParam()) == b.end()) {
+      if (GetParam() == "cuda" && cuda_required())
+        FAIL() << "FLASHOT_REQUIRE_CUDA=1 but the CUDA backend is not available (not compiled in, or no device)";
+      GTEST_SKIP() << "backend '" << GetParam() << "' is not available here (not compiled in, or no device)";
+    }
+  }
+  BackendOptions options() const { return backend_options(GetParam()); }
+
+  /// Engine against brute force on one side: values to 1e-5 of the scale, and every argmin either the reference's
+  /// or one whose fp64 value is within that tolerance of the minimum (the centring's fp32 rounding may reorder a
+  /// near tie the reference resolves on the uncentred points). Returns the number of differing argmins.
+  static int expect_matches(const CTransform& t, const Brute& ref, const std::vector<float>& p,
+                            const std::vector<float>& q, std::size_t d, const std::vector<float>& h, double s,
+                            const std::string& what) {
+    EXPECT_EQ(t.values.size(), ref.values.size()) << what;
+    const double tol = 1e-5 * std::max(1.0, ref.scale);
+    int differing = 0;
+    for (std::size_t i = 0; i < ref.values.size(); ++i) {
+      EXPECT_NEAR(t.values[i], ref.values[i], tol) << what << " row " << i;
+      if (t.index[i] != ref.index[i]) {
+        ++differing;
+        EXPECT_NEAR(pair_value(p, i, q, static_cast<std::size_t>(t.index[i]), d, h, s), ref.values[i], tol)
+            << what << " row " << i << ": argmin " << t.index[i] << " vs " << ref.index[i];
+      }
+    }
+    return differing;
+  }
+};
+
+TEST_P(CTransformTest, MatchesTheFp64BruteForceAtEveryWidthOnBothSides) {
+  for (const std::size_t d : {1, 3, 8, 16, 64, 100}) {
+    for (const auto& [n, m] : {std::pair<std::size_t, std::size_t>{300, 257}, {97, 1200}}) {
+      const TestProblem pr = make_problem({.n = n, .m = m, .d = d, .seed = 40 + d});
+      Problem problem(pr.xv(), pr.yv(), {}, {}, options());
+      // Potentials of the size of the costs, so that they move the argmin away from the nearest point.
+      const std::vector<float> g = random_potential(m, 7 + d, 0.3 * d);
+      const std::vector<float> f = random_potential(n, 9 + d, 0.3 * d);
+      for (const Cost cost : {Cost::kSquaredEuclidean, Cost::kHalfSquaredEuclidean}) {
+        const double s = cost == Cost::kSquaredEuclidean ? 1.0 : 0.5;
+        const std::string what = GetParam() + " d=" + std::to_string(d) + " n=" + std::to_string(n) +
+                                 " m=" + std::to_string(m) + " s=" + std::to_string(s);
+        const CTransform rows = problem.c_transform(Side::kSource, g, cost);
+        const int dr = expect_matches(rows, brute_force(pr.x, n, pr.y, m, d, g, s), pr.x, pr.y, d, g, s,
+                                      what + " rows");
+        const CTransform cols = problem.c_transform(Side::kTarget, f, cost);
+        const int dc = expect_matches(cols, brute_force(pr.y, m, pr.x, n, d, f, s), pr.y, pr.x, d, f, s,
+                                      what + " columns");
+        // Random data has no near ties at this tolerance beyond a handful.
+        EXPECT_LE(dr + dc, 2) << what;
+      }
+    }
+  }
+}
+
+TEST_P(CTransformTest, EveryCudaScoreFamilyMatchesTheBruteForce) {
+  if (GetParam() != "cuda") GTEST_SKIP() << "the score families are the CUDA backend's";
+  // Each family forced (CudaTuning::kernel): the register pass (d ≤ 16), the tiled fp32 pass, the split-fp16
+  // tensor-core pass (d > 16), with and without the warpgroup kernels elsewhere in the problem.
+  for (const std::size_t d : {3, 16, 24, 64, 100, 130}) {
+    const std::size_t n = 700, m = 900;
+    const TestProblem pr = make_problem({.n = n, .m = m, .d = d, .seed = 70 + d});
+    const std::vector<float> g = random_potential(m, 17 + d, 0.2 * d);
+    const Brute ref = brute_force(pr.x, n, pr.y, m, d, g, 1.0);
+    std::vector<ScoreKernel> families = {ScoreKernel::kAuto, ScoreKernel::kTiled};
+    if (d <= 16) families.push_back(ScoreKernel::kRegister);
+    if (d <= 128) families.push_back(ScoreKernel::kTensor);
+    for (const ScoreKernel family : families) {
+      BackendOptions o = options();
+      o.cuda.kernel = family;
+      Problem problem(pr.xv(), pr.yv(), {}, {}, o);
+      const CTransform t = problem.c_transform(Side::kSource, g);
+      const int differing = expect_matches(t, ref, pr.x, pr.y, d, g, 1.0,
+                                           "d=" + std::to_string(d) + " family " + to_string(family));
+      EXPECT_LE(differing, 2) << "d=" << d << " family " << to_string(family);
+    }
+  }
+}
+
+TEST_P(CTransformTest, ExactTiesGoToTheLowestIndex) {
+  // Integer lattice targets, each present three times (with equal potentials), and sources at midpoints between
+  // two lattice points: every row has exact ties, resolved to the lowest index in any arithmetic.
+  for (const std::size_t d : {2, 3, 20}) {
+    const std::size_t base = 40;
+    std::vector<float> y;
+    std::mt19937_64 rng(5 + d);
+    std::uniform_int_distribution<int> coord(-6, 6);
+    std::vector<float> pts(base * d);
+    for (float& v : pts) v = static_cast<float>(coord(rng));
+    for (int copy = 0; copy < 3; ++copy) y.insert(y.end(), pts.begin(), pts.end());
+    const std::size_t m = 3 * base;
+    std::vector<float> x;
+    for (std::size_t i = 0; i + 1 < base; ++i)
+      for (std::size_t c = 0; c < d; ++c) x.push_back(0.5f * (pts[i * d + c] + pts[(i + 1) * d + c]));
+    const std::size_t n = base - 1;
+    const std::vector<float> g(m, 0.0f);
+    Problem problem({x, n, d}, {y, m, d}, {}, {}, options());
+    const CTransform t = problem.c_transform(Side::kSource, g);
+    const Brute ref = brute_force(x, n, y, m, d, g, 1.0);
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(t.index[i], ref.index[i]) << GetParam() << " d=" << d << " row " << i;
+      EXPECT_LT(t.index[i], static_cast<std::int32_t>(base)) << "the first copy is the lowest index";
+      EXPECT_DOUBLE_EQ(t.values[i], static_cast<float>(ref.values[i]));
+    }
+    // The column side: every copy of a lattice point gets the same source.
+    const std::vector<float> f(n, 0.0f);
+    const CTransform c = problem.c_transform(Side::kTarget, f);
+    const Brute cref = brute_force(y, m, x, n, d, f, 1.0);
+    for (std::size_t j = 0; j < m; ++j) EXPECT_EQ(c.index[j], cref.index[j]) << GetParam() << " column " << j;
+  }
+}
+
+TEST_P(CTransformTest, ShardsGiveTheOneDeviceResultExactly) {
+  const TestProblem pr = make_problem({.n = 301, .m = 230, .d = 5, .seed = 3});
+  const std::vector<float> g = random_potential(pr.m, 1, 1.0), f = random_potential(pr.n, 2, 1.0);
+  Problem one(pr.xv(), pr.yv(), {}, {}, options());
+  std::vector<BackendOptions> layouts;
+  BackendOptions host = options();
+  host.shards = 3;  // combined on the host (one device, or the CPU)
+  host.nccl = false;
+  layouts.push_back(host);
+  const char* gpus = std::getenv("FLASHOT_TEST_GPUS");
+  if (GetParam() == "cuda" && gpus != nullptr && std::atoi(gpus) >= 2) {
+    BackendOptions nccl = options();  // one shard per device, combined through NCCL
+    nccl.devices = {0, 1};
+    layouts.push_back(nccl);
+  }
+  for (const BackendOptions& layout : layouts) {
+    Problem sharded(pr.xv(), pr.yv(), {}, {}, layout);
+    for (const Side side : {Side::kSource, Side::kTarget}) {
+      const std::vector<float>& h = side == Side::kSource ? g : f;
+      const CTransform a = one.c_transform(side, h), b = sharded.c_transform(side, h);
+      EXPECT_EQ(a.index, b.index) << sharded.device_name();
+      EXPECT_EQ(a.values, b.values) << sharded.device_name();
+    }
+  }
+}
+
+TEST_P(CTransformTest, ThroughASolutionUsesItsPotentialsAndCost) {
+  const TestProblem pr = make_problem({.n = 120, .m = 90, .d = 3, .seed = 8});
+  Problem problem(pr.xv(), pr.yv(), pr.a, pr.b, options());
+  SolveOptions o;
+  o.cost = Cost::kHalfSquaredEuclidean;
+  o.blur = 0.1;
+  const SolveResult s = problem.solve(o);
+  const CTransform t = problem.c_transform(s, Side::kSource);
+  const Brute ref = brute_force(pr.x, pr.n, pr.y, pr.m, pr.d, s.g, 0.5);
+  expect_matches(t, ref, pr.x, pr.y, pr.d, s.g, 0.5, GetParam());
+  EXPECT_EQ(t.cost, Cost::kHalfSquaredEuclidean);
+}
+
+TEST_P(CTransformTest, GradientsMatchFiniteDifferences) {
+  const std::size_t n = 40, m = 60, d = 3;
+  const TestProblem pr = make_problem({.n = n, .m = m, .d = d, .seed = 12});
+  const std::vector<float> g = random_potential(m, 4, 0.2);
+  const std::vector<float> w = random_potential(n, 6, 1.0);
+  Problem problem(pr.xv(), pr.yv(), {}, {}, options());
+  const CTransform t = problem.c_transform(Side::kSource, g);
+  const CTransformGradient grad = problem.c_transform_gradient(t, w);
+  ASSERT_EQ(grad.points.size(), n * d);
+  ASSERT_EQ(grad.potential.size(), m);
+  ASSERT_EQ(grad.other.size(), m * d);
+  const auto loss = [&](const std::vector<float>& x, const std::vector<float>& y, const std::vector<float>& h) {
+    Problem q({x, n, d}, {y, m, d}, {}, {}, options());
+    const CTransform c = q.c_transform(Side::kSource, h);
+    double l = 0;
+    for (std::size_t i = 0; i < n; ++i) l += static_cast<double>(w[i]) * c.values[i];
+    return l;
+  };
+  const double step = 1e-3;
+  // Points: central differences (the argmin does not change for a step this small on random data).
+  for (std::size_t i = 0; i < n; i += 7)
+    for (std::size_t c = 0; c < d; ++c) {
+      std::vector<float> xp = pr.x, xm = pr.x;
+      xp[i * d + c] += static_cast<float>(step);
+      xm[i * d + c] -= static_cast<float>(step);
+      const double fd = (loss(xp, pr.y, g) - loss(xm, pr.y, g)) / (xp[i * d + c] - xm[i * d + c]);
+      EXPECT_NEAR(grad.points[i * d + c], fd, 2e-3 * (1 + std::abs(fd))) << "x row " << i << " coord " << c;
+    }
+  for (std::size_t j = 0; j < m; j += 5) {
+    std::vector<float> hp = g, hm = g;
+    hp[j] += static_cast<float>(step);
+    hm[j] -= static_cast<float>(step);
+    const double fd = (loss(pr.x, pr.y, hp) - loss(pr.x, pr.y, hm)) / (hp[j] - hm[j]);
+    EXPECT_NEAR(grad.potential[j], fd, 2e-3 * (1 + std::abs(fd))) << "h " << j;
+    for (std::size_t c = 0; c < d; ++c) {
+      std::vector<float> yp = pr.y, ym = pr.y;
+      yp[j * d + c] += static_cast<float>(step);
+      ym[j * d + c] -= static_cast<float>(step);
+      const double fy = (loss(pr.x, yp, g) - loss(pr.x, ym, g)) / (yp[j * d + c] - ym[j * d + c]);
+      EXPECT_NEAR(grad.other[j * d + c], fy, 2e-3 * (1 + std::abs(fy))) << "y row " << j << " coord " << c;
+    }
+  }
+}
+
+TEST_P(CTransformTest, RefusesBadInputNamingIt) {
+  const TestProblem pr = make_problem({.n = 10, .m = 12, .d = 2, .seed = 1});
+  Problem problem(pr.xv(), pr.yv(), {}, {}, options());
+  std::vector<float> h(11, 0.0f);
+  try {
+    (void)problem.c_transform(Side::kSource, h);
+    FAIL() << "a wrong size must throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("12"), std::string::npos) << e.what();
+  }
+  h.assign(12, 0.0f);
+  h[4] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    (void)problem.c_transform(Side::kSource, h);
+    FAIL() << "a NaN must throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("g[4]"), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CTransformTest, ::testing::ValuesIn(backends_under_test()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace flashot::test
