@@ -398,6 +398,24 @@ class PlanBackend final : public Backend {
       std::copy_n(vp.data() + i * k, k, values.data() + dst * k);
     }
   }
+  void c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
+                   std::span<std::int32_t> index) const override {
+    // Over every pair (no pattern plays a part): h to the level's order, values and argmins back to the caller's.
+    const bool source = rows == Side::kSource;
+    const Side other = source ? Side::kTarget : Side::kSource;
+    const ClusterTree* own = source ? L_.tx.get() : L_.ty.get();
+    const ClusterTree* far = source ? L_.ty.get() : L_.tx.get();
+    std::vector<float> hp(h.size());
+    L_.from_input(h, 1, other, hp);
+    std::vector<double> vp(values.size());
+    std::vector<std::int32_t> ip(index.size());
+    L_.backend->c_transform(cost_scale, rows, hp, vp, ip);
+    for (std::size_t i = 0; i < vp.size(); ++i) {
+      const std::size_t dst = own ? own->order[i] : i;
+      values[dst] = vp[i];
+      index[dst] = far ? static_cast<std::int32_t>(far->order[static_cast<std::size_t>(ip[i])]) : ip[i];
+    }
+  }
   EngineStatistics statistics() const override { return L_.backend->statistics(); }
 
  private:

@@ -400,7 +400,12 @@ SolveResult run_sinkhorn(Backend& backend, const SolveInputs& in, const SolveOpt
 double solve_marginal_error(const Backend& backend, const SolveInputs& in, const std::vector<float>& f,
                             const std::vector<float>& g, double epsilon, double s, double rho_x, double rho_y,
                             double mass_a) {
-  return marginal_error(backend, in, Potentials{f, g}, epsilon, s, rho_x, rho_y, mass_a);
+  // The soft c-transforms of the potentials the backend holds (f, g: the same, read back by the caller).
+  std::vector<float> fh(f.size()), gh(g.size());
+  const PlanParams pp{epsilon, s};
+  backend.softmin(pp, Side::kSource, fh);
+  backend.softmin(pp, Side::kTarget, gh);
+  return marginal_error(in, f, fh, g, gh, epsilon, rho_x, rho_y, mass_a);
 }
 double solve_dual_cost(const SolveInputs& in, const std::vector<float>& f, const std::vector<float>& g, double rho_x,
                        double rho_y) {
