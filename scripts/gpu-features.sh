@@ -5,7 +5,8 @@
 # GW, compute-sanitizer. Each step has a time limit (T_* variables); STEPS picks steps.
 # Carry .gpu (gpu.tar.xz from scripts/pack-gpu-build.sh, mpi.tar.xz from scripts/pack-mpi.sh), .peers/fs (the
 # FlashSinkhorn wheel alone, from tests/bench/peers/fetch-peer-wheels.sh) and, for the Python step, .pywheel (a
-# cp312 wheel built with FLASHOT_IO=OFF, FLASHOT_CUDA=ON: docs/python.md).
+# cp312 wheel built with FLASHOT_IO=OFF, FLASHOT_CUDA=ON: docs/python.md, with libsleef.so.3 beside it; the Python
+# step needs nothing else, so it may run in a call of its own when everything together exceeds the carry limit).
 # usage (GPU machine, repository root): OUT=dir [STEPS="tests mpi batch ctl multiscale python gw sanitize"]
 #        scripts/gpu-features.sh
 set -uo pipefail
@@ -13,7 +14,9 @@ T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 STEPS=${STEPS:-tests mpi batch ctl multiscale python gw sanitize}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 G=.gpu
-python3 -c "import tarfile; tarfile.open('$G/gpu.tar.xz').extractall('$G')" || exit 1
+if [[ -f $G/gpu.tar.xz ]]; then
+  python3 -c "import tarfile; tarfile.open('$G/gpu.tar.xz').extractall('$G')" || exit 1
+fi
 if [[ -f $G/mpi.tar.xz ]]; then
   python3 -c "import tarfile; tarfile.open('$G/mpi.tar.xz').extractall('$G', filter='tar')" || exit 1
   cp -r $G/mpi/openmpi $G/gpu/ && cp $G/mpi/tests/engine/flashot_engine_tests $G/gpu/tests/engine/flashot_engine_tests
@@ -54,7 +57,7 @@ if has python && compgen -G ".pywheel/*.whl" > /dev/null; then
   el "Python package on CUDA tensors"
   site=/tmp/flashot-site; rm -rf $site; mkdir -p $site
   python3 -m pip install -q --no-index --no-deps --no-compile --target $site .pywheel/*.whl &&
-    cp $B/lib/libsleef.so.3 $site/ 2>/dev/null
+    cp .pywheel/libsleef.so.3 $site/ 2>/dev/null
   ( export PYTHONPATH=$site LD_LIBRARY_PATH=$site:$LD_LIBRARY_PATH FLASHOT_REQUIRE_CUDA=1
     timeout ${T_PY:-90} python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 | tail -15
     timeout 40 python3 tests/bench/python_overhead.py --torch 2>&1 | tail -12 ) > $L/python.log 2>&1
