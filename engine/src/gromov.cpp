@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -77,7 +78,8 @@ bool solve_small(std::vector<double>& g, std::vector<double>& rhs, std::size_t k
 /// extrapolated from the last `memory` residuals r = S(z) − z (type-II Anderson mixing), with a restart whenever
 /// the residual grows. The answer is always the engine's own iterate S(z) and its own marginal-error check, so
 /// the acceleration changes the path, never the fixed point or the stopping rule.
-SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int block, bool balanced) {
+SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int block, bool balanced,
+                           bool drift_jumps) {
   const std::size_t n = problem.n(), m = problem.m(), len = n + m;
   const double tol = so.tolerance;
   const int budget = so.max_iterations, check_every = so.check_every;
@@ -88,7 +90,11 @@ SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int bl
   std::vector<std::vector<double>> dz, dr, gram;  // differences of iterates and residuals, Gram matrix of dr
   double best = std::numeric_limits<double>::infinity();
   double best_check = std::numeric_limits<double>::infinity();
-  int stalled = 0;
+  int stalled = 0, restarts = 0;
+  bool drift = drift_jumps;
+  double kappa = 1, check_error = 0, jump_error = 0;
+  std::vector<double> check_point, jump_from;
+  bool restart = false;
   int done = 0, since_check = 0;
   SolveResult last;
   bool have_z = false;
@@ -158,7 +164,10 @@ SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int bl
         best_check = s.marginal_error;
         stalled = 0;
       } else if (++stalled >= 5) {
-        memory = 0;
+        // Restart the memory from the plain iterate; after three restarts without progress, plain iterations.
+        stalled = 0;
+        restart = true;
+        if (++restarts > 3) memory = 0;
       }
     }
     if (norm == 0 && check) {
@@ -170,15 +179,58 @@ SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int bl
                   " iterations";
       return s;
     }
+    const double error_now = s.marginal_error;
     last = std::move(s);
     fallback.resize(len);
     for (std::size_t i = 0; i < n; ++i) fallback[i] = last.f[i];
     for (std::size_t j = 0; j < m; ++j) fallback[n + j] = last.g[j];
+    if (check && drift) {
+      // Drift extrapolation (docs/gromov-wasserstein.md §4): a plateau of the marginal error is a slow mode that
+      // moves the potentials of a whole group of points at a constant rate (mass that must cross between cell
+      // types whose costs differ by far more than ε: the group's potentials must shift by that gap, a little per
+      // iteration). Along it the iterates drift in a straight line, so the step from the last check is repeated
+      // κ times, κ doubling while the plateau lasts. A jump that made the error worse is undone and ends the
+      // extrapolation for this solve.
+      bool jumped = false;
+      if (!jump_from.empty() && error_now > 1.5 * jump_error) {
+        z = jump_from;  // undo: back to the iterate before the jump
+        drift = false;
+        check_point.clear();
+        dz.clear();
+        dr.clear();
+        gram.clear();
+        z_prev.clear();
+        jump_from.clear();
+        continue;
+      }
+      jump_from.clear();
+      // A jump needs a check after it inside the budget, so that a bad one is undone before the solve returns.
+      const bool room = done + check_every < budget;
+      if (room && !check_point.empty() && error_now > 0.97 * check_error && error_now > 10 * tol) {
+        jump_from = fallback;
+        jump_error = error_now;
+        for (std::size_t i = 0; i < len; ++i) z[i] = fallback[i] + kappa * (fallback[i] - check_point[i]);
+        kappa = std::min(2 * kappa, 256.0);
+        jumped = true;
+      } else {
+        kappa = 1;
+      }
+      check_point = fallback;
+      check_error = error_now;
+      if (jumped) {
+        dz.clear();
+        dr.clear();
+        gram.clear();
+        z_prev.clear();
+        continue;
+      }
+    }
     if (memory <= 0) {
       z = fallback;
       continue;
     }
-    if (norm > 4 * best) {  // diverging extrapolation: restart from the plain iterate
+    if (norm > 4 * best || restart) {  // diverging or stalled extrapolation: restart from the plain iterate
+      restart = false;
       dz.clear();
       dr.clear();
       gram.clear();
@@ -318,8 +370,49 @@ const Problem& GromovProblem::problem() const {
   return *impl_->problem;
 }
 
-GromovResult GromovProblem::solve(const GromovOptions& o) {
-  Impl& p = *impl_;
+namespace {
+
+/// What a coarse level hands to the next finer one: the moments its last cost was built from, and that cost's
+/// true potentials on the coarse points (docs/gromov-wasserstein.md §7), with the coarse points' indices.
+struct LevelState {
+  detail::PlanMoments cost_moments;
+  std::vector<double> f_true, g_true;
+  std::vector<std::size_t> rows, cols;  // indices into the finer level's points
+  double weight_a = 1, weight_b = 1;    // the coarse weights are the finer ones at rows/cols times these
+};
+
+/// The moments the next linearized cost is built from (§2), as one vector: the outer loop's second stopping test
+/// compares it between iterations (a plan drifting along a direction that barely changes the objective still
+/// changes these).
+std::vector<double> cost_moment_vector(const detail::PlanMoments& mo) {
+  std::vector<double> v{mo.mass, mo.c_ny, mo.r_nx, mo.k};
+  for (const auto* part : {&mo.xbar, &mo.ybar, &mo.cross, &mo.w, &mo.z}) v.insert(v.end(), part->begin(), part->end());
+  return v;
+}
+
+/// `count` indices of [0, n), a fixed-seed uniform sample, sorted.
+std::vector<std::size_t> sample_indices(std::size_t n, std::size_t count, std::uint64_t seed) {
+  std::vector<std::size_t> all(n);
+  for (std::size_t i = 0; i < n; ++i) all[i] = i;
+  std::mt19937_64 rng(seed);
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uniform_int_distribution<std::size_t> pick(i, n - 1);
+    std::swap(all[i], all[pick(rng)]);
+  }
+  all.resize(count);
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int level, LevelState* out);
+
+}  // namespace
+
+GromovResult GromovProblem::solve(const GromovOptions& o) { return solve_level(*impl_, o, 0, nullptr); }
+
+namespace {
+
+GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int level, LevelState* out) {
   require(o.alpha >= 0 && o.alpha <= 1, "alpha must be in [0, 1]", o.alpha);
   if (o.alpha < 1 && p.e == 0)
     throw std::invalid_argument("alpha < 1 weighs a feature term, but no features (u, v) were given (alpha = " +
@@ -349,6 +442,10 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
   require(std::isfinite(o.annealing_tolerance) && o.annealing_tolerance > 0, "annealing_tolerance must be > 0",
           o.annealing_tolerance);
   require(o.annealing_iterations >= 0, "annealing_iterations must be ≥ 0", o.annealing_iterations);
+  require(std::isfinite(o.moment_tolerance) && o.moment_tolerance >= 0, "moment_tolerance must be ≥ 0",
+          o.moment_tolerance);
+  require(o.coarse_points >= 0, "coarse_points must be ≥ 0 (0 = no coarse start)", o.coarse_points);
+  require(std::isfinite(o.coarse_factor) && o.coarse_factor > 1, "coarse_factor must be > 1", o.coarse_factor);
 
   const auto start = std::chrono::steady_clock::now();
   const double eps = o.epsilon;
@@ -381,9 +478,70 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
     }
   }
 
+  GromovResult result;
+  // ---- Coarse-to-fine start (§7): the same loop on a subsample, whose last cost and potentials start this one. --
+  LevelState coarse;
+  bool have_coarse = false;
+  if (o.coarse_points > 0 && std::max(p.n, p.m) > 2 * static_cast<std::size_t>(o.coarse_points)) {
+    const auto size = [&](std::size_t count) {
+      const auto scaled = static_cast<std::size_t>(std::ceil(static_cast<double>(count) / o.coarse_factor));
+      return std::min(count, std::max(static_cast<std::size_t>(o.coarse_points), scaled));
+    };
+    GromovProblem::Impl sub;
+    sub.n = size(p.n);
+    sub.m = size(p.m);
+    sub.p = p.p;
+    sub.q = p.q;
+    sub.e = p.e;
+    sub.backend = p.backend;
+    coarse.rows = sample_indices(p.n, sub.n, 0x9e3779b97f4a7c15ULL ^ (p.n * 31 + level));
+    coarse.cols = sample_indices(p.m, sub.m, 0xc2b2ae3d27d4eb4fULL ^ (p.m * 37 + level));
+    const auto take = [](const auto& from, const std::vector<std::size_t>& idx, std::size_t d, auto& to) {
+      to.resize(idx.size() * d);
+      for (std::size_t k = 0; k < idx.size(); ++k)
+        for (std::size_t c = 0; c < d; ++c) to[k * d + c] = from[idx[k] * d + c];
+    };
+    take(p.x, coarse.rows, p.p, sub.x);
+    take(p.y, coarse.cols, p.q, sub.y);
+    if (p.e > 0) {
+      take(p.u, coarse.rows, p.e, sub.u);
+      take(p.v, coarse.cols, p.e, sub.v);
+    }
+    take(p.a, coarse.rows, 1, sub.a);
+    take(p.b, coarse.cols, 1, sub.b);
+    // The subsample carries the whole mass, so that its moments estimate this level's.
+    double ta = 0, sa = 0, tb = 0, sb = 0;
+    for (float w : p.a) ta += w;
+    for (float w : sub.a) sa += w;
+    for (float w : p.b) tb += w;
+    for (float w : sub.b) sb += w;
+    coarse.weight_a = sa > 0 ? ta / sa : 1;
+    coarse.weight_b = sb > 0 ? tb / sb : 1;
+    for (float& w : sub.a) w = static_cast<float>(w * coarse.weight_a);
+    for (float& w : sub.b) w = static_cast<float>(w * coarse.weight_b);
+    GromovOptions so = o;
+    if (o.progress)
+      so.progress = [&o](const GromovProgress& pr) { return o.progress(pr); };
+    const GromovResult cr = solve_level(sub, so, level + 1, &coarse);
+    result.coarse_history = cr.coarse_history;
+    result.coarse_history.insert(result.coarse_history.end(), cr.history.begin(), cr.history.end());
+    result.coarse_inner_iterations = cr.coarse_inner_iterations + cr.inner_iterations;
+    result.coarse_seconds = cr.seconds;
+    if (cr.reason == StopReason::kCancelled) {
+      result.reason = cr.reason;
+      result.message = "coarse level (" + std::to_string(sub.n) + " × " + std::to_string(sub.m) + "): " + cr.message;
+      result.seconds = cr.seconds;
+      return result;
+    }
+    // A coarse level that went non-finite hands nothing over: this level starts from a bᵀ as without one.
+    have_coarse = cr.reason != StopReason::kNonFinite && !coarse.f_true.empty();
+  }
+
   // The moments of P_0 = a bᵀ: row i of P_0·H is a_i·Σ_j b_j H_j.
   detail::PlanMoments moments;
-  {
+  if (have_coarse) {
+    moments = coarse.cost_moments;
+  } else {
     const std::vector<double> h = detail::moment_values(p.y, p.m, p.q);
     std::vector<double> col(kh, 0.0);
     for (std::size_t j = 0; j < p.m; ++j)
@@ -394,7 +552,6 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
     moments = detail::reduce_moments(p.x, p.n, p.p, std::span<const double>(rows), kh, p.q);
   }
 
-  GromovResult result;
   result.epsilon = eps;
   std::vector<double> f_true, g_true;  // potentials of the true cost C (docs/gromov-wasserstein.md §4)
   double previous = std::numeric_limits<double>::quiet_NaN();
@@ -402,12 +559,14 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
   std::vector<float> phi(p.n * dim), psi(p.m * dim), wa(p.n), wb(p.m);
   std::vector<double> sep_a(p.n), sep_b(p.m);
   bool stop = false;
+  std::vector<double> previous_moments;
 
   double eps_t = eps * std::max(1.0, o.annealing_start);
   bool previous_final = false;
   double adaptive_cap = o.first_tolerance;
   for (int t = 1; t <= o.max_outer && !stop; ++t) {
     const auto t_start = std::chrono::steady_clock::now();
+    if (out) out->cost_moments = moments;
     // ---- The linearized cost at the current plan as ‖Φ_i − Ψ_j‖² + A_i + B_j. ----------------------------------
     std::fill(sep_a.begin(), sep_a.end(), 0.0);
     std::fill(sep_b.begin(), sep_b.end(), 0.0);
@@ -486,6 +645,56 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
     so.reach_source = o.reach_source;
     so.reach_target = o.reach_target;
     so.diagnostics = false;
+    // Dense inner solves at every size: the Anderson loop calls the engine for one block of iterations at a time
+    // from given potentials, where the multiscale solver (auto at n·m ≥ 4·10⁹: the 100k and 1M targets) would
+    // redo its coarse stages at every call; and the augmented points (e + p + 1 dimensions, the GW columns
+    // changing every outer iteration) give its block bounds little to prune.
+    so.multiscale = Multiscale::kOff;
+    if (t == 1 && have_coarse) {
+      // The coarse level's last cost is this one's first (same moments, the same function of i and j), and its
+      // potentials are that cost's on the coarse points. Soft c-transforms carry them to every point here: one
+      // f-update of the engine against the coarse target points gives f^E (docs/gromov-wasserstein.md §7), and
+      // the same with the roles swapped (the cost is symmetric) gives g^E.
+      const auto transfer = [&](const std::vector<float>& rows_pts, std::size_t nr, const std::vector<float>& w_rows,
+                                const std::vector<float>& cols_pts, const std::vector<std::size_t>& idx,
+                                const std::vector<float>& w_cols, double scale, const std::vector<double>& h_true,
+                                const std::vector<double>& sep_cols, double share_cols, double rho_rows,
+                                double rho_cols) {
+        std::vector<float> pts(idx.size() * dim), w(idx.size());
+        SolveOptions to;
+        to.initial_g.resize(idx.size());
+        for (std::size_t k = 0; k < idx.size(); ++k) {
+          for (std::size_t c = 0; c < dim; ++c) pts[k * dim + c] = cols_pts[idx[k] * dim + c];
+          w[k] = static_cast<float>(w_cols[idx[k]] * scale);
+          to.initial_g[k] = static_cast<float>(h_true[k] - share_cols * sep_cols[idx[k]]);
+        }
+        Problem transfer_problem(PointsView{rows_pts, nr, dim}, PointsView{pts, idx.size(), dim}, w_rows, w,
+                                 p.backend);
+        to.epsilon = eps_t;
+        to.max_iterations = 1;
+        to.tolerance = 0;
+        to.scheme = Scheme::kAlternating;  // f from g first
+        to.reach_source = std::sqrt(rho_rows);
+        to.reach_target = std::sqrt(rho_cols);
+        to.diagnostics = false;
+        to.multiscale = Multiscale::kOff;
+        const SolveResult r = transfer_problem.solve(to);
+        return std::vector<double>(r.f.begin(), r.f.end());
+      };
+      const std::vector<double> fe = transfer(phi, p.n, wa, psi, coarse.cols, wb, coarse.weight_b, coarse.g_true,
+                                              sep_b, separable.target_share(), rho_x, rho_y);
+      const std::vector<double> ge = transfer(psi, p.m, wb, phi, coarse.rows, wa, coarse.weight_a, coarse.f_true,
+                                              sep_a, separable.source_share(), rho_y, rho_x);
+      bool finite = true;
+      for (double v : fe) finite &= std::isfinite(v);
+      for (double v : ge) finite &= std::isfinite(v);
+      if (finite) {
+        f_true.resize(p.n);
+        g_true.resize(p.m);
+        for (std::size_t i = 0; i < p.n; ++i) f_true[i] = fe[i] + separable.source_share() * sep_a[i];
+        for (std::size_t j = 0; j < p.m; ++j) g_true[j] = ge[j] + separable.target_share() * sep_b[j];
+      }
+    }
     const bool warm = o.warm_start && !f_true.empty();
     if (tol_t == 0) so.epsilon = eps_t;
     if (tol_t == 0) {
@@ -518,7 +727,8 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
       };
     }
     SolveResult s = (o.anderson_memory >= 0 && tol_t > 0)
-                        ? anderson_solve(*p.problem, so, o.anderson_memory, o.anderson_block, rho_x == 0 && rho_y == 0)
+                        ? anderson_solve(*p.problem, so, o.anderson_memory, o.anderson_block, rho_x == 0 && rho_y == 0,
+                                         o.drift_jumps)
                         : p.problem->solve(so);
     result.inner_iterations += s.iterations;
     result.outer_iterations = t;
@@ -552,16 +762,33 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
       }
     }
     const double energy = detail::gw_energy(moments);
+    double moment_change = std::numeric_limits<double>::quiet_NaN();
+    {
+      std::vector<double> now = cost_moment_vector(moments);
+      if (!previous_moments.empty()) {
+        double diff = 0, norm = 0;
+        for (std::size_t c = 0; c < now.size(); ++c) {
+          diff += (now[c] - previous_moments[c]) * (now[c] - previous_moments[c]);
+          norm += now[c] * now[c];
+        }
+        moment_change = std::sqrt(diff / std::max(norm, 1e-300));
+      }
+      previous_moments = std::move(now);
+    }
     const double objective = (1 - o.alpha) * feature_cost + o.alpha * energy;
     const double change =
         std::isfinite(previous) ? std::abs(objective - previous) / std::max(std::abs(objective), 1e-300)
                                 : std::numeric_limits<double>::quiet_NaN();
     GromovIteration it;
     it.outer = t;
+    it.level = level;
+    it.n = p.n;
+    it.m = p.m;
     it.objective = objective;
     it.feature_cost = feature_cost;
     it.gw_cost = energy;
     it.change = change;
+    it.moment_change = moment_change;
     it.inner_iterations = s.iterations;
     it.inner_converged = s.converged;
     it.marginal_error = s.marginal_error;
@@ -585,10 +812,14 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
     previous = objective;
     last_change = change;
     previous_final = at_final;
-    if (at_final && std::isfinite(change) && change <= o.outer_tolerance && inner_ok && s_tol_final) {
+    const bool moments_settled = o.moment_tolerance == 0 || (std::isfinite(moment_change) &&
+                                                             moment_change <= o.moment_tolerance);
+    if (at_final && std::isfinite(change) && change <= o.outer_tolerance && moments_settled && inner_ok &&
+        s_tol_final) {
       result.converged = true;
       result.reason = StopReason::kTolerance;
       result.message = "converged: relative objective change " + show(change) + " ≤ " + show(o.outer_tolerance) +
+                       ", moment change " + show(moment_change) + " ≤ " + show(o.moment_tolerance) +
                        " after " + std::to_string(t) + " outer iterations (" +
                        std::to_string(result.inner_iterations) + " Sinkhorn iterations)";
       stop = true;
@@ -603,9 +834,15 @@ GromovResult GromovProblem::solve(const GromovOptions& o) {
     result.message = "not converged after max_outer = " + std::to_string(o.max_outer) +
                      " outer iterations: last relative objective change " + show(last_change) + " (tolerance " +
                      show(o.outer_tolerance) + ")";
+  if (out) {
+    out->f_true = std::move(f_true);
+    out->g_true = std::move(g_true);
+  }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
+
+}  // namespace
 
 std::vector<float> GromovProblem::map_coordinates(const GromovResult& r) const {
   const Impl& p = *impl_;

@@ -3,7 +3,8 @@
 //   flashot_gw_bench [--n N] [--m M] [--e E] [--alpha A] [--blur B] [--backend cpu|cuda|auto] [--threads T]
 //                    [--outer-tol T] [--inner-tol T] [--anderson MEMORY] [--block B] [--adaptive C]
 //                    [--first-tol T] [--anneal R] [--anneal-factor F] [--anneal-tol T] [--anneal-iters K]
-//                    [--scheme symmetric|alternating] [--max-inner N] [--dump DIR]
+//                    [--scheme symmetric|alternating] [--max-inner N] [--check-every K] [--coarse N]
+//                    [--coarse-factor F] [--rotation DEG] [--dump DIR]
 // Every outer iteration is printed (and flushed) as it finishes; then the totals and the recovery of the known
 // rotation, translation and cell types. --dump writes the normalized inputs to DIR (tests/bench/gw_pot_bench.py).
 // Coordinates and embedding are normalized as `flashot align --spatial` does (workflow/spatial.cpp): ε = blur².
@@ -27,7 +28,9 @@ int main(int argc, char** argv) {
   double first_tol = 1e-2, anneal = 1, anneal_factor = 0.5, adaptive = 0, anneal_tol = 1e-2;
   const flashot::GromovOptions defaults;
   int max_inner = defaults.inner_max_iterations, anneal_iters = 0, anderson = defaults.anderson_memory,
-      block = defaults.anderson_block;
+      block = defaults.anderson_block, coarse = defaults.coarse_points, check_every = defaults.check_every;
+  double coarse_factor = defaults.coarse_factor, rotation = 30;
+  int checks = 0, drift = defaults.drift_jumps;  // 1: print every marginal-error check of the inner solves
   std::string scheme = "alternating", dump;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -52,6 +55,12 @@ int main(int argc, char** argv) {
     else if (k == "--first-tol") first_tol = std::stod(v);
     else if (k == "--dump") dump = v;
     else if (k == "--max-inner") max_inner = std::stoi(v);
+    else if (k == "--check-every") check_every = std::stoi(v);
+    else if (k == "--coarse") coarse = std::stoi(v);
+    else if (k == "--coarse-factor") coarse_factor = std::stod(v);
+    else if (k == "--rotation") rotation = std::stod(v);
+    else if (k == "--checks") checks = std::stoi(v);
+    else if (k == "--drift") drift = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -61,7 +70,7 @@ int main(int argc, char** argv) {
   so.n_source = n;
   so.n_target = m;
   so.embedding_d = e;
-  so.rotation_degrees = 30;
+  so.rotation_degrees = rotation;
   const flashot::test::SlicePair s = flashot::test::make_slice_pair(so);
   // The CLI's units: coordinates so that the mean squared distance within a slice is 1 (a unit square has
   // variance 1/6 per axis: 1/3 for both slices' two axes together), embedding so that the mean ‖u − v‖² is 1.
@@ -111,12 +120,22 @@ int main(int argc, char** argv) {
   o.anderson_block = block;
   o.first_tolerance = first_tol;
   o.inner_max_iterations = max_inner;
+  o.check_every = check_every;
+  o.drift_jumps = drift != 0;
+  o.coarse_points = coarse;
+  o.coarse_factor = coarse_factor;
   o.scheme = scheme == "symmetric" ? flashot::Scheme::kSymmetric : flashot::Scheme::kAlternating;
   o.report = [](const flashot::GromovIteration& it) {
-    std::printf("  outer %3d  eps %.3g  tol %.2g  objective %.6g  change %.3g  inner %5d  marginal error %.2g  %.3f s\n",
-                it.outer, it.epsilon, it.inner_tolerance, it.objective, it.change, it.inner_iterations,
+    std::printf("  %6zu x %-6zu outer %3d  eps %.3g  tol %.2g  objective %.6g  change %.3g  moments %.2g  inner %5d  marginal error %.2g  %.3f s\n",
+                it.n, it.m, it.outer, it.epsilon, it.inner_tolerance, it.objective, it.change, it.moment_change, it.inner_iterations,
                 it.marginal_error, it.seconds);
   };
+  if (checks)
+    o.progress = [](const flashot::GromovProgress& pr) {
+      if (std::isfinite(pr.marginal_error) && pr.inner_iteration > 0)
+        std::printf("      outer %d  inner %d  marginal error %.3g\n", pr.outer, pr.inner_iteration, pr.marginal_error);
+      return true;
+    };
   const flashot::GromovResult r = problem.solve(o);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const flashot::DeviceMemory mem = flashot::device_memory();
@@ -124,6 +143,8 @@ int main(int argc, char** argv) {
   std::printf("wall %.3f s (solve %.3f s), outer %d, inner %d, converged %s, peak device memory %.1f MB\n%s\n",
               wall, r.seconds, r.outer_iterations, r.inner_iterations, r.converged ? "yes" : "no",
               mem.peak_bytes / 1e6, r.message.c_str());
+  std::printf("coarse levels: %zu outer iterations, %d inner, %.3f s; full level: %.3f s\n", r.coarse_history.size(),
+              r.coarse_inner_iterations, r.coarse_seconds, r.seconds - r.coarse_seconds);
   // Recovery of the known motion and cell types (the test GromovSlices checks these at 800 × 1000).
   std::vector<float> mapped = problem.map_coordinates(r);
   for (float& c : mapped) c = static_cast<float>(c / y_factor);

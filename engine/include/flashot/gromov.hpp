@@ -50,10 +50,13 @@ using GromovProgressCallback = std::function<bool(const GromovProgress&)>;
 /// One outer iteration.
 struct GromovIteration {
   int outer = 0;
+  int level = 0;               ///< 0: the problem itself; k > 0: its k-th coarser subsample (coarse_points)
+  std::size_t n = 0, m = 0;    ///< points of this level
   double objective = 0;        ///< F(P_t)
   double feature_cost = 0;     ///< ⟨P_t, ‖u − v‖²⟩ (0 without features)
   double gw_cost = 0;          ///< E(P_t)
   double change = 0;           ///< |F_t − F_{t−1}| / |F_t| (NaN at the first)
+  double moment_change = 0;    ///< relative change of the cost's moments (docs/gromov-wasserstein.md §2; NaN at first)
   int inner_iterations = 0;
   bool inner_converged = false;
   double marginal_error = 0;   ///< of the inner solve
@@ -72,9 +75,13 @@ struct GromovOptions {
   double reach = 0;
   double reach_source = 0;
   double reach_target = 0;
-  /// Outer loop: stop when |F_t − F_{t−1}| ≤ outer_tolerance·|F_t| and the inner solve converged.
+  /// Outer loop: stop when |F_t − F_{t−1}| ≤ outer_tolerance·|F_t|, the inner solve converged, and ...
   int max_outer = 100;
   double outer_tolerance = 1e-6;
+  /// ... and the moments the next cost is built from (μ, x̄, ȳ, M = XᵀPY, w, z, K, ⟨c, ‖y‖²⟩, ⟨r, ‖x‖²⟩) changed by
+  /// at most this much relative to their norm: a plan drifting along a direction that barely changes F (near-
+  /// symmetric problems) still moves them. 0: the objective test alone.
+  double moment_tolerance = 1e-4;
   /// Inner solves: the SolveOptions of the same names (marginal error tolerance, budget per solve, check cadence).
   /// The budget is per outer iteration, not a convergence requirement: a solve cut short hands its potentials to
   /// the next outer iteration (warm start), and the loop stops only after a solve that met inner_tolerance. Short
@@ -98,6 +105,10 @@ struct GromovOptions {
   /// CUDA backend uploads the potentials at every block).
   int anderson_memory = 10;
   int anderson_block = 1;
+  /// Inner solves: at a marginal-error check that improved less than 3% on the last one (a plateau: a slow mode
+  /// drifting the potentials of a group of points at a constant rate), jump along the drift since that check,
+  /// κ times, κ doubling while the plateau lasts (docs/gromov-wasserstein.md §4). Changes the path only.
+  bool drift_jumps = true;
   /// > 0: inexact inner solves. The first is solved to `first_tolerance`, each later one to
   /// max(inner_tolerance, min(previous tolerance, adaptive_tolerance · last relative objective change)); the outer
   /// loop stops only after a solve at inner_tolerance. 0: every solve at inner_tolerance.
@@ -110,6 +121,14 @@ struct GromovOptions {
   double annealing_factor = 0.5;
   double annealing_tolerance = 1e-2;
   int annealing_iterations = 0;
+  /// Coarse-to-fine start (docs/gromov-wasserstein.md §7): when max(n, m) > 2·coarse_points, the loop first
+  /// runs on a random subsample of max(coarse_points, n/coarse_factor) source and as many target points (itself
+  /// coarse-started the same way), with the same options. The next cost depends on the plan only through the few
+  /// moments of §2, which the subsample estimates: the full loop starts from the subsample's last cost instead of
+  /// P_0 = a bᵀ, and its potentials from soft c-transforms of the subsample's, so its first solve is warm. The
+  /// stopping rule of the full loop is unchanged. 0: off.
+  int coarse_points = 1000;
+  double coarse_factor = 4;
   GromovProgressCallback progress;
   /// Called with each outer iteration's record as soon as it is finished (for logs; optional).
   std::function<void(const GromovIteration&)> report;
@@ -129,6 +148,11 @@ struct GromovResult {
   int outer_iterations = 0;
   int inner_iterations = 0;  ///< all inner solves together
   std::vector<GromovIteration> history;
+  /// The coarse levels' outer iterations (coarse_points), coarsest first; their seconds are part of `seconds`,
+  /// their Sinkhorn iterations are not part of inner_iterations (they are counted in coarse_inner_iterations).
+  std::vector<GromovIteration> coarse_history;
+  int coarse_inner_iterations = 0;
+  double coarse_seconds = 0;
   double seconds = 0;
 };
 
