@@ -167,7 +167,7 @@ SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int bl
         // Restart the memory from the plain iterate; after three restarts without progress, plain iterations.
         stalled = 0;
         restart = true;
-        if (++restarts > 3) memory = 0;
+        if (++restarts > 0) memory = 0;
       }
     }
     if (norm == 0 && check) {

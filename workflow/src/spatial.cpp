@@ -99,7 +99,11 @@ SpatialAlignment align_slices(PointsView x, PointsView y, PointsView u, PointsVi
   for (std::size_t i = 0; i < n; ++i) {
     bool finite = true;
     for (std::size_t c = 0; c < q; ++c) finite = finite && std::isfinite(out.mapped[i * q + c]);
-    w[i] = finite && mass[i] > 0 ? mass[i] : 0.0;
+    // r_i·(r_i/a_i)³ (uniform a_i = 1/n): the row mass relative to the cell's weight is the plan's evidence that
+    // the cell has a counterpart; unbalanced plans leave cells without one a fraction of it, and their barycentric
+    // images on the other slice's edge would bias the fit (docs/gromov-wasserstein.md §5). Balanced: ∝ r_i.
+    const double relative = static_cast<double>(mass[i]) * static_cast<double>(n);
+    w[i] = finite && mass[i] > 0 ? mass[i] * relative * relative * relative : 0.0;
     total += w[i];
   }
   if (!(total > 0)) throw std::runtime_error("the plan carries no mass from any source cell: nothing to fit");
