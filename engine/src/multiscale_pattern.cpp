@@ -129,13 +129,19 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
     const double* cj = ty.centre[ly].data() + std::size_t{pr.j} * d;
     const double* zi = bf.z[lx].data() + std::size_t{pr.i} * d;
     const double* zj = bg.z[ly].data() + std::size_t{pr.j} * d;
-    // w = c_I − c_J; ‖z_I − 2s·w‖ and ‖z_J + 2s·w‖ bound the linear parts the flat extremes left out.
-    double w2 = 0, ai = 0, bj = 0;
+    // w = c_I − c_J; ‖z_I − 2s·w‖ and ‖z_J + 2s·w‖ bound the linear parts the flat extremes left out (bound 2);
+    // ζ = (z_I − z_J)/2 is the common slope of the pair, a = ζ/(2s) the shift it stands for (bound 3).
+    double w2 = 0, ai = 0, bj = 0, wa2 = 0, wz = 0, z2 = 0, sum2 = 0;
     for (std::size_t c = 0; c < d; ++c) {
       const double w = ci[c] - cj[c];
+      const double zeta = 0.5 * (zi[c] - zj[c]);
       w2 += w * w;
       ai += (zi[c] - 2 * s * w) * (zi[c] - 2 * s * w);
       bj += (zj[c] + 2 * s * w) * (zj[c] + 2 * s * w);
+      wa2 += (w - zeta / (2 * s)) * (w - zeta / (2 * s));
+      wz += w * zeta;
+      z2 += zeta * zeta;
+      sum2 += (zi[c] + zj[c]) * (zi[c] + zj[c]);
     }
     const double dist = std::sqrt(w2);
     const double ri = tx.radius[lx][pr.i], rj = ty.radius[ly][pr.j];
@@ -143,9 +149,13 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
     const double slack = 1e-6 * (dist + ri + rj);
     const double gap = std::max(0.0, dist - ri - rj - slack);
     const double linear = (ri + slack) * std::sqrt(ai) + (rj + slack) * std::sqrt(bj);
-    // Two valid bounds (centre distance alone; with the fitted linear parts): the tighter one.
-    return std::min(bf.hi[lx][pr.i] + bg.hi[ly][pr.j] - s * gap * gap,
-                    bf.flat_hi[lx][pr.i] + bg.flat_hi[ly][pr.j] - s * w2 + linear);
+    const double flat = bf.flat_hi[lx][pr.i] + bg.flat_hi[ly][pr.j];
+    const double reach = ri + rj + 2 * slack;
+    const double shifted = std::max(0.0, std::sqrt(wa2) - reach);
+    // Three valid bounds (docs/multiscale.md, "The bound"): centre distance alone; the fitted linear parts taken out
+    // one side at a time; the common slope taken out of both sides together (tight for a translated block).
+    return std::min({bf.hi[lx][pr.i] + bg.hi[ly][pr.j] - s * gap * gap, flat - s * w2 + linear,
+                     flat + 0.5 * reach * std::sqrt(sum2) - s * shifted * shifted - wz + z2 / (4 * s)});
   };
   std::vector<Pair> cand;
   std::vector<double> upper;
