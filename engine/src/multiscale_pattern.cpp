@@ -170,7 +170,10 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
       const std::size_t ky = down_y ? std::min<std::size_t>(2, cy - 2 * kept[p].j) : 1;
       offsets[p + 1] = offsets[p] + kx * ky;
     }
-    if (offsets.back() > q.max_pairs) return {};
+    // The candidates (children of kept pairs) are up to 4× what the level keeps: only the final count decides
+    // dense (a budget of 4·max_pairs here bounds the memory; comparing them with max_pairs itself ran stages dense
+    // whose lists held a third of the pairs).
+    if (offsets.back() > 4 * q.max_pairs) return {};
     cand.resize(offsets.back());
 #pragma omp parallel for schedule(static)
     for (std::size_t p = 0; p < kept.size(); ++p) {
