@@ -4,7 +4,7 @@
 // of the block pair evaluated, on a sample of row blocks): the bound's slack. Prints figures; never a test.
 //
 //   flashot_multiscale_prune_bench N D DATA [BLUR_RELATIVE] [TOLERANCE] [ROW_BLOCK_SAMPLE] [DENSE_FRACTION]
-//                                  [MAX_ITERATIONS] [DENSE_TOO]
+//                                  [MAX_ITERATIONS] [DENSE_TOO] [SCHEME] [STAGE_ITERATIONS]
 // DENSE_TOO = 1 also solves dense at the same ε and tolerance and prints both costs and times.
 #include <algorithm>
 #include <chrono>
@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
   const double dense_fraction = argc > 7 ? std::stod(argv[7]) : 0.5;
   const int max_iterations = argc > 8 ? std::stoi(argv[8]) : 5000;
   const bool dense_too = argc > 9 && std::string(argv[9]) == "1";
+  const Scheme scheme = argc > 10 ? parse_scheme(argv[10]) : Scheme::kSymmetric;
+  const int stage_iterations = argc > 11 ? std::stoi(argv[11]) : 1;
   // The pair of `flashot bench --pair deformed`: y a known deformation of a second sample of x's shape.
   const std::vector<float> x = synthetic::generate(shape, n, d, 0, 0, 0);
   const std::vector<float> y = synthetic::deform(synthetic::generate(shape, n, d, 0, 0, 1), d, 2);
@@ -46,6 +48,8 @@ int main(int argc, char** argv) {
   o.blur_relative = blur_relative;
   o.tolerance = tolerance;
   o.max_iterations = max_iterations;
+  o.scheme = scheme;
+  o.stage_iterations = stage_iterations;
   o.multiscale = Multiscale::kOn;
   o.multiscale_dense_fraction = dense_fraction;
   const auto t0 = std::chrono::steady_clock::now();
