@@ -112,7 +112,7 @@ BackendOptions backend_options(const po::variables_map& vm) {
 
 void add_multiscale_option(po::options_description& options) {
   options.add_options()("multiscale", po::value<std::string>()->default_value("auto"),
-                        "multiscale block-sparse solve: auto | on | off (auto: from n*m = 4e9 up; docs/multiscale.md)");
+                        "multiscale block-sparse solve: auto | on | off (auto: from n*m = 1e10 up; docs/multiscale.md)");
 }
 
 Multiscale multiscale_option(const po::variables_map& vm) {

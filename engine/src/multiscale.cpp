@@ -130,6 +130,7 @@ struct Run {
   bool error_current = false;
   int reached = 0;
   int total_budget = 0;
+  bool left_dense = false;  // the current stage began dense and switched to lists (once per stage)
 
   int stage_count() const { return static_cast<int>(eps.size()); }
   std::string stage_text(int k) const {
@@ -170,7 +171,19 @@ struct Run {
   /// Re-derives the lists from moved potentials (final stage): pairs are only ever added, so the loop ends.
   /// Returns true when a pair had to be added (the fixed point may move).
   bool recheck(MultiscaleLevel& L, double epsilon, MultiscaleStage& st) {
-    if (!L.tx || !L.pattern) return false;  // dense: nothing dropped
+    if (!L.tx) return false;  // no trees: nothing is ever dropped
+    if (!L.pattern) {
+      // Dense: nothing dropped, nothing to certify. The stage began from the previous ε's potentials, whose lists
+      // can be much wider than the converged ones: once (per stage) the current potentials' lists pay, the stage
+      // goes on with them, derived afresh and certified like a stage's first lists.
+      if (left_dense) return false;
+      ++st.rechecks;
+      PatternResult p = lists(L, epsilon);
+      if (!p.pattern) return false;
+      left_dense = true;
+      install(L, p.pattern, st, p.kept_fraction);
+      return true;
+    }
     ++st.rechecks;
     PatternResult p = lists(L, epsilon);
     if (!p.pattern) {
@@ -242,6 +255,7 @@ struct Run {
 
   void run_stage(MultiscaleLevel& L, int k, bool final_stage) {
     reached = k;
+    left_dense = false;
     const IterationParams ip{eps[k], s, o.scheme, solve_damping(eps[k], rho_x), solve_damping(eps[k], rho_y)};
     MultiscaleStage st;
     st.epsilon = eps[k];

@@ -17,6 +17,9 @@ namespace flashot::detail {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+/// Leaf supports are used up to this dimension (beyond it the pair loop would pay O(d) more per pair for little:
+/// the two principal directions of a block in high dimension hold a small share of its extent).
+constexpr std::size_t kMaxSupportDim = 64;
 
 /// Per level and node: the smallest and largest potential over the node's points (lo, hi), a gradient z fitted to
 /// the potential over the node, and the extremes of h_i − ⟨z, x_i − c⟩ over the node (flat_lo, flat_hi): the
@@ -107,6 +110,24 @@ PotentialBounds potential_bounds(const ClusterTree& t, std::span<const float> pt
   return b;
 }
 
+/// The largest ⟨u, e⟩ over the offsets u of leaf block k (e a unit vector, given with its length `norm` > 0 unscaled):
+/// the extents along the block's two principal directions and across them (ClusterTree::leaf_extent), never above
+/// its radius.
+double leaf_support(const ClusterTree& t, std::size_t k, const double* e, double norm) {
+  const std::size_t d = t.d;
+  const double* q = t.leaf_axes.data() + k * 2 * d;
+  const double* h = t.leaf_extent.data() + k * 3;
+  double e1 = 0, e2 = 0;
+  for (std::size_t c = 0; c < d; ++c) {
+    e1 += e[c] * q[c];
+    e2 += e[c] * q[d + c];
+  }
+  e1 /= norm;
+  e2 /= norm;
+  const double across = std::sqrt(std::max(0.0, 1 - e1 * e1 - e2 * e2) + 1e-12);
+  return std::min(t.radius[t.height][k], h[0] * std::abs(e1) + h[1] * std::abs(e2) + h[2] * across);
+}
+
 struct Pair {
   std::uint32_t i, j;
 };
@@ -129,23 +150,47 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
     const double* cj = ty.centre[ly].data() + std::size_t{pr.j} * d;
     const double* zi = bf.z[lx].data() + std::size_t{pr.i} * d;
     const double* zj = bg.z[ly].data() + std::size_t{pr.j} * d;
-    // w = c_I − c_J; ‖z_I − 2s·w‖ and ‖z_J + 2s·w‖ bound the linear parts the flat extremes left out.
-    double w2 = 0, ai = 0, bj = 0;
+    // w = c_I − c_J; ‖z_I − 2s·w‖ and ‖z_J + 2s·w‖ bound the linear parts the flat extremes left out (bound 2);
+    // ζ = (z_I − z_J)/2 is the common slope of the pair, a = ζ/(2s) the shift it stands for (bound 3).
+    double w2 = 0, ai = 0, bj = 0, wa2 = 0, wz = 0, z2 = 0, sum2 = 0;
     for (std::size_t c = 0; c < d; ++c) {
       const double w = ci[c] - cj[c];
+      const double zeta = 0.5 * (zi[c] - zj[c]);
       w2 += w * w;
       ai += (zi[c] - 2 * s * w) * (zi[c] - 2 * s * w);
       bj += (zj[c] + 2 * s * w) * (zj[c] + 2 * s * w);
+      wa2 += (w - zeta / (2 * s)) * (w - zeta / (2 * s));
+      wz += w * zeta;
+      z2 += zeta * zeta;
+      sum2 += (zi[c] + zj[c]) * (zi[c] + zj[c]);
     }
-    const double dist = std::sqrt(w2);
+    const double dist = std::sqrt(w2), wa = std::sqrt(wa2);
     const double ri = tx.radius[lx][pr.i], rj = ty.radius[ly][pr.j];
     // A relative slack on the radii covers the fp32 rounding of the backend's cost (docs/multiscale.md).
     const double slack = 1e-6 * (dist + ri + rj);
-    const double gap = std::max(0.0, dist - ri - rj - slack);
     const double linear = (ri + slack) * std::sqrt(ai) + (rj + slack) * std::sqrt(bj);
-    // Two valid bounds (centre distance alone; with the fitted linear parts): the tighter one.
-    return std::min(bf.hi[lx][pr.i] + bg.hi[ly][pr.j] - s * gap * gap,
-                    bf.flat_hi[lx][pr.i] + bg.flat_hi[ly][pr.j] - s * w2 + linear);
+    const double flat = bf.flat_hi[lx][pr.i] + bg.flat_hi[ly][pr.j];
+    const double reach = ri + rj + 2 * slack;
+    // How far the two blocks reach towards each other along the direction of the gap: the balls' radii, or on leaf
+    // blocks their supports in that direction (‖w + δ‖ ≥ ⟨w + δ, e⟩ = ‖w‖ + ⟨u, e⟩ − ⟨v, e⟩ for δ = u − v).
+    double toward = ri + rj, toward_shifted = ri + rj;
+    if (lx == tx.height && ly == ty.height) {
+      double e[kMaxSupportDim], ea[kMaxSupportDim];
+      if (d <= kMaxSupportDim) {
+        for (std::size_t c = 0; c < d; ++c) {
+          e[c] = ci[c] - cj[c];
+          ea[c] = e[c] - 0.5 * (zi[c] - zj[c]) / (2 * s);
+        }
+        if (dist > 0) toward = leaf_support(tx, pr.i, e, dist) + leaf_support(ty, pr.j, e, dist);
+        if (wa > 0) toward_shifted = leaf_support(tx, pr.i, ea, wa) + leaf_support(ty, pr.j, ea, wa);
+      }
+    }
+    const double gap = std::max(0.0, dist - toward - slack);
+    const double shifted = std::max(0.0, wa - toward_shifted - 2 * slack);
+    // Three valid bounds (docs/multiscale.md, "The bound"): centre distance alone; the fitted linear parts taken out
+    // one side at a time; the common slope taken out of both sides together (tight for a translated block).
+    return std::min({bf.hi[lx][pr.i] + bg.hi[ly][pr.j] - s * gap * gap, flat - s * w2 + linear,
+                     flat + 0.5 * reach * std::sqrt(sum2) - s * shifted * shifted - wz + z2 / (4 * s)});
   };
   std::vector<Pair> cand;
   std::vector<double> upper;
@@ -160,7 +205,10 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
       const std::size_t ky = down_y ? std::min<std::size_t>(2, cy - 2 * kept[p].j) : 1;
       offsets[p + 1] = offsets[p] + kx * ky;
     }
-    if (offsets.back() > q.max_pairs) return {};
+    // The candidates (children of kept pairs) are up to 4× what the level keeps: only the final count decides
+    // dense (a budget of 4·max_pairs here bounds the memory; comparing them with max_pairs itself ran stages dense
+    // whose lists held a third of the pairs).
+    if (offsets.back() > 4 * q.max_pairs) return {};
     cand.resize(offsets.back());
 #pragma omp parallel for schedule(static)
     for (std::size_t p = 0; p < kept.size(); ++p) {

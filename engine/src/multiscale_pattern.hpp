@@ -5,7 +5,8 @@
 //   f_i + g_j − C_ij ≤ U_IJ = min( max_I f + max_J g − s·(max(0, ‖c_I − c_J‖ − r_I − r_J))²,
 //                                  F_I + G_J − s‖w‖² + r_I‖z_I − 2s·w‖ + r_J‖z_J + 2s·w‖ )
 //   with w = c_I − c_J, z_I a gradient fitted to f over I, F_I = max_{i∈I} f_i − ⟨z_I, x_i − c_I⟩ (likewise G_J),
-// and a lower bound L_IJ of the same two forms (docs/multiscale.md derives both).
+// and a third form with the pair's common slope ζ = (z_I − z_J)/2 taken out of both sides together; on leaf blocks
+// the radii become the blocks' supports along the gap (docs/multiscale.md, "The bound", derives all three).
 // A pair is dropped when U_IJ ≤ −ε·(τ + log M), M = max(1, Σa, Σb): then every entry in it has
 // P_ij = a_i b_j e^{(f_i + g_j − C_ij)/ε} ≤ e^{−τ}·a_i·b_j/M, so a row loses at most e^{−τ}·a_i of mass. Descending
 // the two trees together, a dropped pair's children are never examined. Every row and column node keeps at least

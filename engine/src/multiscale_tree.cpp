@@ -174,6 +174,8 @@ ClusterTree build_cluster_tree(PointsView p, std::span<const float> w, std::size
     t.radius[H].assign(nb, 0.0);
     t.mass[H].assign(nb, 0.0);
     t.leaf_gram.assign(nb * d * d, 0.0);
+    t.leaf_axes.assign(nb * 2 * d, 0.0);
+    t.leaf_extent.assign(nb * 3, 0.0);
 #pragma omp parallel for schedule(static)
     for (std::size_t k = 0; k < nb; ++k) {
       const std::size_t b = t.begin(H, k), e = t.end(H, k);
@@ -202,6 +204,61 @@ ClusterTree build_cluster_tree(PointsView p, std::span<const float> w, std::size
         const float* x = p.data.data() + std::size_t{t.order[s]} * d;
         for (std::size_t i = 0; i < d; ++i)
           for (std::size_t j = 0; j <= i; ++j) G[i * d + j] += (x[i] - c[i]) * (x[j] - c[j]);
+      }
+      {
+        // Two principal directions of the offsets (power iteration on the Gram matrix, the second deflated), then
+        // the block's extents along them and across both.
+        double* axes = t.leaf_axes.data() + k * 2 * d;
+        const auto gram = [&](std::size_t i, std::size_t j) { return i >= j ? G[i * d + j] : G[j * d + i]; };
+        std::vector<double> v(d), gv(d);
+        for (int a = 0; a < std::min<int>(2, static_cast<int>(d)); ++a) {
+          double* qa = axes + a * d;
+          for (std::size_t i = 0; i < d; ++i) v[i] = 1.0 + 0.618 * static_cast<double>((i * 7 + a * 3) % 11);
+          for (int it = 0; it < 30; ++it) {
+            if (a == 1) {  // stay orthogonal to q₁
+              double dot = 0;
+              for (std::size_t i = 0; i < d; ++i) dot += v[i] * axes[i];
+              for (std::size_t i = 0; i < d; ++i) v[i] -= dot * axes[i];
+            }
+            double norm = 0;
+            for (std::size_t i = 0; i < d; ++i) norm += v[i] * v[i];
+            norm = std::sqrt(norm);
+            if (!(norm > 0)) break;
+            for (std::size_t i = 0; i < d; ++i) v[i] /= norm;
+            for (std::size_t i = 0; i < d; ++i) {
+              gv[i] = 0;
+              for (std::size_t j = 0; j < d; ++j) gv[i] += gram(i, j) * v[j];
+            }
+            if (it == 29) break;
+            v.swap(gv);
+          }
+          if (a == 1) {  // exactly orthonormal to q₁ (rounding of the last step)
+            double dot = 0;
+            for (std::size_t i = 0; i < d; ++i) dot += v[i] * axes[i];
+            for (std::size_t i = 0; i < d; ++i) v[i] -= dot * axes[i];
+          }
+          double norm = 0;
+          for (std::size_t i = 0; i < d; ++i) norm += v[i] * v[i];
+          norm = std::sqrt(norm);
+          if (norm > 0)
+            for (std::size_t i = 0; i < d; ++i) qa[i] = v[i] / norm;
+        }
+        double* h = t.leaf_extent.data() + k * 3;
+        for (std::size_t s = b; s < e; ++s) {
+          const float* x = p.data.data() + std::size_t{t.order[s]} * d;
+          double p1 = 0, p2 = 0, u2 = 0;
+          for (std::size_t i = 0; i < d; ++i) {
+            const double u = x[i] - c[i];
+            p1 += u * axes[i];
+            p2 += u * axes[d + i];
+            u2 += u * u;
+          }
+          h[0] = std::max(h[0], std::abs(p1));
+          h[1] = std::max(h[1], std::abs(p2));
+          h[2] = std::max(h[2], std::sqrt(std::max(0.0, u2 - p1 * p1 - p2 * p2)));
+        }
+        // The orthogonality of q₁, q₂ holds to rounding: the slack keeps the across-extent a bound.
+        h[2] = std::min(t.radius[H][k], h[2] * (1 + 1e-9) + 1e-7 * t.radius[H][k]);
       }
       double trace = 0;
       for (std::size_t i = 0; i < d; ++i) trace += G[i * d + i];

@@ -37,6 +37,11 @@ struct ClusterTree {
   /// Per leaf block: the Cholesky factor (lower, d × d, row-major) of Σ_i u_i u_iᵀ + λI over its points,
   /// u_i = x_i − centre: the block's least-squares fit of a potential's gradient (multiscale_pattern.cpp).
   std::vector<double> leaf_gram;
+  /// Per leaf block: two orthonormal principal directions q₁, q₂ of its offsets (blocks × 2 × d; zero where d < 2)
+  /// and three extents (blocks × 3): h₁ = max |⟨u, q₁⟩|, h₂ = max |⟨u, q₂⟩|, h₃ = max ‖u − ⟨u, q₁⟩q₁ − ⟨u, q₂⟩q₂‖.
+  /// The block's support in a unit direction e is then ≤ h₁|⟨e, q₁⟩| + h₂|⟨e, q₂⟩| + h₃·√(1 − ⟨e, q₁⟩² − ⟨e, q₂⟩²),
+  /// far below the radius across a flat or elongated block (docs/multiscale.md, "The bound").
+  std::vector<double> leaf_axes, leaf_extent;
 
   /// Nodes of level ℓ.
   std::size_t count(int level) const { return blocks == 0 ? 0 : ((blocks - 1) >> (height - level)) + 1; }

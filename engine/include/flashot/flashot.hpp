@@ -205,7 +205,7 @@ struct SolveOptions {
 };
 
 /// SolveOptions::multiscale = kAuto runs multiscale from this many point pairs n·m up (measured: docs/multiscale.md).
-inline constexpr double kMultiscaleAutoPairs = 4.0e9;
+inline constexpr double kMultiscaleAutoPairs = 1.0e10;
 
 struct StageReport {
   double epsilon = 0;
