@@ -8,10 +8,13 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "flashot/io/anndata.hpp"
+#include "flashot/io/errors.hpp"
 
 namespace flashot::io::anndata_decode {
 
@@ -150,6 +153,46 @@ inline DenseMatrix densify(const SparseMatrix& s) {
     }
   }
   return d;
+}
+
+// The uns value at `key` ('/'-separated), walked down from `node` (the root's uns, if any); `path` and `noun`
+// ("file" or "store") name the input in errors.
+template <typename Node>
+UnsValue read_uns(std::optional<Node> node, const std::string& key, const std::string& path, const std::string& noun) {
+  std::string walked = "/uns";
+  std::stringstream parts(key);
+  std::string part;
+  while (std::getline(parts, part, '/')) {
+    if (!node || !node->is_group() || !node->has(part)) {
+      throw IoError(path + ": " + walked + ": no entry '" + part + "' (keys: " +
+                    list_keys(node && node->is_group() ? node->children() : std::vector<std::string>{}) + ")");
+    }
+    node = node->find(part);
+    walked += "/" + part;
+  }
+  if (!node) throw IoError(path + ": /uns: the " + noun + " has no uns");
+  if (!node->is_dataset()) node->fail("is a mapping, not a value");
+  const auto dims = node->shape();
+  const auto cls = node->type_class();
+  using TypeClass = decltype(cls);
+  if (cls == TypeClass::kString) {
+    auto strings = node->read_strings();
+    if (strings.size() != 1) node->fail("holds " + std::to_string(strings.size()) + " strings, not one");
+    return strings[0];
+  }
+  if (!is_numeric(cls) && cls != TypeClass::kEnum) node->fail("unsupported uns value of type " + node->dtype_name());
+  if (dims.empty()) {
+    if (cls == TypeClass::kFloat) return node->read_doubles()[0];
+    if (cls == TypeClass::kEnum) return std::int64_t{node->read_flags()[0]};
+    return node->read_int64s()[0];
+  }
+  if (dims.size() != 1) node->fail("is a " + std::to_string(dims.size()) + "-D array, not a vector");
+  if (cls == TypeClass::kEnum) {
+    std::vector<double> out;
+    for (auto f : node->read_flags()) out.push_back(f);
+    return out;
+  }
+  return node->read_doubles();
 }
 
 }  // namespace flashot::io::anndata_decode

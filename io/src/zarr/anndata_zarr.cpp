@@ -513,40 +513,7 @@ std::vector<std::string> AnnData::raw_var_names() const {
 }
 
 UnsValue AnnData::read_uns(const std::string& key) const {
-  auto node = impl_->root.find("uns");
-  std::string walked = "/uns";
-  std::stringstream parts(key);
-  std::string part;
-  while (std::getline(parts, part, '/')) {
-    if (!node || !node->is_group() || !node->has(part)) {
-      throw IoError(impl_->path + ": " + walked + ": no entry '" + part + "' (keys: " +
-                    list_keys(node && node->is_group() ? node->children() : std::vector<std::string>{}) + ")");
-    }
-    node = node->find(part);
-    walked += "/" + part;
-  }
-  if (!node) throw IoError(impl_->path + ": /uns: the store has no uns");
-  if (!node->is_dataset()) node->fail("is a mapping, not a value");
-  const auto dims = node->shape();
-  const TypeClass cls = node->type_class();
-  if (cls == TypeClass::kString) {
-    auto strings = node->read_strings();
-    if (strings.size() != 1) node->fail("holds " + std::to_string(strings.size()) + " strings, not one");
-    return strings[0];
-  }
-  if (!is_numeric(cls) && cls != TypeClass::kEnum) node->fail("unsupported uns value of type " + node->dtype_name());
-  if (dims.empty()) {
-    if (cls == TypeClass::kFloat) return node->read_doubles()[0];
-    if (cls == TypeClass::kEnum) return std::int64_t{node->read_flags()[0]};
-    return node->read_int64s()[0];
-  }
-  if (dims.size() != 1) node->fail("is a " + std::to_string(dims.size()) + "-D array, not a vector");
-  if (cls == TypeClass::kEnum) {
-    std::vector<double> out;
-    for (auto f : node->read_flags()) out.push_back(f);
-    return out;
-  }
-  return node->read_doubles();
+  return anndata_decode::read_uns(impl_->root.find("uns"), key, impl_->path, "store");
 }
 
 }  // namespace flashot::io::zarr
