@@ -1,16 +1,15 @@
 #pragma once
-// Runs run_alignment() off the UI thread. Signals arrive on the thread that owns the worker (the UI thread);
-// no exception crosses the event loop: a throw in the solve becomes failed(message).
+// Runs run_alignment() off the UI thread, on a TaskWorker (task_worker.hpp: the thread, cancel flag and error
+// handling). Signals arrive on the thread that owns the worker (the UI thread); no exception crosses the event
+// loop: a throw in the solve becomes failed(message).
 
 #include <QObject>
 #include <QString>
-#include <QThread>
 
-#include <atomic>
-#include <exception>
 #include <memory>
 
 #include "alignment.hpp"
+#include "task_worker.hpp"
 
 namespace flashot::gui {
 
@@ -25,10 +24,10 @@ class AlignWorker : public QObject {
   /// Starts a solve; returns false (and does nothing) when one is already running.
   bool start(std::shared_ptr<const AlignmentInput> input);
   /// Asks the running solve to stop at its next check; cancelled() follows.
-  void cancel();
-  bool busy() const { return thread_ != nullptr; }
+  void cancel() { task_->cancel(); }
+  bool busy() const { return task_->busy(); }
   /// Blocks until the running solve (if any) has ended; its signal is then delivered by the event loop.
-  void wait();
+  void wait() { task_->wait(); }
 
  signals:
   /// At every marginal-error check (queued from the solver thread).
@@ -39,12 +38,7 @@ class AlignWorker : public QObject {
   void failed(QString message);
 
  private:
-  void on_thread_finished();
-
-  QThread* thread_ = nullptr;
-  std::atomic<bool> cancel_requested_{false};
-  std::shared_ptr<AlignmentOutcome> outcome_;
-  std::exception_ptr error_;
+  TaskWorker* task_;  ///< a child of this worker
 };
 
 }  // namespace flashot::gui

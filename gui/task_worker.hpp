@@ -1,5 +1,5 @@
 #pragma once
-// Runs one job off the UI thread (a registration, a slice alignment), like AlignWorker does for the solve:
+// Runs one job off the UI thread (a registration, a slice alignment, the solve behind AlignWorker):
 // progress is queued to the thread that owns the worker, Cancel sets a flag the job's progress callback reads, and no
 // exception crosses the event loop (a throw becomes failed(message)).
 
@@ -30,6 +30,8 @@ class TaskWorker : public QObject {
   /// Starts a job; returns false (and does nothing) when one is already running.
   bool start(Job job);
   void cancel() { cancel_requested_ = true; }
+  /// Whether cancel() was called since the running job started (for jobs that report progress their own way).
+  bool cancel_requested() const { return cancel_requested_.load(); }
   bool busy() const { return thread_ != nullptr; }
   /// Blocks until the running job (if any) has ended; its signal is then delivered by the event loop.
   void wait();
