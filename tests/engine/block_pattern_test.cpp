@@ -324,7 +324,9 @@ TEST_P(BlockBackend, DenseListEqualsNullPattern) {
   s.backend->set_pattern(nullptr);  // back to dense
   std::vector<float> again(s.p.n);
   s.backend->softmin(pp, Side::kSource, again);
-  EXPECT_EQ(again, dense_soft);
+  // CUDA may pick another family for the repeated pass (the dispatch's measured choice, a column split with
+  // another summation order: H200, d = 20): equal to fp32 rounding, bitwise on the CPU.
+  expect_close(again, ds, name == "cpu" ? 0.0 : 1e-5, "softmin after the pattern is removed");
 }
 
 TEST_P(BlockBackend, RefusesAPatternOfAnotherSize) {
