@@ -59,7 +59,7 @@ TEST(Usage, BadOptionValuesExitTwoWithOneLine) {
            {"bench", "--n", "10", "--backend", "gpu"},
            {"bench", "--n", "10", "--no-such-option"},
            {"bench", "--n", "10", "--kernel", "fastest"},
-           {"bench", "--n", "10", "--data", "uniform"},
+           {"bench", "--n", "10", "--data", "no-such-data"},
            {"bench"},
            {"no-such-command"},
            {}}) {
