@@ -2,6 +2,7 @@
 // then centres of those blocks, ...), the ε schedule run coarse to fine, certified block lists on every level
 // that has cluster trees, and a backend in the caller's order for the plan operations of a multiscale result.
 #include "multiscale.hpp"
+#include "separable.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -476,7 +477,7 @@ SolveResult MultiscaleSolver::solve(const SolveOptions& o, double diameter) {
   const auto start = Clock::now();
   MultiscaleLevel& L = *top_;
   SolveResult r;
-  Run run{o, {}, cost_scale(o.cost), solve_side_rho(o.reach, o.reach_source), solve_side_rho(o.reach, o.reach_target),
+  Run run{o, {}, cost_scale(o.cost), side_rho(o.reach, o.reach_source), side_rho(o.reach, o.reach_target),
           o.diameter > 0 ? o.diameter : diameter, o.multiscale_truncation, o.multiscale_dense_fraction, &L, r};
   if (o.epsilon > 0) {
     // A fixed ε: the coarse levels still warm-start it through a geometric schedule from the diameter down.

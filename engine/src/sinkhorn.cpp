@@ -11,17 +11,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "separable.hpp"
 #include "validation.hpp"
 
 namespace flashot::detail {
 
 namespace {
-
-/// ρ of one side: its own reach if set, else the common one; ρ = reach² (0 = balanced side).
-double side_rho(double common, double own) {
-  const double reach = own > 0 ? own : common;
-  return reach * reach;
-}
 
 double damping(double epsilon, double rho) { return rho > 0 ? 1.0 / (1.0 + epsilon / rho) : 1.0; }
 
@@ -411,7 +406,6 @@ double solve_dual_cost(const SolveInputs& in, const std::vector<float>& f, const
                        double rho_y) {
   return dual_term(in.a, f, rho_x) + dual_term(in.b, g, rho_y);
 }
-double solve_side_rho(double common, double own) { return side_rho(common, own); }
 double solve_damping(double epsilon, double rho) { return damping(epsilon, rho); }
 
 }  // namespace flashot::detail

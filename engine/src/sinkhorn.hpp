@@ -65,7 +65,6 @@ double solve_marginal_error(const Backend& backend, const SolveInputs& in, const
                             double mass_a);
 double solve_dual_cost(const SolveInputs& in, const std::vector<float>& f, const std::vector<float>& g, double rho_x,
                        double rho_y);
-double solve_side_rho(double common, double own);
 double solve_damping(double epsilon, double rho);
 
 }  // namespace flashot::detail
