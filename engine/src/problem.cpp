@@ -295,20 +295,23 @@ SolveResult Problem::solve(const SolveOptions& options) {
     throw std::invalid_argument(
         "multiscale = on needs the points on the host; a Problem::on_device problem solves dense (got multiscale = on "
         "for n·m = " + show(pairs) + ")");
+  // kAuto: from the backend's threshold up, and only for a solve that stops on its tolerance — a fixed count of
+  // iterations at one ε (tolerance 0, the benchmark mode) is by definition the dense solver's.
+  const double threshold = p.backend->name() == "cpu" ? kMultiscaleAutoPairs : kMultiscaleAutoPairsCuda;
+  const bool automatic = options.multiscale == Multiscale::kAuto;
   const bool multiscale = !p.device_input && (options.multiscale == Multiscale::kOn ||
-                                              (options.multiscale == Multiscale::kAuto && pairs >= kMultiscaleAutoPairs));
+                                              (automatic && pairs >= threshold && options.tolerance > 0));
   SolveResult r;
   if (multiscale) {
     r = p.multiscale_solver(options.multiscale_seed).solve(options, p.diameter);
-    r.multiscale.reason = options.multiscale == Multiscale::kOn
-                              ? "multiscale on"
-                              : "auto: n·m = " + show(pairs) + " ≥ " + show(kMultiscaleAutoPairs);
+    r.multiscale.reason = automatic ? "auto: n·m = " + show(pairs) + " ≥ " + show(threshold) : "multiscale on";
   } else {
     p.backend->set_pattern(nullptr);
     r = detail::run_sinkhorn(*p.backend, {p.a, p.b, p.diameter}, options);
-    r.multiscale.reason = options.multiscale == Multiscale::kOff ? "multiscale off"
-                          : p.device_input ? "auto: device input (no host copy of the points)"
-                                           : "auto: n·m = " + show(pairs) + " < " + show(kMultiscaleAutoPairs);
+    r.multiscale.reason = !automatic         ? "multiscale off"
+                          : p.device_input   ? "auto: device input (no host copy of the points)"
+                          : pairs < threshold ? "auto: n·m = " + show(pairs) + " < " + show(threshold)
+                                              : "auto: tolerance 0 (a fixed number of iterations)";
   }
   r.primal_cost = std::numeric_limits<double>::quiet_NaN();
   if (r.reason != StopReason::kNonFinite && options.diagnostics) {

@@ -64,7 +64,8 @@ enum class ScoreKernel { kAuto, kRegister, kTiled, kTensor };
 /// Naming one the CPU lacks makes the Problem throw std::runtime_error.
 enum class CpuIsa { kAuto, kGeneric, kAvx2, kAvx512 };
 /// Multiscale block-sparse solving (SolveOptions::multiscale, docs/multiscale.md): kAuto picks it when n·m is at
-/// least kMultiscaleAutoPairs; kOn always (small problems may still fall back to dense stages); kOff never.
+/// least the backend's threshold (kMultiscaleAutoPairs on the CPU, kMultiscaleAutoPairsCuda on GPUs) and the solve
+/// stops on a tolerance; kOn always (small problems may still fall back to dense stages); kOff never.
 enum class Multiscale { kAuto, kOn, kOff };
 /// Why a solve stopped.
 enum class StopReason {
@@ -192,7 +193,9 @@ struct SolveOptions {
   /// compare iterations with other libraries' iterations (`flashot bench`).
   bool diagnostics = true;
   // ---- Multiscale block-sparse solving (docs/multiscale.md) ------------------------------------------------------
-  /// kAuto: multiscale when n·m ≥ kMultiscaleAutoPairs; kOn: always; kOff: every pair visited at every iteration.
+  /// kAuto: multiscale when n·m ≥ kMultiscaleAutoPairs (CPU) / kMultiscaleAutoPairsCuda (GPUs) and tolerance > 0
+  /// (a fixed count of iterations at a fixed ε is the dense solver's); kOn: always; kOff: every pair visited at
+  /// every iteration.
   Multiscale multiscale = Multiscale::kAuto;
   /// Certified truncation level τ: a (row block, column block) pair is skipped only when a bound proves every plan
   /// entry in it is ≤ e^{−τ}·a_i·b_j / max(1, total mass), so the mass skipped per row is ≤ e^{−τ} of the row's
@@ -204,8 +207,11 @@ struct SolveOptions {
   std::uint64_t multiscale_seed = 0;
 };
 
-/// SolveOptions::multiscale = kAuto runs multiscale from this many point pairs n·m up (measured: docs/multiscale.md).
+/// SolveOptions::multiscale = kAuto runs multiscale from this many point pairs n·m up on the CPU backend (measured:
+/// docs/multiscale.md).
 inline constexpr double kMultiscaleAutoPairs = 1.0e10;
+/// The same on the CUDA backend, where a dense iteration at 10¹⁰ pairs takes 3–6 ms (docs/multiscale.md, "Auto").
+inline constexpr double kMultiscaleAutoPairsCuda = 1.0e12;
 
 struct StageReport {
   double epsilon = 0;
