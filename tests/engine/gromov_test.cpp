@@ -150,6 +150,10 @@ TEST_P(GromovLoop, MatchesTheDenseSolver) {
   // fp32 potentials resolve the marginals to ~1e-6 here (pure GW balanced stalls at 1.24e-6, S(z) = z exactly):
   // 1e-5 is the tightest tolerance every case reaches on every path; the checks below are 100× coarser.
   o.inner_tolerance = 1e-5;
+  // The pure-GW balanced case contracts slowly (the dense solver takes 58 outer iterations) and at the default
+  // 1e-4 the CUDA path stopped 0.0109 from the dense barycentres (one H200, 2026-12-01; the CPU path 0.009): the
+  // comparison with the dense fixed point asks for the fixed point, so the moments must settle to 1e-5.
+  o.moment_tolerance = 1e-5;
   o.max_outer = 500;
   o.inner_max_iterations = 20000;
   const GromovResult r = problem.solve(o);
