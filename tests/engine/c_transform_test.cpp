@@ -181,6 +181,66 @@ TEST_P(CTransformTest, ExactTiesGoToTheLowestIndex) {
   }
 }
 
+TEST_P(CTransformTest, DuplicatedTargetsResolveToTheLowestIndexThroughCandidatesAndRescans) {
+  // Random targets, each present `copies` times at random positions with equal potentials: every row's best score
+  // is tied exactly `copies` times. The CUDA pass keeps three candidates per row: up to three copies the row is
+  // decided from its candidates, four or more send it to the full re-scan (docs/engine.md, "Hard c-transform").
+  // Either way the argmin is the lowest index among the copies of the nearest point, and the value is exact. Every
+  // score family on CUDA, with enough columns to split them (the splits' lists merged).
+  for (const std::size_t d : {3, 24, 64}) {
+    const std::size_t base = 400, n = 500;
+    const TestProblem pr = make_problem({.n = n, .m = base, .d = d, .seed = 90 + d});
+    const std::vector<float> g_base = random_potential(base, 19 + d, 0.2 * d);
+    for (const std::size_t copies : {1, 2, 3, 4, 5}) {
+      const std::size_t m = copies * base;
+      std::vector<std::size_t> order(m);
+      for (std::size_t j = 0; j < m; ++j) order[j] = j % base;
+      std::mt19937_64 rng(copies * 1000 + d);
+      std::shuffle(order.begin(), order.end(), rng);
+      std::vector<float> y(m * d), g(m);
+      for (std::size_t j = 0; j < m; ++j) {
+        std::copy_n(pr.y.begin() + static_cast<std::ptrdiff_t>(order[j] * d), d,
+                    y.begin() + static_cast<std::ptrdiff_t>(j * d));
+        g[j] = g_base[order[j]];
+      }
+      const Brute ref = brute_force(pr.x, n, y, m, d, g, 1.0);
+      std::vector<ScoreKernel> families = {ScoreKernel::kAuto};
+      if (GetParam() == "cuda") {
+        families.push_back(ScoreKernel::kTiled);
+        families.push_back(d <= 16 ? ScoreKernel::kRegister : ScoreKernel::kTensor);
+      }
+      for (const ScoreKernel family : families) {
+        BackendOptions o = options();
+        o.cuda.kernel = family;
+        Problem problem(pr.xv(), {y, m, d}, {}, {}, o);
+        const CTransform t = problem.c_transform(Side::kSource, g);
+        const std::string what = GetParam() + " d=" + std::to_string(d) + " copies=" + std::to_string(copies) +
+                                 " family " + to_string(family);
+        ASSERT_EQ(t.index.size(), n) << what;
+        const double tol = 1e-5 * std::max(1.0, ref.scale);
+        int wrong = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          EXPECT_NEAR(t.values[i], ref.values[i], tol) << what << " row " << i;
+          // Copies score identically in any arithmetic, so the lowest index of the nearest point's copies is the
+          // answer; only a near tie between two distinct points may go the other way (as in the test above).
+          if (t.index[i] != ref.index[i]) {
+            ++wrong;
+            const std::size_t j = static_cast<std::size_t>(t.index[i]);
+            ASSERT_LT(j, m) << what << " row " << i;
+            EXPECT_NE(order[j], order[static_cast<std::size_t>(ref.index[i])])
+                << what << " row " << i << ": another copy of the argmin, not the lowest (" << j << " vs "
+                << ref.index[i] << ")";
+            for (std::size_t k = 0; k < j; ++k)
+              EXPECT_NE(order[k], order[j]) << what << " row " << i << ": column " << j << " is not its point's first copy";
+            EXPECT_NEAR(pair_value(pr.x, i, y, j, d, g, 1.0), ref.values[i], tol) << what << " row " << i;
+          }
+        }
+        EXPECT_LE(wrong, 2) << what;
+      }
+    }
+  }
+}
+
 TEST_P(CTransformTest, ShardsGiveTheOneDeviceResultExactly) {
   const TestProblem pr = make_problem({.n = 301, .m = 230, .d = 5, .seed = 3});
   const std::vector<float> g = random_potential(pr.m, 1, 1.0), f = random_potential(pr.n, 2, 1.0);
