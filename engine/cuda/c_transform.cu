@@ -335,7 +335,10 @@ void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, d
     sb.sub = 0x1p-25f * std::sqrt(float(sd.d));
     sb.sub_p = 1.f / cop->scale;
     sb.sub_q = 1.f / rop->scale;
-    launch_c_transform_mma(sd, *rop, *cop, sc.h.get(), s, sms, sc, splits, stream);
+    if (c_transform_wg_serves(*rop, *cop))
+      launch_c_transform_wg(sd, *rop, *cop, sc.h.get(), s, sms, sc, splits, stream);
+    else
+      launch_c_transform_mma(sd, *rop, *cop, sc.h.get(), s, sms, sc, splits, stream);
   } else switch (ct_width(sd.d)) {
     case 1: launch_small<1>(sd, sc.h.get(), s, sms, sc, splits, stream); break;
     case 2: launch_small<2>(sd, sc.h.get(), s, sms, sc, splits, stream); break;

@@ -36,7 +36,7 @@ constexpr int kCtCand = 3;
 /// Scratch of run_c_transform, grown on demand and kept by the caller between calls. best: (splits, kCtCand + 1,
 /// nrows) scores, arg: (splits, kCtCand, nrows) their columns (CtList::store); index: the argmins.
 struct CTransformScratch {
-  DeviceBuffer<float> h, best;
+  DeviceBuffer<float> h, best, bias;  // bias: the warpgroup pass's column biases (c_transform_wg.cu)
   DeviceBuffer<int> arg, index, list, counters;
   DeviceBuffer<unsigned> maxima;
   DeviceBuffer<double> values;
@@ -57,6 +57,16 @@ bool c_transform_mma_serves(const MmaOperands& rop, const MmaOperands& cop);
 void launch_c_transform_mma(const CTransformSides& sides, const MmaOperands& rop, const MmaOperands& cop,
                             const float* h, float s, int sms, CTransformScratch& scratch, int& splits,
                             cudaStream_t stream);
+
+/// The largest KS (padded d = 16·KS) of the warpgroup pass (c_transform_wg.cu); beyond, the mma.sync pass.
+constexpr int kCtWgMaxKs = 8;
+/// Whether the warpgroup pass serves these operands: c_transform_mma_serves, and the column side has its warpgroup
+/// tiles (MmaOperands::tiles: a Hopper GPU running an sm_90a build), padded d ≤ 16·kCtWgMaxKs.
+bool c_transform_wg_serves(const MmaOperands& rop, const MmaOperands& cop);
+/// The first pass on warpgroups (wgmma): as launch_c_transform_mma (scratch.bias holds the column biases).
+void launch_c_transform_wg(const CTransformSides& sides, const MmaOperands& rop, const MmaOperands& cop,
+                           const float* h, float s, int sms, CTransformScratch& scratch, int& splits,
+                           cudaStream_t stream);
 
 #ifdef __CUDACC__
 /// A row's candidate list: s[0] ≥ … ≥ s[K − 1] the best scores seen, a[k] their columns, s[K] the best score of every

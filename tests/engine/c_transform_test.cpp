@@ -136,15 +136,21 @@ TEST_P(CTransformTest, EveryCudaScoreFamilyMatchesTheBruteForce) {
     std::vector<ScoreKernel> families = {ScoreKernel::kAuto, ScoreKernel::kTiled};
     if (d <= 16) families.push_back(ScoreKernel::kRegister);
     if (d <= 128) families.push_back(ScoreKernel::kTensor);
-    for (const ScoreKernel family : families) {
-      BackendOptions o = options();
-      o.cuda.kernel = family;
-      Problem problem(pr.xv(), pr.yv(), {}, {}, o);
-      const CTransform t = problem.c_transform(Side::kSource, g);
-      const int differing = expect_matches(t, ref, pr.x, pr.y, d, g, 1.0,
-                                           "d=" + std::to_string(d) + " family " + to_string(family));
-      EXPECT_LE(differing, 2) << "d=" << d << " family " << to_string(family);
-    }
+    for (const ScoreKernel family : families)
+      for (const bool warpgroup : {true, false}) {
+        // The tensor pass runs on warpgroups (wgmma) where the problem has their column tiles (a Hopper GPU), else
+        // on mma.sync: both, on a Hopper GPU.
+        if (!warpgroup && family != ScoreKernel::kTensor && family != ScoreKernel::kAuto) continue;
+        BackendOptions o = options();
+        o.cuda.kernel = family;
+        o.cuda.warpgroup_kernels = warpgroup;
+        Problem problem(pr.xv(), pr.yv(), {}, {}, o);
+        const CTransform t = problem.c_transform(Side::kSource, g);
+        const std::string what = "d=" + std::to_string(d) + " family " + to_string(family) +
+                                 (warpgroup ? "" : " (no warpgroup kernels)");
+        const int differing = expect_matches(t, ref, pr.x, pr.y, d, g, 1.0, what);
+        EXPECT_LE(differing, 2) << what;
+      }
   }
 }
 
@@ -204,18 +210,25 @@ TEST_P(CTransformTest, DuplicatedTargetsResolveToTheLowestIndexThroughCandidates
         g[j] = g_base[order[j]];
       }
       const Brute ref = brute_force(pr.x, n, y, m, d, g, 1.0);
-      std::vector<ScoreKernel> families = {ScoreKernel::kAuto};
+      // (family, warpgroup kernels): the tensor pass on warpgroups (a Hopper GPU) and on mma.sync.
+      std::vector<std::pair<ScoreKernel, bool>> families = {{ScoreKernel::kAuto, true}};
       if (GetParam() == "cuda") {
-        families.push_back(ScoreKernel::kTiled);
-        families.push_back(d <= 16 ? ScoreKernel::kRegister : ScoreKernel::kTensor);
+        families.emplace_back(ScoreKernel::kTiled, true);
+        if (d <= 16) {
+          families.emplace_back(ScoreKernel::kRegister, true);
+        } else {
+          families.emplace_back(ScoreKernel::kTensor, true);
+          families.emplace_back(ScoreKernel::kTensor, false);
+        }
       }
-      for (const ScoreKernel family : families) {
+      for (const auto& [family, warpgroup] : families) {
         BackendOptions o = options();
         o.cuda.kernel = family;
+        o.cuda.warpgroup_kernels = warpgroup;
         Problem problem(pr.xv(), {y, m, d}, {}, {}, o);
         const CTransform t = problem.c_transform(Side::kSource, g);
         const std::string what = GetParam() + " d=" + std::to_string(d) + " copies=" + std::to_string(copies) +
-                                 " family " + to_string(family);
+                                 " family " + to_string(family) + (warpgroup ? "" : " (no warpgroup kernels)");
         ASSERT_EQ(t.index.size(), n) << what;
         const double tol = 1e-5 * std::max(1.0, ref.scale);
         int wrong = 0;
