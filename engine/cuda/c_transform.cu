@@ -279,14 +279,40 @@ constexpr int ct_rows() {
   return D <= 4 ? 8 : 4;
 }
 
+/// Column splits for `blocks` row blocks of a kernel of which `per_sm` blocks are resident per multiprocessor: the
+/// fewest that keep ≥ 90 % of the device's resident blocks busy over whole waves (every block does the same work,
+/// so a last wave of a few blocks costs as much as a full one), at most one per column tile. Fewer splits also
+/// mean longer column streams per row, over which the candidate lists settle (fewer insertions).
+int ct_splits(int blocks, int tiles, int per_sm, int sms) {
+  const long long slots = std::max(1LL, static_cast<long long>(std::max(per_sm, 1)) * sms);
+  const int most = static_cast<int>(std::max(1LL, std::min<long long>(tiles, (4 * slots + blocks - 1) / blocks)));
+  int pick = 1;
+  double pick_busy = 0;
+  for (int s = 1; s <= most; ++s) {
+    const long long total = static_cast<long long>(blocks) * s;
+    const double busy = double(total) / double((total + slots - 1) / slots * slots);
+    if (busy >= 0.9) return s;
+    if (busy > pick_busy) pick = s, pick_busy = busy;
+  }
+  return pick;
+}
+
+/// Resident blocks per multiprocessor of `kernel` (static shared memory only).
+template <typename Kernel>
+int ct_per_sm(Kernel kernel, int threads) {
+  int n = 0;
+  FLASHOT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0));
+  return std::max(1, n);
+}
+
 template <int D>
 void launch_small(const CTransformSides& sd, const float* h, float s, int sms, CTransformScratch& sc, int& splits,
                   cudaStream_t stream) {
   constexpr int R = ct_rows<D>();
   const int blocks = div_up(sd.nrows, kCtThreads * R);
-  // Enough blocks for every multiprocessor to hold several, in whole tiles of columns per split.
+  // Whole waves of resident blocks, in whole tiles of columns per split.
   const int tiles = div_up(sd.ncols, kCtTile);
-  splits = std::max(1, std::min(tiles, div_up(8LL * sms, blocks)));
+  splits = ct_splits(blocks, tiles, ct_per_sm(ct_small_kernel<D, R>, kCtThreads), sms);
   const int per = div_up(tiles, splits) * kCtTile;
   splits = div_up(sd.ncols, per);
   sc.best.reserve(std::size_t(splits) * (kCtCand + 1) * sd.nrows);
@@ -299,7 +325,7 @@ void launch_tiled(const CTransformSides& sd, const float* h, float s, int sms, C
                   cudaStream_t stream) {
   const int blocks = div_up(sd.nrows, kTileRows);
   const int tiles = div_up(sd.ncols, kTileCols);
-  splits = std::max(1, std::min(tiles, div_up(8LL * sms, blocks)));
+  splits = ct_splits(blocks, tiles, ct_per_sm(ct_tiled_kernel, kTileThreads), sms);
   const int per = div_up(tiles, splits) * kTileCols;
   splits = div_up(sd.ncols, per);
   sc.best.reserve(std::size_t(splits) * (kCtCand + 1) * sd.nrows);
