@@ -6,7 +6,8 @@
 // 64 × 64 tile). Each keeps per row and column split a candidate list (CtList, c_transform.cuh): the K = kCtCand
 // best scores with their columns and the best score of every other column (the rest), at one comparison per score
 // (a score that beats the list's rest, which is rare once the list has settled, takes the insertion).
-// d > 16 with the split-fp16 tensor-core operands of the problem: c_transform_mma.cu.
+// d > 16 with the split-fp16 tensor-core operands of the problem: c_transform_wg.cu (wgmma, Hopper) or
+// c_transform_mma.cu (mma.sync).
 //
 // Exactness of the argmin: every fp32 score is within E_i = (d + 4)·2^−23·(2s‖p_i‖·max‖q‖ + max|bias|) of the exact
 // one (twice the standard γ_{d+2} bound of the dot product, the scaled coordinates and the bias's rounding). The
