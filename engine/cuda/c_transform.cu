@@ -3,8 +3,11 @@
 // Scores t_ij = 2s⟨p_i, q_j⟩ + bias_j, bias_j = fp32(h_j − s‖q_j‖²), are maximised: max_j t_ij = s‖p_i‖² − value_i.
 // Pass 1: d ≤ 16, the register kernel (rows' coordinates in registers, columns broadcast from shared memory, fp32
 // FMA, as small_d.cuh's kernels); d > 16, the tiled fp32 kernel (tile_dots of device_common.cuh, the kTiled path's
-// 64 × 64 tile). Each keeps per row the best score, its column and the second-best score, per column split.
-// d > 16 with the split-fp16 tensor-core operands of the problem: c_transform_mma.cu.
+// 64 × 64 tile). Each keeps per row and column split a candidate list (CtList, c_transform.cuh): the K = kCtCand
+// best scores with their columns and the best score of every other column (the rest), at one comparison per score
+// (a score that beats the list's rest, which is rare once the list has settled, takes the insertion).
+// d > 16 with the split-fp16 tensor-core operands of the problem: c_transform_wg.cu (wgmma, Hopper) or
+// c_transform_mma.cu (mma.sync).
 //
 // Exactness of the argmin: every fp32 score is within E_i = (d + 4)·2^−23·(2s‖p_i‖·max‖q‖ + max|bias|) of the exact
 // one (twice the standard γ_{d+2} bound of the dot product, the scaled coordinates and the bias's rounding). The
@@ -13,10 +16,16 @@
 // 3·2^−22·|P_k||Q_k| + 2^−25(|P_k| + |Q_k|) per coordinate, and the tensor core's fp32 accumulation of 3d products
 // (which may truncate rather than round) at most 3d·2^−22 of Σ|P_k Q_k|; so E_i = (3d + 8)·2^−22·2s‖p_i‖·max‖q‖ +
 // 2^−25·√d·2s·(‖p_i‖/scale_q + max‖q‖/scale_p) + (d + 4)·2^−23·max|bias| bounds them (the 1% margin in ct_bound
-// covers the bound's own rounding). When best − second > 2E_i no other column can be the true argmax; otherwise the
-// row is re-decided: every column whose fp32 score (refine kernel, error ≤ the fp32 E_i ≤ E_i) is ≥ best − 3E_i is
-// evaluated as s·‖p_i − q_j‖² − h_j in fp64 and the smallest wins, the lowest index on an exact tie. The value of
-// every row is that fp64 direct difference at its argmin.
+// covers the bound's own rounding). When best − rest > 2E_i, the true argmax is one of the K candidates (any other
+// column's exact score is < rest + E_i < best − E_i ≤ the exact score of the best candidate): the candidates whose
+// score is ≥ best − 3E_i are evaluated as s·‖p_i − q_j‖² − h_j in fp64 and the smallest wins, the lowest index on an
+// exact tie (merge kernel). Otherwise (K + 1 scores within 2E_i: exact ties, duplicated points) the row is
+// re-decided over all its columns: every column whose fp32 score (refine kernel, error ≤ the fp32 E_i ≤ E_i) is
+// ≥ best − 3E_i is evaluated the same way (one block per listed row, columns spread over its threads). The value of
+// every row is that fp64 direct difference at its argmin. With K = 1 this is a best/second test, which on
+// the benchmark's Gaussian data at n = m = 100k, d = 64 left enough rows to the full re-scan (then one warp per row)
+// for it to take 36 ms of 40 on the H200; with K = 3 a row goes there only when four scores lie within 2E_i, which
+// random data makes rarer by orders of magnitude (a near tie has probability ~ρ per row, four of them ~ρ³/6).
 
 #include <algorithm>
 #include <cmath>
@@ -32,39 +41,21 @@ constexpr int kCtThreads = 128;
 constexpr int kCtTile = 256;  // columns per shared-memory tile of the register kernel
 constexpr int kRefineThreads = 256;
 
-/// Running (best, arg, second) of a row, branch-free: an exact tie with the best makes second = best (flagged).
-__device__ __forceinline__ void ct_update(float t, int j, float& b1, int& a1, float& b2) {
-  b2 = fmaxf(b2, fminf(t, b1));
-  a1 = t > b1 ? j : a1;
-  b1 = fmaxf(t, b1);
-}
-
-/// Merges another (best, arg, second) into a row's; the lower column wins an exact tie of the bests.
-__device__ __forceinline__ void ct_merge(float& b1, int& a1, float& b2, float c1, int ca, float c2) {
-  b2 = fmaxf(fmaxf(b2, c2), fminf(b1, c1));
-  if (c1 > b1 || (c1 == b1 && ca < a1)) {
-    b1 = c1;
-    a1 = ca;
-  }
-}
-
 template <int D, int R>
 __global__ void __launch_bounds__(kCtThreads) ct_small_kernel(CTransformSides sd, const float* __restrict__ h, float s,
                                                               int cols_per_split, float* __restrict__ best,
-                                                              float* __restrict__ second, int* __restrict__ arg) {
+                                                              int* __restrict__ arg) {
   __shared__ __align__(16) float tile[kCtTile][D + 1];  // coordinates, then the bias
   const int i_base = blockIdx.x * (kCtThreads * R) + threadIdx.x;
   const float two_s = 2.f * s;
   float xr[R][D];
-  float b1[R], b2[R];
-  int a1[R];
+  CtList list[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int i = i_base + r * kCtThreads;
 #pragma unroll
     for (int k = 0; k < D; ++k) xr[r][k] = (i < sd.nrows && k < sd.d) ? two_s * sd.rows[std::size_t(i) * sd.d + k] : 0.f;
-    b1[r] = b2[r] = -INFINITY;
-    a1[r] = 0;
+    list[r].init();
   }
   const int j_begin = blockIdx.y * cols_per_split;
   const int j_end = min(sd.ncols, j_begin + cols_per_split);
@@ -93,37 +84,40 @@ __global__ void __launch_bounds__(kCtThreads) ct_small_kernel(CTransformSides sd
 #pragma unroll
         for (int k = 0; k <= D; ++k) q[k] = tile[jj][k];
       }
+      // All R scores first, then one test whether any beats its row's rest: per score D FMA and one comparison;
+      // the insertions (rare once the lists have settled) sit behind one branch per column.
+      float t[R];
+      bool any = false;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        float t = q[D];
+        t[r] = q[D];
 #pragma unroll
-        for (int k = 0; k < D; ++k) t = fmaf(xr[r][k], q[k], t);
-        ct_update(t, j0 + jj, b1[r], a1[r], b2[r]);
+        for (int k = 0; k < D; ++k) t[r] = fmaf(xr[r][k], q[k], t[r]);
+        any |= t[r] > list[r].s[CtList::K];
+      }
+      if (any) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) list[r].push(t[r], j0 + jj);
       }
     }
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int i = i_base + r * kCtThreads;
-    if (i >= sd.nrows) continue;
-    const std::size_t at = std::size_t(blockIdx.y) * sd.nrows + i;
-    best[at] = b1[r];
-    second[at] = b2[r];
-    arg[at] = a1[r];
+    if (i < sd.nrows) list[r].store(best, arg, blockIdx.y, sd.nrows, i);
   }
 }
 
 __global__ void __launch_bounds__(kTileThreads) ct_tiled_kernel(CTransformSides sd, const float* __restrict__ h,
                                                                 float s, int cols_per_split, float* __restrict__ best,
-                                                                float* __restrict__ second, int* __restrict__ arg) {
+                                                                int* __restrict__ arg) {
   __shared__ TileStage<> st;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int i0 = blockIdx.x * kTileRows;
   const float two_s = 2.f * s;
-  float b1[4], b2[4];
-  int a1[4];
+  CtList list[4];
 #pragma unroll
-  for (int r = 0; r < 4; ++r) b1[r] = b2[r] = -INFINITY, a1[r] = 0;
+  for (int r = 0; r < 4; ++r) list[r].init();
   const int j_begin = blockIdx.y * cols_per_split;
   const int j_end = min(sd.ncols, j_begin + cols_per_split);
   for (int j0 = j_begin; j0 < j_end; j0 += kTileCols) {
@@ -134,26 +128,16 @@ __global__ void __launch_bounds__(kTileThreads) ct_tiled_kernel(CTransformSides 
       const int j = j0 + tx + 16 * c;
       const float bias = j < j_end ? h[j] - s * sd.cols_norm2[j] : -INFINITY;
 #pragma unroll
-      for (int r = 0; r < 4; ++r) ct_update(fmaf(two_s, acc[r][c], bias), j, b1[r], a1[r], b2[r]);
+      for (int r = 0; r < 4; ++r) list[r].push(fmaf(two_s, acc[r][c], bias), j);
     }
   }
   // The 16 lanes that share a row (tid = 16·ty + tx) merge their columns.
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
 #pragma unroll
-    for (int offset = 8; offset > 0; offset /= 2) {
-      const float c1 = __shfl_xor_sync(0xffffffffu, b1[r], offset);
-      const float c2 = __shfl_xor_sync(0xffffffffu, b2[r], offset);
-      const int ca = __shfl_xor_sync(0xffffffffu, a1[r], offset);
-      ct_merge(b1[r], a1[r], b2[r], c1, ca, c2);
-    }
+    for (int offset = 8; offset > 0; offset /= 2) list[r].merge_lane(offset);
     const int i = i0 + ty + 16 * r;
-    if (tx == 0 && i < sd.nrows) {
-      const std::size_t at = std::size_t(blockIdx.y) * sd.nrows + i;
-      best[at] = b1[r];
-      second[at] = b2[r];
-      arg[at] = a1[r];
-    }
+    if (tx == 0 && i < sd.nrows) list[r].store(best, arg, blockIdx.y, sd.nrows, i);
   }
 }
 
@@ -201,55 +185,70 @@ __device__ __forceinline__ float ct_bound(const CTransformSides& sd, const unsig
                   b.bias * __uint_as_float(maxima[1]));
 }
 
-/// One thread per row: the splits merged; a row decided by its margin gets its fp64 value, the others are listed.
+/// One thread per row: the splits' lists merged; a row whose best beats the rest by more than 2E is decided from its
+/// candidates (fp64), the others are listed (their best score kept in best[i] for the refinement's floor).
 __global__ void ct_merge_kernel(CTransformSides sd, const float* __restrict__ h, float s, int splits, ScoreBound sb,
                                 const unsigned* __restrict__ maxima, float* __restrict__ best,
-                                const float* __restrict__ second, const int* __restrict__ arg,
-                                double* __restrict__ values, int* __restrict__ list, int* __restrict__ count) {
+                                const int* __restrict__ arg, double* __restrict__ values, int* __restrict__ index,
+                                int* __restrict__ list, int* __restrict__ count) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= sd.nrows) return;
-  float b1 = best[i], b2 = second[i];
-  int a1 = arg[i];
+  CtList c;
+  c.load(best, arg, 0, sd.nrows, i);
   for (int p = 1; p < splits; ++p) {
-    const std::size_t at = std::size_t(p) * sd.nrows + i;
-    ct_merge(b1, a1, b2, best[at], arg[at], second[at]);
+    CtList o;
+    o.load(best, arg, p, sd.nrows, i);
+    c.merge(o.s, o.a);
   }
   const float bound = ct_bound(sd, maxima, s, i, sb);
-  if (b1 - b2 > 2.f * bound) {
-    values[i] = ct_direct(sd, h, s, i, a1);
-    best[i] = __int_as_float(a1);  // the index, read back with the values (below)
+  if (c.s[0] - c.s[CtList::K] > 2.f * bound) {
+    const float floor = c.s[0] - 3.f * bound;
+    double v_best = INFINITY;
+    int j_best = 0x7fffffff;
+#pragma unroll
+    for (int k = 0; k < CtList::K; ++k) {
+      if (c.a[k] < 0 || !(c.s[k] >= floor)) continue;
+      const double v = ct_direct(sd, h, s, i, c.a[k]);
+      if (v < v_best || (v == v_best && c.a[k] < j_best)) v_best = v, j_best = c.a[k];
+    }
+    values[i] = v_best;
+    index[i] = j_best;
     return;
   }
-  best[i] = b1;
+  best[i] = c.s[0];
   list[atomicAdd(count, 1)] = i;
   values[i] = NAN;  // marks a listed row
 }
 
-/// One warp per listed row: every column within 3E of the row's best is evaluated in fp64, the smallest value wins
-/// (the lowest column on an exact tie).
+/// One block per listed row (grid-stride over the list): every column whose fp32 score is within 3E of the row's
+/// best is evaluated in fp64, the smallest value wins (the lowest column on an exact tie). Consecutive threads take
+/// consecutive columns, so a block reads the columns' coordinates in whole cache lines.
 __global__ void __launch_bounds__(kRefineThreads) ct_refine_kernel(CTransformSides sd, const float* __restrict__ h,
                                                                    float s, ScoreBound sb,
                                                                    const unsigned* __restrict__ maxima,
-                                                                   float* __restrict__ best,
+                                                                   const float* __restrict__ best,
                                                                    const int* __restrict__ list,
                                                                    const int* __restrict__ count,
-                                                                   double* __restrict__ values) {
-  const int lane = threadIdx.x % 32;
-  const int warps = gridDim.x * (kRefineThreads / 32);
+                                                                   double* __restrict__ values,
+                                                                   int* __restrict__ index) {
+  __shared__ double red_v[kRefineThreads / 32];
+  __shared__ int red_j[kRefineThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const float two_s = 2.f * s;
-  for (int w = blockIdx.x * (kRefineThreads / 32) + threadIdx.x / 32; w < *count; w += warps) {
+  const int rows = *count;
+  for (int w = blockIdx.x; w < rows; w += gridDim.x) {
     const int i = list[w];
     const float floor = best[i] - 3.f * ct_bound(sd, maxima, s, i, sb);
     const float* p = sd.rows + std::size_t(i) * sd.d;
     double v_best = INFINITY;
     int j_best = 0x7fffffff;
-    for (int j = lane; j < sd.ncols; j += 32) {
+    for (int j = threadIdx.x; j < sd.ncols; j += kRefineThreads) {
       const float* q = sd.cols + std::size_t(j) * sd.d;
       float t = h[j] - s * sd.cols_norm2[j];
       for (int k = 0; k < sd.d; ++k) t = fmaf(two_s * p[k], q[k], t);
       if (!(t >= floor)) continue;
       const double v = ct_direct(sd, h, s, i, j);
-      if (v < v_best) v_best = v, j_best = j;  // columns rise within a lane: the first of a tie stays
+      if (v < v_best) v_best = v, j_best = j;  // columns rise within a thread: the first of a tie stays
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) {
@@ -257,10 +256,15 @@ __global__ void __launch_bounds__(kRefineThreads) ct_refine_kernel(CTransformSid
       const int oj = __shfl_xor_sync(0xffffffffu, j_best, offset);
       if (ov < v_best || (ov == v_best && oj < j_best)) v_best = ov, j_best = oj;
     }
-    if (lane == 0) {
+    if (lane == 0) red_v[warp] = v_best, red_j[warp] = j_best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int o = 1; o < kRefineThreads / 32; ++o)
+        if (red_v[o] < v_best || (red_v[o] == v_best && red_j[o] < j_best)) v_best = red_v[o], j_best = red_j[o];
       values[i] = v_best;
-      best[i] = __int_as_float(j_best);
+      index[i] = j_best;
     }
+    __syncthreads();  // red_* are reused by the next row
   }
 }
 
@@ -276,21 +280,45 @@ constexpr int ct_rows() {
   return D <= 4 ? 8 : 4;
 }
 
+/// Column splits for `blocks` row blocks of a kernel of which `per_sm` blocks are resident per multiprocessor: the
+/// fewest that keep ≥ 90 % of the device's resident blocks busy over whole waves (every block does the same work,
+/// so a last wave of a few blocks costs as much as a full one), at most one per column tile. Fewer splits also
+/// mean longer column streams per row, over which the candidate lists settle (fewer insertions).
+int ct_splits(int blocks, int tiles, int per_sm, int sms) {
+  const long long slots = std::max(1LL, static_cast<long long>(std::max(per_sm, 1)) * sms);
+  const int most = static_cast<int>(std::max(1LL, std::min<long long>(tiles, (4 * slots + blocks - 1) / blocks)));
+  int pick = 1;
+  double pick_busy = 0;
+  for (int s = 1; s <= most; ++s) {
+    const long long total = static_cast<long long>(blocks) * s;
+    const double busy = double(total) / double((total + slots - 1) / slots * slots);
+    if (busy >= 0.9) return s;
+    if (busy > pick_busy) pick = s, pick_busy = busy;
+  }
+  return pick;
+}
+
+/// Resident blocks per multiprocessor of `kernel` (static shared memory only).
+template <typename Kernel>
+int ct_per_sm(Kernel kernel, int threads) {
+  int n = 0;
+  FLASHOT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0));
+  return std::max(1, n);
+}
+
 template <int D>
 void launch_small(const CTransformSides& sd, const float* h, float s, int sms, CTransformScratch& sc, int& splits,
                   cudaStream_t stream) {
   constexpr int R = ct_rows<D>();
   const int blocks = div_up(sd.nrows, kCtThreads * R);
-  // Enough blocks for every multiprocessor to hold several, in whole tiles of columns per split.
+  // Whole waves of resident blocks, in whole tiles of columns per split.
   const int tiles = div_up(sd.ncols, kCtTile);
-  splits = std::max(1, std::min(tiles, div_up(8LL * sms, blocks)));
+  splits = ct_splits(blocks, tiles, ct_per_sm(ct_small_kernel<D, R>, kCtThreads), sms);
   const int per = div_up(tiles, splits) * kCtTile;
   splits = div_up(sd.ncols, per);
-  sc.best.reserve(std::size_t(splits) * sd.nrows);
-  sc.second.reserve(std::size_t(splits) * sd.nrows);
-  sc.arg.reserve(std::size_t(splits) * sd.nrows);
-  ct_small_kernel<D, R><<<dim3(blocks, splits), kCtThreads, 0, stream>>>(sd, h, s, per, sc.best.get(),
-                                                                          sc.second.get(), sc.arg.get());
+  sc.best.reserve(std::size_t(splits) * (kCtCand + 1) * sd.nrows);
+  sc.arg.reserve(std::size_t(splits) * kCtCand * sd.nrows);
+  ct_small_kernel<D, R><<<dim3(blocks, splits), kCtThreads, 0, stream>>>(sd, h, s, per, sc.best.get(), sc.arg.get());
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 
@@ -298,14 +326,12 @@ void launch_tiled(const CTransformSides& sd, const float* h, float s, int sms, C
                   cudaStream_t stream) {
   const int blocks = div_up(sd.nrows, kTileRows);
   const int tiles = div_up(sd.ncols, kTileCols);
-  splits = std::max(1, std::min(tiles, div_up(8LL * sms, blocks)));
+  splits = ct_splits(blocks, tiles, ct_per_sm(ct_tiled_kernel, kTileThreads), sms);
   const int per = div_up(tiles, splits) * kTileCols;
   splits = div_up(sd.ncols, per);
-  sc.best.reserve(std::size_t(splits) * sd.nrows);
-  sc.second.reserve(std::size_t(splits) * sd.nrows);
-  sc.arg.reserve(std::size_t(splits) * sd.nrows);
-  ct_tiled_kernel<<<dim3(blocks, splits), kTileThreads, 0, stream>>>(sd, h, s, per, sc.best.get(), sc.second.get(),
-                                                                    sc.arg.get());
+  sc.best.reserve(std::size_t(splits) * (kCtCand + 1) * sd.nrows);
+  sc.arg.reserve(std::size_t(splits) * kCtCand * sd.nrows);
+  ct_tiled_kernel<<<dim3(blocks, splits), kTileThreads, 0, stream>>>(sd, h, s, per, sc.best.get(), sc.arg.get());
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 
@@ -321,6 +347,7 @@ void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, d
   sc.counters.reserve(1);
   sc.list.reserve(sd.nrows);
   sc.values.reserve(sd.nrows);
+  sc.index.reserve(sd.nrows);
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(sc.maxima.get(), 0, 2 * sizeof(unsigned), stream));
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(sc.counters.get(), 0, sizeof(int), stream));
   ct_maxima_kernel<<<std::max(1, std::min(4 * sms, div_up(sd.ncols, 256))), 256, 0, stream>>>(sd, sc.h.get(), s,
@@ -335,7 +362,10 @@ void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, d
     sb.sub = 0x1p-25f * std::sqrt(float(sd.d));
     sb.sub_p = 1.f / cop->scale;
     sb.sub_q = 1.f / rop->scale;
-    launch_c_transform_mma(sd, *rop, *cop, sc.h.get(), s, sms, sc, splits, stream);
+    if (c_transform_wg_serves(*rop, *cop))
+      launch_c_transform_wg(sd, *rop, *cop, sc.h.get(), s, sms, sc, splits, stream);
+    else
+      launch_c_transform_mma(sd, *rop, *cop, sc.h.get(), s, sms, sc, splits, stream);
   } else switch (ct_width(sd.d)) {
     case 1: launch_small<1>(sd, sc.h.get(), s, sms, sc, splits, stream); break;
     case 2: launch_small<2>(sd, sc.h.get(), s, sms, sc, splits, stream); break;
@@ -348,16 +378,16 @@ void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, d
     default: launch_tiled(sd, sc.h.get(), s, sms, sc, splits, stream); break;
   }
   ct_merge_kernel<<<div_up(sd.nrows, 256), 256, 0, stream>>>(sd, sc.h.get(), s, splits, sb, sc.maxima.get(),
-                                                              sc.best.get(), sc.second.get(), sc.arg.get(),
-                                                              sc.values.get(), sc.list.get(), sc.counters.get());
+                                                              sc.best.get(), sc.arg.get(), sc.values.get(),
+                                                              sc.index.get(), sc.list.get(), sc.counters.get());
   FLASHOT_CUDA_CHECK_LAUNCH();
-  ct_refine_kernel<<<std::max(1, 2 * sms), kRefineThreads, 0, stream>>>(sd, sc.h.get(), s, sb, sc.maxima.get(),
+  ct_refine_kernel<<<std::max(1, 4 * sms), kRefineThreads, 0, stream>>>(sd, sc.h.get(), s, sb, sc.maxima.get(),
                                                                         sc.best.get(), sc.list.get(),
-                                                                        sc.counters.get(), sc.values.get());
+                                                                        sc.counters.get(), sc.values.get(),
+                                                                        sc.index.get());
   FLASHOT_CUDA_CHECK_LAUNCH();
   sc.values.download(values.first(sd.nrows), stream);
-  // best[i] now holds the argmin's bits (merge or refine kernel).
-  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(index.data(), sc.best.get(), sizeof(std::int32_t) * sd.nrows,
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(index.data(), sc.index.get(), sizeof(std::int32_t) * sd.nrows,
                                      cudaMemcpyDeviceToHost, stream));
   FLASHOT_CUDA_CHECK(cudaStreamSynchronize(stream));
 }

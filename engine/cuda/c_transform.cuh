@@ -1,10 +1,13 @@
 #pragma once
 // The hard c-transform on one device (docs/engine.md, "Hard c-transform"): for every row point p_i,
 // value_i = min_j (s·‖p_i − q_j‖² − h_j) over the column points and the argmin, streamed, never rows × columns.
-// Pass 1 keeps each row's best and second-best fp32 score (t_ij = 2s⟨p_i, q_j⟩ + h_j − s‖q_j‖², maximised) and the
-// argmax, over column splits; a merge decides every row whose best beats its second by more than twice the scores'
-// error bound, and lists the others, which a refinement pass re-decides from fp64 direct differences.
+// Pass 1 keeps, per row and column split, a candidate list: the kCtCand best fp32 scores (t_ij = 2s⟨p_i, q_j⟩ + h_j −
+// s‖q_j‖², maximised) with their columns, and the best score of every other column (CtList). A merge combines the
+// splits; a row whose best beats that "rest" score by more than twice the scores' error bound is decided from its
+// candidates alone (fp64 direct differences); the others (kCtCand + 1 near ties) are listed, and a refinement pass
+// re-scans their whole row.
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -27,10 +30,14 @@ struct CTransformSides {
   int d = 0;
 };
 
-/// Scratch of run_c_transform, grown on demand and kept by the caller between calls.
+/// Candidates kept per row in pass 1 (c_transform.cu's header: K = 3 makes a full re-scan need four near ties).
+constexpr int kCtCand = 3;
+
+/// Scratch of run_c_transform, grown on demand and kept by the caller between calls. best: (splits, kCtCand + 1,
+/// nrows) scores, arg: (splits, kCtCand, nrows) their columns (CtList::store); index: the argmins.
 struct CTransformScratch {
-  DeviceBuffer<float> h, best, second;
-  DeviceBuffer<int> arg, list, counters;
+  DeviceBuffer<float> h, best, bias;  // bias: the warpgroup pass's column biases (c_transform_wg.cu)
+  DeviceBuffer<int> arg, index, list, counters;
   DeviceBuffer<unsigned> maxima;
   DeviceBuffer<double> values;
 };
@@ -45,10 +52,84 @@ void run_c_transform(const CTransformSides& sides, std::span<const float> h, dou
 
 /// Whether the tensor-core pass (c_transform_mma.cu) serves these operands: split fp16, 16 ≤ padded d ≤ 128.
 bool c_transform_mma_serves(const MmaOperands& rop, const MmaOperands& cop);
-/// The first pass on the tensor cores: per column split, each row's best and second-best score and the argmax into
-/// scratch.best / second / arg (splits × nrows); h on the device.
+/// The first pass on the tensor cores: per column split, each row's candidate list (CtList) into scratch.best / arg;
+/// h on the device.
 void launch_c_transform_mma(const CTransformSides& sides, const MmaOperands& rop, const MmaOperands& cop,
                             const float* h, float s, int sms, CTransformScratch& scratch, int& splits,
                             cudaStream_t stream);
+
+/// The largest KS (padded d = 16·KS) of the warpgroup pass (c_transform_wg.cu); beyond, the mma.sync pass.
+constexpr int kCtWgMaxKs = 8;
+/// Whether the warpgroup pass serves these operands: c_transform_mma_serves, and the column side has its warpgroup
+/// tiles (MmaOperands::tiles: a Hopper GPU running an sm_90a build), padded d ≤ 16·kCtWgMaxKs.
+bool c_transform_wg_serves(const MmaOperands& rop, const MmaOperands& cop);
+/// The first pass on warpgroups (wgmma): as launch_c_transform_mma (scratch.bias holds the column biases).
+void launch_c_transform_wg(const CTransformSides& sides, const MmaOperands& rop, const MmaOperands& cop,
+                           const float* h, float s, int sms, CTransformScratch& scratch, int& splits,
+                           cudaStream_t stream);
+
+#ifdef __CUDACC__
+/// A row's candidate list: s[0] ≥ … ≥ s[K − 1] the best scores seen, a[k] their columns, s[K] the best score of every
+/// other column seen (the "rest"; −∞ while none). Pushing a score costs one comparison unless it beats s[K].
+struct CtList {
+  static constexpr int K = kCtCand;
+  float s[K + 1];
+  int a[K];
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int k = 0; k <= K; ++k) s[k] = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < K; ++k) a[k] = -1;
+  }
+  /// Inserts (t, j), t > s[K]: bubbles down the list (an equal score stays behind, so columns keep their order);
+  /// the score that falls off the end becomes the rest.
+  __device__ __forceinline__ void insert(float t, int j) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const bool up = t > s[k];
+      const float ts = up ? s[k] : t;
+      const int tj = up ? a[k] : j;
+      s[k] = up ? t : s[k];
+      a[k] = up ? j : a[k];
+      t = ts;
+      j = tj;
+    }
+    s[K] = t;
+  }
+  __device__ __forceinline__ void push(float t, int j) {
+    if (t > s[K]) insert(t, j);
+  }
+  /// Merges another list of disjoint columns.
+  __device__ __forceinline__ void merge(const float (&os)[K + 1], const int (&oa)[K]) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) push(os[k], oa[k]);
+    s[K] = fmaxf(s[K], os[K]);
+  }
+  /// Merges the list of lane (this lane ^ offset).
+  __device__ __forceinline__ void merge_lane(int offset) {
+    float os[K + 1];
+    int oa[K];
+#pragma unroll
+    for (int k = 0; k <= K; ++k) os[k] = __shfl_xor_sync(0xffffffffu, s[k], offset);
+#pragma unroll
+    for (int k = 0; k < K; ++k) oa[k] = __shfl_xor_sync(0xffffffffu, a[k], offset);
+    merge(os, oa);
+  }
+  /// Stores at row i of column split `split`: scores (split, k, nrows), columns (split, k, nrows).
+  __device__ __forceinline__ void store(float* best, int* arg, int split, int nrows, int i) const {
+#pragma unroll
+    for (int k = 0; k <= K; ++k) best[(std::size_t(split) * (K + 1) + k) * nrows + i] = s[k];
+#pragma unroll
+    for (int k = 0; k < K; ++k) arg[(std::size_t(split) * K + k) * nrows + i] = a[k];
+  }
+  __device__ __forceinline__ void load(const float* best, const int* arg, int split, int nrows, int i) {
+#pragma unroll
+    for (int k = 0; k <= K; ++k) s[k] = best[(std::size_t(split) * (K + 1) + k) * nrows + i];
+#pragma unroll
+    for (int k = 0; k < K; ++k) a[k] = arg[(std::size_t(split) * K + k) * nrows + i];
+  }
+};
+#endif
 
 }  // namespace flashot::detail::cuda

@@ -1,8 +1,7 @@
 // The hard c-transform's first pass on the tensor cores (c_transform.cuh, docs/engine.md "Hard c-transform"): the
 // score tiles come from the engine's own mma.sync pipeline (MmaTileCore::run_tiles of mma_tile.cuh, split fp16
 // operands: hi·hi + hi·lo + lo·hi with fp32 accumulation, the operands DeviceStep already holds for its soft
-// c-transforms); the epilogue keeps each row's best score, its column and the second-best score instead of a
-// log-sum-exp. Error bound of these scores and the fp64 re-decision of near ties: c_transform.cu.
+// c-transforms); the epilogue keeps each row's candidate list (CtList, c_transform.cuh) instead of a log-sum-exp. Error bound of these scores and the fp64 re-decision of near ties: c_transform.cu.
 
 #include <algorithm>
 
@@ -13,17 +12,11 @@
 namespace flashot::detail::cuda {
 namespace {
 
-__device__ __forceinline__ void ct_mma_update(float t, int j, float& b1, int& a1, float& b2) {
-  b2 = fmaxf(b2, fminf(t, b1));
-  a1 = t > b1 ? j : a1;
-  b1 = fmaxf(t, b1);
-}
-
 template <int KS>
 __global__ void __launch_bounds__(kMmaThreads) ct_mma_kernel(CTransformSides sd, MmaOperands rop, MmaOperands cop,
                                                              const float* __restrict__ h, float s, float alpha,
                                                              int cols_per_split, float* __restrict__ best,
-                                                             float* __restrict__ second, int* __restrict__ arg) {
+                                                             int* __restrict__ arg) {
   using Core = MmaTileCore<KS, 3, false, true>;
   extern __shared__ __align__(16) std::uint16_t smem[];  // (2 stages, hi and lo, BN, DP + 8)
   __shared__ __align__(8) float vtile[2][kMmaThreads];  // column biases of two tiles
@@ -31,12 +24,11 @@ __global__ void __launch_bounds__(kMmaThreads) ct_mma_kernel(CTransformSides sd,
   const int row0 = blockIdx.x * kMmaBlockRows + warp * kWarpRows;
   Core core;
   core.load_rows(rop, row0, sd.nrows);
-  float b1[2][2], b2[2][2];  // (m16 subtile, row g / g + 8)
-  int a1[2][2];
+  CtList list[2][2];  // (m16 subtile, row g / g + 8)
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) b1[mt][hh] = b2[mt][hh] = -INFINITY, a1[mt][hh] = 0;
+    for (int hh = 0; hh < 2; ++hh) list[mt][hh].init();
   const int j_begin = blockIdx.y * cols_per_split;
   const int j_end = min(sd.ncols, j_begin + cols_per_split);
   const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
@@ -44,17 +36,30 @@ __global__ void __launch_bounds__(kMmaThreads) ct_mma_kernel(CTransformSides sd,
   const auto bias_at = [&](int j) { return h[j] - s * sd.cols_norm2[j]; };
   const auto epilogue = [&](float (&sc)[2][8][4], const float* vt, int, int it, const std::uint16_t*) {
     const int base = tile_start(it);
+    // Per 8-column subtile: the thread's 8 scores, one test whether any beats its row's rest, and the insertions
+    // (rare once the lists have settled) behind that one branch.
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const float2 bb = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
+      const int j = base + nt * 8 + 2 * t;
+      bool any = false;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          const int j = base + nt * 8 + 2 * t;
-          ct_mma_update(fmaf(alpha, sc[mt][nt][2 * hh], bb.x), j, b1[mt][hh], a1[mt][hh], b2[mt][hh]);
-          ct_mma_update(fmaf(alpha, sc[mt][nt][2 * hh + 1], bb.y), j + 1, b1[mt][hh], a1[mt][hh], b2[mt][hh]);
+          sc[mt][nt][2 * hh] = fmaf(alpha, sc[mt][nt][2 * hh], bb.x);
+          sc[mt][nt][2 * hh + 1] = fmaf(alpha, sc[mt][nt][2 * hh + 1], bb.y);
+          any |= fmaxf(sc[mt][nt][2 * hh], sc[mt][nt][2 * hh + 1]) > list[mt][hh].s[CtList::K];
         }
+      if (any) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            list[mt][hh].push(sc[mt][nt][2 * hh], j);
+            list[mt][hh].push(sc[mt][nt][2 * hh + 1], j + 1);
+          }
+      }
     }
   };
   // One score array (no overlapped next-tile products): the epilogue has no exponentials to hide the products
@@ -67,20 +72,9 @@ __global__ void __launch_bounds__(kMmaThreads) ct_mma_kernel(CTransformSides sd,
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
 #pragma unroll
-      for (int offset = 1; offset < 4; offset *= 2) {
-        const float c1 = __shfl_xor_sync(0xffffffffu, b1[mt][hh], offset);
-        const float c2 = __shfl_xor_sync(0xffffffffu, b2[mt][hh], offset);
-        const int ca = __shfl_xor_sync(0xffffffffu, a1[mt][hh], offset);
-        b2[mt][hh] = fmaxf(fmaxf(b2[mt][hh], c2), fminf(b1[mt][hh], c1));
-        if (c1 > b1[mt][hh] || (c1 == b1[mt][hh] && ca < a1[mt][hh])) b1[mt][hh] = c1, a1[mt][hh] = ca;
-      }
+      for (int offset = 1; offset < 4; offset *= 2) list[mt][hh].merge_lane(offset);
       const int r = row0 + mt * 16 + g + hh * 8;
-      if (t == 0 && r < sd.nrows) {
-        const std::size_t at = std::size_t(blockIdx.y) * sd.nrows + r;
-        best[at] = b1[mt][hh];
-        second[at] = b2[mt][hh];
-        arg[at] = a1[mt][hh];
-      }
+      if (t == 0 && r < sd.nrows) list[mt][hh].store(best, arg, blockIdx.y, sd.nrows, r);
     }
 }
 
@@ -88,7 +82,7 @@ template <int KS>
 void launch_ks(dim3 grid, cudaStream_t stream, const CTransformSides& sd, const MmaOperands& rop,
                const MmaOperands& cop, const float* h, float s, float alpha, int per, CTransformScratch& sc) {
   launch_kernel<ct_mma_kernel<KS>>(grid, kMmaThreads, mma_shared_bytes(KS, 3), stream, sd, rop, cop, h, s, alpha, per,
-                                   sc.best.get(), sc.second.get(), sc.arg.get());
+                                   sc.best.get(), sc.arg.get());
 }
 
 }  // namespace
@@ -106,9 +100,8 @@ void launch_c_transform_mma(const CTransformSides& sd, const MmaOperands& rop, c
   splits = std::max(1, std::min(tiles, div_up(4LL * sms, blocks)));
   const int per = div_up(tiles, splits) * kMmaTile;
   splits = div_up(sd.ncols, per);
-  sc.best.reserve(std::size_t(splits) * sd.nrows);
-  sc.second.reserve(std::size_t(splits) * sd.nrows);
-  sc.arg.reserve(std::size_t(splits) * sd.nrows);
+  sc.best.reserve(std::size_t(splits) * (kCtCand + 1) * sd.nrows);
+  sc.arg.reserve(std::size_t(splits) * kCtCand * sd.nrows);
   // The operands hold scale·p: ⟨p, q⟩ = ⟨P, Q⟩ / (scale_rows·scale_cols).
   const float alpha = 2.f * s / (rop.scale * cop.scale);
   const dim3 grid(blocks, splits);

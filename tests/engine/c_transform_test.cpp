@@ -136,15 +136,21 @@ TEST_P(CTransformTest, EveryCudaScoreFamilyMatchesTheBruteForce) {
     std::vector<ScoreKernel> families = {ScoreKernel::kAuto, ScoreKernel::kTiled};
     if (d <= 16) families.push_back(ScoreKernel::kRegister);
     if (d <= 128) families.push_back(ScoreKernel::kTensor);
-    for (const ScoreKernel family : families) {
-      BackendOptions o = options();
-      o.cuda.kernel = family;
-      Problem problem(pr.xv(), pr.yv(), {}, {}, o);
-      const CTransform t = problem.c_transform(Side::kSource, g);
-      const int differing = expect_matches(t, ref, pr.x, pr.y, d, g, 1.0,
-                                           "d=" + std::to_string(d) + " family " + to_string(family));
-      EXPECT_LE(differing, 2) << "d=" << d << " family " << to_string(family);
-    }
+    for (const ScoreKernel family : families)
+      for (const bool warpgroup : {true, false}) {
+        // The tensor pass runs on warpgroups (wgmma) where the problem has their column tiles (a Hopper GPU), else
+        // on mma.sync: both, on a Hopper GPU.
+        if (!warpgroup && family != ScoreKernel::kTensor && family != ScoreKernel::kAuto) continue;
+        BackendOptions o = options();
+        o.cuda.kernel = family;
+        o.cuda.warpgroup_kernels = warpgroup;
+        Problem problem(pr.xv(), pr.yv(), {}, {}, o);
+        const CTransform t = problem.c_transform(Side::kSource, g);
+        const std::string what = "d=" + std::to_string(d) + " family " + to_string(family) +
+                                 (warpgroup ? "" : " (no warpgroup kernels)");
+        const int differing = expect_matches(t, ref, pr.x, pr.y, d, g, 1.0, what);
+        EXPECT_LE(differing, 2) << what;
+      }
   }
 }
 
@@ -178,6 +184,73 @@ TEST_P(CTransformTest, ExactTiesGoToTheLowestIndex) {
     const CTransform c = problem.c_transform(Side::kTarget, f);
     const Brute cref = brute_force(y, m, x, n, d, f, 1.0);
     for (std::size_t j = 0; j < m; ++j) EXPECT_EQ(c.index[j], cref.index[j]) << GetParam() << " column " << j;
+  }
+}
+
+TEST_P(CTransformTest, DuplicatedTargetsResolveToTheLowestIndexThroughCandidatesAndRescans) {
+  // Random targets, each present `copies` times at random positions with equal potentials: every row's best score
+  // is tied exactly `copies` times. The CUDA pass keeps three candidates per row: up to three copies the row is
+  // decided from its candidates, four or more send it to the full re-scan (docs/engine.md, "Hard c-transform").
+  // Either way the argmin is the lowest index among the copies of the nearest point, and the value is exact. Every
+  // score family on CUDA, with enough columns to split them (the splits' lists merged).
+  for (const std::size_t d : {3, 24, 64}) {
+    const std::size_t base = 400, n = 500;
+    const TestProblem pr = make_problem({.n = n, .m = base, .d = d, .seed = 90 + d});
+    const std::vector<float> g_base = random_potential(base, 19 + d, 0.2 * d);
+    for (const std::size_t copies : {1, 2, 3, 4, 5}) {
+      const std::size_t m = copies * base;
+      std::vector<std::size_t> order(m);
+      for (std::size_t j = 0; j < m; ++j) order[j] = j % base;
+      std::mt19937_64 rng(copies * 1000 + d);
+      std::shuffle(order.begin(), order.end(), rng);
+      std::vector<float> y(m * d), g(m);
+      for (std::size_t j = 0; j < m; ++j) {
+        std::copy_n(pr.y.begin() + static_cast<std::ptrdiff_t>(order[j] * d), d,
+                    y.begin() + static_cast<std::ptrdiff_t>(j * d));
+        g[j] = g_base[order[j]];
+      }
+      const Brute ref = brute_force(pr.x, n, y, m, d, g, 1.0);
+      // (family, warpgroup kernels): the tensor pass on warpgroups (a Hopper GPU) and on mma.sync.
+      std::vector<std::pair<ScoreKernel, bool>> families = {{ScoreKernel::kAuto, true}};
+      if (GetParam() == "cuda") {
+        families.emplace_back(ScoreKernel::kTiled, true);
+        if (d <= 16) {
+          families.emplace_back(ScoreKernel::kRegister, true);
+        } else {
+          families.emplace_back(ScoreKernel::kTensor, true);
+          families.emplace_back(ScoreKernel::kTensor, false);
+        }
+      }
+      for (const auto& [family, warpgroup] : families) {
+        BackendOptions o = options();
+        o.cuda.kernel = family;
+        o.cuda.warpgroup_kernels = warpgroup;
+        Problem problem(pr.xv(), {y, m, d}, {}, {}, o);
+        const CTransform t = problem.c_transform(Side::kSource, g);
+        const std::string what = GetParam() + " d=" + std::to_string(d) + " copies=" + std::to_string(copies) +
+                                 " family " + to_string(family) + (warpgroup ? "" : " (no warpgroup kernels)");
+        ASSERT_EQ(t.index.size(), n) << what;
+        const double tol = 1e-5 * std::max(1.0, ref.scale);
+        int wrong = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          EXPECT_NEAR(t.values[i], ref.values[i], tol) << what << " row " << i;
+          // Copies score identically in any arithmetic, so the lowest index of the nearest point's copies is the
+          // answer; only a near tie between two distinct points may go the other way (as in the test above).
+          if (t.index[i] != ref.index[i]) {
+            ++wrong;
+            const std::size_t j = static_cast<std::size_t>(t.index[i]);
+            ASSERT_LT(j, m) << what << " row " << i;
+            EXPECT_NE(order[j], order[static_cast<std::size_t>(ref.index[i])])
+                << what << " row " << i << ": another copy of the argmin, not the lowest (" << j << " vs "
+                << ref.index[i] << ")";
+            for (std::size_t k = 0; k < j; ++k)
+              EXPECT_NE(order[k], order[j]) << what << " row " << i << ": column " << j << " is not its point's first copy";
+            EXPECT_NEAR(pair_value(pr.x, i, y, j, d, g, 1.0), ref.values[i], tol) << what << " row " << i;
+          }
+        }
+        EXPECT_LE(wrong, 2) << what;
+      }
+    }
   }
 }
 

@@ -1,0 +1,140 @@
+// The hard c-transform's first pass on warpgroups (wgmma, sm_90a; c_transform.cuh, docs/engine.md "Hard
+// c-transform"): the dense LSE pass's tile pipeline (WgTileCore of wg_tile.cuh: 256 rows per block, the column tiles
+// arriving by bulk copies in the warpgroup layout DeviceStep already holds, hi·hi + hi·lo + lo·hi from wgmma) with
+// the candidate-list epilogue of the mma.sync pass (c_transform_mma.cu) instead of the log-sum-exp. The products are
+// the same split-fp16 products with fp32 accumulation as the mma.sync pass's, so the same error bound holds
+// (c_transform.cu). Used where the column side has its warpgroup tiles (MmaOperands::tiles: a Hopper GPU and an
+// sm_90a build); elsewhere the mma.sync pass serves.
+
+#include <algorithm>
+
+#include "c_transform.cuh"
+#include "error.hpp"
+#include "wg_tile.cuh"
+
+namespace flashot::detail::cuda {
+namespace {
+
+/// bias[j] = fp32(h_j − s‖q_j‖²) for j < ncols, −∞ up to whole column tiles (the pipeline's masked columns).
+__global__ void ct_wg_bias_kernel(const float* __restrict__ h, const float* __restrict__ norm2, float s, int ncols,
+                                  int padded, float* __restrict__ bias) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j < padded) bias[j] = j < ncols ? h[j] - s * norm2[j] : -INFINITY;
+}
+
+template <int KS, int MT>
+__global__ void __launch_bounds__(kWgThreads / MT, MT)
+    ct_wg_kernel(int nrows, MmaOperands rop, MmaOperands cop, float alpha, int ncols, int cols_per_split,
+                 float* __restrict__ best, int* __restrict__ arg) {
+  using Core = WgTileCore<KS, false, MT>;
+  extern __shared__ __align__(128) std::uint8_t wg_smem[];
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int block_row0 = blockIdx.x * kWgBlockRows;
+  Core core;
+  core.load_rows(wg_smem, rop, block_row0, nrows);
+  CtList list[MT][2];  // (m16 subtile, row g / g + 8)
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) list[mt][hh].init();
+  const int j_begin = blockIdx.y * cols_per_split;
+  const int j_end = min(ncols, j_begin + cols_per_split);
+  const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
+  const auto tile_start = [&](int it) { return j_begin + it * kMmaTile; };
+  // Columns past j_end within the split's last tile belong to the next split (or are padding): masked here.
+  const auto epilogue = [&](float (&sc)[MT][8][4], const float* vt, int, int it, const std::uint8_t*) {
+    const int base = tile_start(it);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int j = base + nt * 8 + 2 * t;
+      float2 bb = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
+      if (j >= j_end) bb.x = -INFINITY;
+      if (j + 1 >= j_end) bb.y = -INFINITY;
+      bool any = false;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          sc[mt][nt][2 * hh] = fmaf(alpha, sc[mt][nt][2 * hh], bb.x);
+          sc[mt][nt][2 * hh + 1] = fmaf(alpha, sc[mt][nt][2 * hh + 1], bb.y);
+          any |= fmaxf(sc[mt][nt][2 * hh], sc[mt][nt][2 * hh + 1]) > list[mt][hh].s[CtList::K];
+        }
+      if (any) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            list[mt][hh].push(sc[mt][nt][2 * hh], j);
+            list[mt][hh].push(sc[mt][nt][2 * hh + 1], j + 1);
+          }
+      }
+    }
+  };
+  // No overlapped next product: the epilogue has no exponentials to hide it behind, and a second accumulator with
+  // the candidate lists would not fit the registers.
+  core.template run<false>(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
+  // The 4 lanes of a quad share a row: merge their lists.
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+#pragma unroll
+      for (int offset = 1; offset < 4; offset *= 2) list[mt][hh].merge_lane(offset);
+      const int r = block_row0 + Core::subtile_row(mt) + g + hh * 8;
+      if (t == 0 && r < nrows) list[mt][hh].store(best, arg, blockIdx.y, nrows, r);
+    }
+}
+
+template <int KS>
+void launch_wg_ks(dim3 grid, cudaStream_t stream, int nrows, const MmaOperands& rop, const MmaOperands& cop,
+                  float alpha, int ncols, int per, CTransformScratch& sc) {
+  constexpr int kMt = wg_subtiles(KS);
+  launch_kernel<ct_wg_kernel<KS, kMt>>(grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes, stream,
+                                       nrows, rop, cop, alpha, ncols, per, sc.best.get(), sc.arg.get());
+}
+
+}  // namespace
+
+bool c_transform_wg_serves(const MmaOperands& rop, const MmaOperands& cop) {
+  return c_transform_mma_serves(rop, cop) && cop.warpgroup && cop.tiles != nullptr &&
+         rop.padded_d <= 16 * kCtWgMaxKs;
+}
+
+void launch_c_transform_wg(const CTransformSides& sd, const MmaOperands& rop, const MmaOperands& cop,
+                           const float* h, float s, int sms, CTransformScratch& sc, int& splits,
+                           cudaStream_t stream) {
+  const int ks = rop.padded_d / 16;
+  const int per_sm = wg_subtiles(ks);  // blocks per SM
+  const int blocks = div_up(sd.nrows, kWgBlockRows);
+  const int tiles = column_tiles(sd.ncols);
+  // Whole waves of blocks: enough splits that every SM holds its blocks, in whole tiles per split.
+  splits = std::max(1, std::min(tiles, div_up(static_cast<long long>(per_sm) * sms, blocks)));
+  const int per = div_up(tiles, splits) * kMmaTile;
+  splits = div_up(sd.ncols, per);
+  sc.best.reserve(std::size_t(splits) * (kCtCand + 1) * sd.nrows);
+  sc.arg.reserve(std::size_t(splits) * kCtCand * sd.nrows);
+  const int padded = tiles * kMmaTile;
+  sc.bias.reserve(padded);
+  ct_wg_bias_kernel<<<div_up(padded, 256), 256, 0, stream>>>(h, sd.cols_norm2, s, sd.ncols, padded, sc.bias.get());
+  FLASHOT_CUDA_CHECK_LAUNCH();
+  MmaOperands columns = cop;
+  columns.bias = sc.bias.get();
+  // The operands hold scale·p: ⟨p, q⟩ = ⟨P, Q⟩ / (scale_rows·scale_cols).
+  const float alpha = 2.f * s / (rop.scale * cop.scale);
+  const dim3 grid(blocks, splits);
+  switch (ks) {
+    case 1: launch_wg_ks<1>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
+    case 2: launch_wg_ks<2>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
+    case 3: launch_wg_ks<3>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
+    case 4: launch_wg_ks<4>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
+    case 5: launch_wg_ks<5>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
+    case 6: launch_wg_ks<6>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
+    case 7: launch_wg_ks<7>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
+    case 8: launch_wg_ks<8>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
+    default:
+      throw std::invalid_argument("c_transform: no warpgroup kernel for padded d = " + std::to_string(rop.padded_d));
+  }
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace flashot::detail::cuda
