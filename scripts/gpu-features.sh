@@ -60,7 +60,8 @@ if has python && compgen -G ".pywheel/*.whl" > /dev/null; then
     cp .pywheel/libsleef.so.3 $site/ 2>/dev/null
   ( export PYTHONPATH=$site LD_LIBRARY_PATH=$site:$LD_LIBRARY_PATH FLASHOT_REQUIRE_CUDA=1
     timeout ${T_PY:-90} python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 | tail -15
-    timeout 40 python3 tests/bench/python_overhead.py --torch 2>&1 | tail -12 ) > $L/python.log 2>&1
+    timeout 60 python3 tests/bench/python_overhead.py --backend cuda --cli $B/apps/flashot 2>&1 | tail -18
+    timeout 40 python3 tests/bench/python_overhead.py --backend cuda --torch 2>&1 | tail -18 ) > $L/python.log 2>&1
   cat $L/python.log
 fi
 if has gw; then

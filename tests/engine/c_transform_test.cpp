@@ -127,8 +127,8 @@ TEST_P(CTransformTest, MatchesTheFp64BruteForceAtEveryWidthOnBothSides) {
 TEST_P(CTransformTest, EveryCudaScoreFamilyMatchesTheBruteForce) {
   if (GetParam() != "cuda") GTEST_SKIP() << "the score families are the CUDA backend's";
   // Each family forced (CudaTuning::kernel): the register pass (d ≤ 16), the tiled fp32 pass, the split-fp16
-  // tensor-core pass (d > 16), with and without the warpgroup kernels elsewhere in the problem.
-  for (const std::size_t d : {3, 16, 24, 64, 100, 130}) {
+  // tensor-core pass (any d ≤ 128 whose problem uses the tensor cores), with and without the warpgroup kernels elsewhere in the problem.
+  for (const std::size_t d : {3, 8, 16, 24, 64, 100, 130}) {
     const std::size_t n = 700, m = 900;
     const TestProblem pr = make_problem({.n = n, .m = m, .d = d, .seed = 70 + d});
     const std::vector<float> g = random_potential(m, 17 + d, 0.2 * d);
