@@ -1286,6 +1286,15 @@ void DeviceStep::Impl::upload_segments(std::span<const SegmentParams> segments, 
 
 void DeviceStep::Impl::block_lse(bool x_rows, const float* h, int splits, float2* partials) const {
   const DevSide r = x_rows ? x_side() : y_side(), c = x_rows ? y_side() : x_side();
+  const MmaOperands& rop = x_rows ? xop_ : yop_;
+  const MmaOperands& cop = x_rows ? yop_ : xop_;
+  if (use_mma_ && block_wg_serves(rop, cop)) {
+    // Hopper: the warpgroup tile core over the listed tiles (docs/block-sparse.md); the column biases of this pass
+    // go to the column side's bias buffer (free while a pattern is set: the dense kernels recompute theirs).
+    launch_block_lse_wg(r, c, rop, cop, h, block_lists(x_rows), block_lists(!x_rows).segment, seg_.get(),
+                        x_rows ? ybias_.get() : xbias_.get(), splits, partials, stream_);
+    return;
+  }
   if (use_mma_ && block_mma_serves(xop_) && block_mma_serves(yop_)) {
     launch_block_lse_mma(r, c, x_rows ? xop_ : yop_, x_rows ? yop_ : xop_, h, block_lists(x_rows), seg_.get(), splits,
                          partials, stream_);
