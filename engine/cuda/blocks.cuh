@@ -46,6 +46,15 @@ void launch_block_lse_mma(const PointSet& rows, const PointSet& cols, const MmaO
                           const float* h, const BlockLists& lists, const SegmentScale* seg, int splits,
                           float2* partials, cudaStream_t stream);
 
+/// The same partials on warpgroups (blocks_wg.cu: WgTileCore, 256-row thread blocks, one per row block), where
+/// block_wg_serves(rop, cop): block_mma_serves on both sides and the column side's warpgroup tiles and bias buffer
+/// prepared (MmaOperands::tiles, bias). The pass's column biases are first written into `bias` (= cop.bias), each
+/// column with its column block's segment (col_segment: the column side's block segments).
+bool block_wg_serves(const MmaOperands& rop, const MmaOperands& cop);
+void launch_block_lse_wg(const PointSet& rows, const PointSet& cols, const MmaOperands& rop, const MmaOperands& cop,
+                         const float* h, const BlockLists& lists, const int* col_segment, const SegmentScale* seg,
+                         float* bias, int splits, float2* partials, cudaStream_t stream);
+
 /// What block_finalize writes for row i of an active block (inactive blocks: kSoftmin +∞, kLse2 −∞, updates leave
 /// the potential): the modes of Finalize (kernels.cuh) without kCommit. source: damping λ_x (else λ_y).
 void launch_block_finalize(Finalize mode, const float2* partials, int splits, const PointSet& rows,

@@ -73,8 +73,8 @@ __global__ void centre_kernel(const float* __restrict__ in, std::size_t n, int d
        i += std::size_t(gridDim.x) * blockDim.x) {
     double norm = 0;
     for (int k = 0; k < d; ++k) {
-      const float c = __double2float_rn(__dsub_rn(double(in[i * d + k]), centre[k]));
-      out[i * d + k] = c;
+      const float c = centre != nullptr ? __double2float_rn(__dsub_rn(double(in[i * d + k]), centre[k])) : in[i * d + k];
+      if (out != nullptr) out[i * d + k] = c;
       norm = __dadd_rn(norm, __dmul_rn(double(c), double(c)));
       largest = fmaxf(largest, fabsf(c));
     }

@@ -18,7 +18,8 @@ struct SideBounds {
 
 /// out (n × d) = (float)((double)in − centre[c]) and norm2 (n) = (float)Σ_c (double)out² in column order (the host
 /// path's rounding exactly); bounds (2 unsigned, zeroed by the caller) += the side's max |coordinate| and max ‖p‖ as
-/// the bit patterns of non-negative floats. centre: d doubles on the device.
+/// the bit patterns of non-negative floats. centre: d doubles on the device, or null for points already centred (the
+/// host path's: `in` is then read as it is, and out may be null: only the norms and bounds are written).
 void launch_centre_points(const float* in, std::size_t n, int d, const double* centre, float* out, float* norm2,
                           unsigned* bounds, cudaStream_t stream);
 SideBounds decode_bounds(const unsigned bounds[2]);

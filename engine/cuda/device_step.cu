@@ -121,10 +121,6 @@ class DeviceStep::Impl {
   void set_pattern(std::shared_ptr<const BlockPattern> pattern);
 
  private:
-  /// Device inputs (ProblemData::device_x): the points centred on the device from the caller's memory into x_ / y_
-  /// with their norms and bounds (hx, hy: the weights' values as on the host path, largest and max_norm filled in);
-  /// the rest as upload().
-  void upload_device(const ProblemData& data, HostSide& hx, HostSide& hy);
   /// apply() with V (count of the other side × k) and out (rows × k) in device memory.
   void apply_resident(const PlanParams& p, Side rows, const float* v, std::size_t k, bool normalized,
                       float* out) const;
@@ -175,8 +171,12 @@ class DeviceStep::Impl {
   // The constructor's steps. Out of memory is refused before any upload, naming what the problem needs and what the
   // device has (step_resident_bytes against cudaMemGetInfo).
   void refuse_if_too_large(const BackendOptions& options, const ProblemData& data) const;
-  /// Points, per-point values, zero potentials and the cold probe's samples.
-  void upload(const ProblemData& data, const HostSide& hx, const HostSide& hy);
+  /// Points, per-point values, zero potentials and the cold probe's samples. Host inputs (already centred) are
+  /// copied as they are into x_ / y_; device inputs (ProblemData::device_x) are centred on the device from the
+  /// caller's memory into them. Either way the norms, bounds and cold samples are computed on the device (one
+  /// kernel per side, the host's rounding: device_input.hpp), so the host touches each point once, in the copy.
+  /// hx, hy: the weights' values (prepare_side of no points), largest and max_norm filled in.
+  void upload(const ProblemData& data, HostSide& hx, HostSide& hy);
   /// The tensor-core operands (converted on the device from the uploaded points) and the warpgroup kernels' tiles.
   void prepare_operands(const BackendOptions& options, const HostSide& hx, const HostSide& hy, float largest);
   /// The three screened sites (ScreenState) and their seeds.
@@ -325,13 +325,7 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
     // Problem hands over clouds already centred (the expanded score 2⟨x,y⟩ − ‖y‖² then has no large common offset);
     // device inputs are centred here, on the device.
     HostSide hx, hy;
-    if (data.on_device()) {
-      upload_device(data, hx, hy);
-    } else {
-      hx = prepare_side(data.x, data.a);
-      hy = prepare_side(data.y, data.b);
-      upload(data, hx, hy);
-    }
+    upload(data, hx, hy);
     use_mma_ = kernel_ == ScoreKernel::kTensor;
     fp32_kernel_ = kernel_ == ScoreKernel::kRegister ? register_width(d_) : 0;
     if (use_mma_) {
@@ -366,40 +360,6 @@ void DeviceStep::Impl::refuse_if_too_large(const BackendOptions& options, const 
         "), which has " + mib(free_bytes) + " free of " + mib(total_bytes) +
         "; spread the rows over more GPUs (BackendOptions::devices, --gpus) or use a smaller problem");
   }
-}
-
-void DeviceStep::Impl::upload(const ProblemData& data, const HostSide& hx, const HostSide& hy) {
-  one_pass_ = std::all_of(data.a.begin(), data.a.end(), [](float v) { return v > 0; }) &&
-              std::all_of(data.b.begin(), data.b.end(), [](float v) { return v > 0; });
-  x_.upload(std::span<const float>(hx.points), stream_);
-  y_.upload(std::span<const float>(hy.points), stream_);
-  xn_.upload(std::span<const float>(hx.norm2), stream_);
-  yn_.upload(std::span<const float>(hy.norm2), stream_);
-  loga_.upload(std::span<const float>(hx.logw), stream_);
-  logb_.upload(std::span<const float>(hy.logw), stream_);
-  a_.upload(std::span<const float>(hx.weight), stream_);
-  b_.upload(std::span<const float>(hy.weight), stream_);
-  if (one_pass_) {
-    const auto sample = [&](const HostSide& h, int count, DeviceBuffer<float>& out) {
-      const int c = std::min(count, kColdSample);
-      std::vector<float> packed(std::size_t(c) * (d_ + 3));
-      for (int k = 0; k < c; ++k) {
-        const std::size_t i = std::size_t(k) * count / c;
-        std::copy_n(h.points.begin() + i * d_, d_, packed.begin() + std::size_t(k) * d_);
-        packed[std::size_t(c) * d_ + k] = h.norm2[i];
-        packed[std::size_t(c) * (d_ + 1) + k] = h.logw[i];
-        packed[std::size_t(c) * (d_ + 2) + k] = h.weight[i];
-      }
-      out.upload(std::span<const float>(packed), stream_);
-      return c;
-    };
-    cold_nx_ = sample(hx, n_, cold_x_);
-    cold_ny_ = sample(hy, m_, cold_y_);
-  }
-  f_.reserve(n_);
-  g_.reserve(m_);
-  FLASHOT_CUDA_CHECK(cudaMemsetAsync(f_.get(), 0, sizeof(float) * n_, stream_));
-  FLASHOT_CUDA_CHECK(cudaMemsetAsync(g_.get(), 0, sizeof(float) * m_, stream_));
 }
 
 void DeviceStep::Impl::prepare_operands(const BackendOptions& options, const HostSide& hx, const HostSide& hy,
@@ -978,28 +938,37 @@ void DeviceStep::Impl::top_k(const PlanParams& p, std::size_t k, std::span<std::
   sync();
 }
 
-// ---- Device inputs (Problem::on_device): the upload from device memory and the operations over the resident
-// points. Each does what the host path does with its host copies, with the same arithmetic (device_input.cu).
+// ---- The upload (host or device inputs) and the operations over the resident points (device inputs): each does
+// what the host path does with its host copies, with the same arithmetic (device_input.cu).
 
-void DeviceStep::Impl::upload_device(const ProblemData& data, HostSide& hx, HostSide& hy) {
+void DeviceStep::Impl::upload(const ProblemData& data, HostSide& hx, HostSide& hy) {
   // The weights are on the host on both paths (Problem::on_device reads device weights once): their values as
   // prepare_side makes them (zero points).
   hx = prepare_side({{}, 0, data.x.d}, data.a);
   hy = prepare_side({{}, 0, data.y.d}, data.b);
   one_pass_ = std::all_of(data.a.begin(), data.a.end(), [](float v) { return v > 0; }) &&
               std::all_of(data.b.begin(), data.b.end(), [](float v) { return v > 0; });
-  // The caller's memory is read by the centring kernels only: it is ready, Problem::on_device's scan synchronized
-  // the legacy default stream after the producers' work.
   DeviceBuffer<double> centre(d_);
   DeviceBuffer<unsigned> bounds(4);
-  centre.upload(data.centre, stream_);
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(bounds.get(), 0, sizeof(unsigned) * 4, stream_));
   x_.reserve(std::size_t(n_) * d_);
   y_.reserve(std::size_t(m_) * d_);
   xn_.reserve(n_);
   yn_.reserve(m_);
-  launch_centre_points(data.device_x, n_, d_, centre.get(), x_.get(), xn_.get(), bounds.get(), stream_);
-  launch_centre_points(data.device_y, m_, d_, centre.get(), y_.get(), yn_.get(), bounds.get() + 2, stream_);
+  if (data.on_device()) {
+    // The caller's memory is read by the centring kernels only: it is ready, Problem::on_device's scan
+    // synchronized the legacy default stream after the producers' work.
+    centre.upload(data.centre, stream_);
+    launch_centre_points(data.device_x, n_, d_, centre.get(), x_.get(), xn_.get(), bounds.get(), stream_);
+    launch_centre_points(data.device_y, m_, d_, centre.get(), y_.get(), yn_.get(), bounds.get() + 2, stream_);
+  } else {
+    // Host inputs: one copy of the caller's centred points (pageable: a batch of 64 × 4096 points in d = 64 is
+    // 134 MB, ~10 ms at the staged copy's rate; pinning them first would cost about as much), norms on the device.
+    x_.upload(data.x.data, stream_);
+    y_.upload(data.y.data, stream_);
+    launch_centre_points(x_.get(), n_, d_, nullptr, nullptr, xn_.get(), bounds.get(), stream_);
+    launch_centre_points(y_.get(), m_, d_, nullptr, nullptr, yn_.get(), bounds.get() + 2, stream_);
+  }
   unsigned found[4];
   FLASHOT_CUDA_CHECK(cudaMemcpyAsync(found, bounds.get(), sizeof found, cudaMemcpyDeviceToHost, stream_));
   loga_.upload(std::span<const float>(hx.logw), stream_);
@@ -1317,6 +1286,15 @@ void DeviceStep::Impl::upload_segments(std::span<const SegmentParams> segments, 
 
 void DeviceStep::Impl::block_lse(bool x_rows, const float* h, int splits, float2* partials) const {
   const DevSide r = x_rows ? x_side() : y_side(), c = x_rows ? y_side() : x_side();
+  const MmaOperands& rop = x_rows ? xop_ : yop_;
+  const MmaOperands& cop = x_rows ? yop_ : xop_;
+  if (use_mma_ && block_wg_serves(rop, cop)) {
+    // Hopper: the warpgroup tile core over the listed tiles (docs/block-sparse.md); the column biases of this pass
+    // go to the column side's bias buffer (free while a pattern is set: the dense kernels recompute theirs).
+    launch_block_lse_wg(r, c, rop, cop, h, block_lists(x_rows), block_lists(!x_rows).segment, seg_.get(),
+                        x_rows ? ybias_.get() : xbias_.get(), splits, partials, stream_);
+    return;
+  }
   if (use_mma_ && block_mma_serves(xop_) && block_mma_serves(yop_)) {
     launch_block_lse_mma(r, c, x_rows ? xop_ : yop_, x_rows ? yop_ : xop_, h, block_lists(x_rows), seg_.get(), splits,
                          partials, stream_);

@@ -11,10 +11,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include <omp.h>
 
 #include "backend.hpp"
 #include "block_pattern.hpp"
@@ -35,6 +39,39 @@ void for_problem(std::size_t q, F&& check) {
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument("batch problem " + std::to_string(q) + ": " + e.what());
   }
+}
+
+/// A cloud pair's bounding box in float (the min and max of floats are floats: the same box as in double).
+struct Box {
+  std::vector<float> lo, hi;
+  explicit Box(std::size_t d)
+      : lo(d, std::numeric_limits<float>::infinity()), hi(d, -std::numeric_limits<float>::infinity()) {}
+  /// Widens the box by the points; false when a coordinate is not finite (the box is then meaningless).
+  bool add(const PointsView& p) {
+    const std::size_t d = p.d;
+    const float* v = p.data.data();
+    float* __restrict__ l = lo.data();
+    float* __restrict__ h = hi.data();
+    unsigned bad = 0;  // v − v is 0 for every finite v and NaN for ±∞ and NaN
+    for (std::size_t i = 0; i < p.n; ++i, v += d)
+      for (std::size_t c = 0; c < d; ++c) {
+        l[c] = v[c] < l[c] ? v[c] : l[c];
+        h[c] = v[c] > h[c] ? v[c] : h[c];
+        bad |= !(v[c] - v[c] == 0.0f);
+      }
+    return bad == 0;
+  }
+};
+
+/// out (round_up(p.n) × d) = p − centre as (float)((double)v − centre[c]), then zero rows (padding).
+void centred(const PointsView& p, const std::vector<double>& centre, std::span<float> out) {
+  const std::size_t d = p.d;
+  const float* v = p.data.data();
+  float* o = out.data();
+  const double* m = centre.data();
+  for (std::size_t i = 0; i < p.n; ++i, v += d, o += d)
+    for (std::size_t c = 0; c < d; ++c) o[c] = static_cast<float>(static_cast<double>(v[c]) - m[c]);
+  std::fill(out.begin() + p.n * d, out.end(), 0.0f);
 }
 
 }  // namespace
@@ -60,9 +97,10 @@ std::vector<SolveResult> solve_batch(std::span<const BatchProblem> problems, con
       throw std::invalid_argument("batch problem " + std::to_string(q) + " is empty: its source has " +
                                   std::to_string(p.x.n) + " points and its target " + std::to_string(p.y.n) +
                                   " (every problem needs at least one point on each side)");
+    // Shapes here; the points' finiteness in the one pass over them below (Box::add).
     for_problem(q, [&] {
-      detail::validate_points(p.x, "x");
-      detail::validate_points(p.y, "y");
+      detail::validate_point_shape(p.x, "x");
+      detail::validate_point_shape(p.y, "y");
       detail::validate_weights(p.a, p.x.n, "a", "x");
       detail::validate_weights(p.b, p.y.n, "b", "y");
     });
@@ -83,32 +121,53 @@ std::vector<SolveResult> solve_batch(std::span<const BatchProblem> problems, con
   }
 
   // The concatenation: each problem centred on its own bounding box's middle, padding at the origin, weight 0.
-  std::vector<float> x(layout.rows * d, 0.0f), y(layout.cols * d, 0.0f), a(layout.rows, 0.0f), b(layout.cols, 0.0f);
+  // One read of each cloud for its box (and finiteness), one for the centred copy, problems in parallel on the
+  // host threads (BackendOptions::threads): this is the host's whole share of a batch's points (docs/engine.md,
+  // "Batches"). Each problem's values do not depend on the threads.
+  // x and y uninitialised: every value (points and padding) is written once, by the thread of its problem.
+  const std::unique_ptr<float[]> xbuf(new float[layout.rows * d]), ybuf(new float[layout.cols * d]);
+  const std::span<float> x(xbuf.get(), layout.rows * d), y(ybuf.get(), layout.cols * d);
+  std::vector<float> a(layout.rows, 0.0f), b(layout.cols, 0.0f);
   std::vector<detail::SolveInputs> inputs(count);
-  std::vector<std::vector<double>> norm_y(count);
+  std::vector<std::exception_ptr> errors(count);
+  const int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (std::size_t q = 0; q < count; ++q) {
-    const BatchProblem& p = problems[q];
-    std::vector<double> lo(d, std::numeric_limits<double>::infinity()), hi(d, -std::numeric_limits<double>::infinity());
-    for (const PointsView* cloud : {&p.x, &p.y})
-      for (std::size_t i = 0; i < cloud->n; ++i)
-        for (std::size_t c = 0; c < d; ++c) {
-          lo[c] = std::min<double>(lo[c], cloud->data[i * d + c]);
-          hi[c] = std::max<double>(hi[c], cloud->data[i * d + c]);
-        }
-    double diam2 = 0;
-    std::vector<double> centre(d);
-    for (std::size_t c = 0; c < d; ++c) {
-      centre[c] = 0.5 * (lo[c] + hi[c]);
-      diam2 += (hi[c] - lo[c]) * (hi[c] - lo[c]);
+    try {
+      const BatchProblem& p = problems[q];
+      Box box(d);
+      if (!box.add(p.x) || !box.add(p.y)) {
+        // A non-finite coordinate: the validation's message (which cloud, row, column and value).
+        for_problem(q, [&] {
+          detail::validate_points(p.x, "x");
+          detail::validate_points(p.y, "y");
+        });
+      }
+      std::vector<double> centre(d);
+      double diam2 = 0;
+      for (std::size_t c = 0; c < d; ++c) {
+        const double lo = box.lo[c], hi = box.hi[c];
+        centre[c] = 0.5 * (lo + hi);
+        diam2 += (hi - lo) * (hi - lo);
+      }
+      const std::size_t r0 = layout.row_begin[q], c0 = layout.col_begin[q];
+      centred(p.x, centre, x.subspan(r0 * d, round_up(p.x.n) * d));
+      centred(p.y, centre, y.subspan(c0 * d, round_up(p.y.n) * d));
+      if (p.a.empty())
+        std::fill_n(a.begin() + r0, p.x.n, static_cast<float>(1.0 / static_cast<double>(p.x.n)));
+      else
+        std::copy(p.a.begin(), p.a.end(), a.begin() + r0);
+      if (p.b.empty())
+        std::fill_n(b.begin() + c0, p.y.n, static_cast<float>(1.0 / static_cast<double>(p.y.n)));
+      else
+        std::copy(p.b.begin(), p.b.end(), b.begin() + c0);
+      inputs[q].diameter = std::sqrt(diam2);
+    } catch (...) {
+      errors[q] = std::current_exception();
     }
-    const std::size_t r0 = layout.row_begin[q], c0 = layout.col_begin[q];
-    for (std::size_t i = 0; i < p.x.n * d; ++i) x[r0 * d + i] = static_cast<float>(p.x.data[i] - centre[i % d]);
-    for (std::size_t j = 0; j < p.y.n * d; ++j) y[c0 * d + j] = static_cast<float>(p.y.data[j] - centre[j % d]);
-    const std::vector<float> aq = detail::weights_or_uniform(p.a, p.x.n), bq = detail::weights_or_uniform(p.b, p.y.n);
-    std::copy(aq.begin(), aq.end(), a.begin() + r0);
-    std::copy(bq.begin(), bq.end(), b.begin() + c0);
-    inputs[q].diameter = std::sqrt(diam2);
   }
+  for (const std::exception_ptr& e : errors)  // the first problem's error, as a serial pass would throw it
+    if (e) std::rethrow_exception(e);
   for (std::size_t q = 0; q < count; ++q) {
     const BatchProblem& p = problems[q];
     inputs[q].a = std::span<const float>(a).subspan(layout.row_begin[q], p.x.n);

@@ -19,16 +19,20 @@ void require(bool ok, const std::string& what, double value) {
 
 /// Shape and finiteness of one point set; `name` is how the caller knows it ("x", "queries", …).
 void validate_points(const PointsView& p, const std::string& name) {
+  validate_point_shape(p, name);
+  for (std::size_t i = 0; i < p.n; ++i)
+    for (std::size_t c = 0; c < p.d; ++c)
+      if (!std::isfinite(p.data[i * p.d + c]))
+        throw std::invalid_argument(non_finite_message(name, i, c, p.data[i * p.d + c]));
+}
+
+void validate_point_shape(const PointsView& p, const std::string& name) {
   if (p.n == 0) throw std::invalid_argument(name + " must not be empty (got " + name + ".n = 0)");
   if (p.d == 0) throw std::invalid_argument(name + ".d must be ≥ 1 (got 0)");
   if (p.data.size() != p.n * p.d)
     throw std::invalid_argument(name + ".data must hold " + name + ".n·" + name + ".d = " + std::to_string(p.n) +
                                 "·" + std::to_string(p.d) + " = " + std::to_string(p.n * p.d) + " values (got " +
                                 std::to_string(p.data.size()) + ")");
-  for (std::size_t i = 0; i < p.n; ++i)
-    for (std::size_t c = 0; c < p.d; ++c)
-      if (!std::isfinite(p.data[i * p.d + c]))
-        throw std::invalid_argument(non_finite_message(name, i, c, p.data[i * p.d + c]));
 }
 
 std::string non_finite_message(const std::string& name, std::size_t row, std::size_t column, double value) {

@@ -17,6 +17,8 @@ std::string show(double v);
 void require(bool ok, const std::string& what, double value);
 /// Shape and finiteness of one point set; `name` is how the caller knows it ("x", "queries", …).
 void validate_points(const PointsView& p, const std::string& name);
+/// validate_points without the scan of the values: n ≥ 1, d ≥ 1, data.size() = n·d (same messages).
+void validate_point_shape(const PointsView& p, const std::string& name);
 /// "<name> has a non-finite coordinate at row <row>, column <column> (got <value>)": validate_points' message, also
 /// what Problem::on_device reports from its device scan.
 std::string non_finite_message(const std::string& name, std::size_t row, std::size_t column, double value);

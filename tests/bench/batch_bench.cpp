@@ -3,8 +3,12 @@
 // weights U(0,1) + 0.1 normalized, fixed ε, fixed iterations, no checks and no diagnostics. The whole call is timed
 // (centring, upload, the iterations, the download of every potential); median of the repeats after one warm-up.
 // Prints CSV lines `method,B,n,m,d,eps,iters,median_ms` (method flashot_batch_<scheme>).
+// --breakdown 1: also times the same call with 0 iterations (validation, centring and concatenation on the host,
+// the upload and per-point preparation, the lists, the download: everything but the iterations) and prints to
+// stderr `fixed_ms` (that call's median) and `per_iteration_ms` ((median − fixed) / iters). The peer takes tensors
+// already on the GPU; the fixed part is what a host-array call pays on top of its iterations.
 // usage: flashot_batch_bench [--batch 64] [--n 4096] [--d 3,64] [--eps 0.1] [--iters 10] [--repeats 5]
-//                            [--backend cuda|cpu] [--scheme symmetric,alternating]
+//                            [--backend cuda|cpu] [--scheme symmetric,alternating] [--breakdown 0|1]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,6 +38,7 @@ int main(int argc, char** argv) try {
   std::string dims = "3,64", schemes = "symmetric,alternating", backend = "cuda";
   double eps = 0.1;
   int iters = 10, repeats = 5;
+  bool breakdown = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--batch") batch = std::stoul(v);
@@ -44,8 +49,10 @@ int main(int argc, char** argv) try {
     else if (k == "--repeats") repeats = std::stoi(v);
     else if (k == "--backend") backend = v;
     else if (k == "--scheme") schemes = v;
+    else if (k == "--breakdown") breakdown = v != "0";
     else throw std::invalid_argument("unknown option " + k);
   }
+  if (repeats < 1) throw std::invalid_argument("--repeats must be ≥ 1 (got " + std::to_string(repeats) + ")");
   BackendOptions bo;
   bo.backend = parse_backend(backend);
   std::printf("method,B,n,m,d,eps,iters,median_ms\n");
@@ -69,27 +76,37 @@ int main(int argc, char** argv) try {
       for (float& v : bs[q]) v = float(v / sb);
     }
     for (const std::string& scheme : split(schemes)) {
-      SolveOptions o;
-      o.epsilon = eps;
-      o.tolerance = 0;
-      o.max_iterations = iters;
-      o.diagnostics = false;
-      o.scheme = parse_scheme(scheme);
-      std::vector<BatchProblem> problems(batch);
-      for (std::size_t q = 0; q < batch; ++q)
-        problems[q] = {{xs[q], n, d}, {ys[q], n, d}, as[q], bs[q], o};
-      std::vector<double> ms;
-      for (int r = 0; r <= repeats; ++r) {
-        const auto start = std::chrono::steady_clock::now();
-        const std::vector<SolveResult> out = solve_batch(problems, bo);
-        const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-        if (out[0].iterations != iters) throw std::runtime_error("ran " + std::to_string(out[0].iterations) + " iterations");
-        if (r > 0) ms.push_back(t);  // the first call warms up (context, allocations)
-      }
-      std::sort(ms.begin(), ms.end());
-      std::printf("flashot_batch_%s,%zu,%zu,%zu,%zu,%g,%d,%.4f\n", scheme.c_str(), batch, n, n, d, eps, iters,
-                  ms[ms.size() / 2]);
+      // The median of `repeats` timed calls after one warm-up (context, allocations), each running `run` iterations.
+      const auto time_calls = [&](int run) {
+        SolveOptions o;
+        o.epsilon = eps;
+        o.tolerance = 0;
+        o.max_iterations = run;
+        o.diagnostics = false;
+        o.scheme = parse_scheme(scheme);
+        std::vector<BatchProblem> problems(batch);
+        for (std::size_t q = 0; q < batch; ++q) problems[q] = {{xs[q], n, d}, {ys[q], n, d}, as[q], bs[q], o};
+        std::vector<double> ms;
+        for (int r = 0; r <= repeats; ++r) {
+          const auto start = std::chrono::steady_clock::now();
+          const std::vector<SolveResult> out = solve_batch(problems, bo);
+          const double t =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+          if (out[0].iterations != run)
+            throw std::runtime_error("ran " + std::to_string(out[0].iterations) + " iterations");
+          if (r > 0) ms.push_back(t);
+        }
+        std::sort(ms.begin(), ms.end());
+        return ms[ms.size() / 2];
+      };
+      const double median = time_calls(iters);
+      std::printf("flashot_batch_%s,%zu,%zu,%zu,%zu,%g,%d,%.4f\n", scheme.c_str(), batch, n, n, d, eps, iters, median);
       std::fflush(stdout);
+      if (breakdown) {
+        const double fixed = time_calls(0);
+        std::fprintf(stderr, "flashot_batch_%s B=%zu n=%zu d=%zu: fixed_ms %.3f (0 iterations), per_iteration_ms %.4f\n",
+                     scheme.c_str(), batch, n, d, fixed, iters > 0 ? (median - fixed) / iters : 0.0);
+      }
     }
   }
   return 0;

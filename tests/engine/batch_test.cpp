@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -251,6 +252,15 @@ TEST_P(BatchTest, RefusesEmptyAndMismatchedProblems) {
   bad.scaling = 2;
   const std::string opts = message({{p.xv(), p.yv(), {}, {}, {}}, {p.xv(), p.yv(), {}, {}, bad}});
   EXPECT_NE(opts.find("batch problem 1: scaling"), std::string::npos) << opts;
+  // Non-finite coordinates (found in the pass that centres the points): the problem, cloud, row, column and value.
+  for (const float v : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    std::vector<float> y = q.y;
+    y[7 * 2 + 1] = v;
+    const std::string finite =
+        message({{q.xv(), q.yv(), {}, {}, {}}, {q.xv(), PointsView{y, q.yv().n, 2}, {}, {}, {}}});
+    EXPECT_NE(finite.find("batch problem 1: y has a non-finite coordinate at row 7, column 1"), std::string::npos)
+        << finite;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BatchTest, ::testing::ValuesIn(backends_under_test()),

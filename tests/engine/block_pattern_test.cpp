@@ -339,7 +339,7 @@ TEST_P(BlockBackend, RefusesAPatternOfAnotherSize) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, BlockBackend,
                          ::testing::Combine(::testing::ValuesIn(backends_under_test()),
-                                            ::testing::Values(std::size_t{3}, std::size_t{20})),
+                                            ::testing::Values(std::size_t{3}, std::size_t{20}, std::size_t{64})),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_d" + std::to_string(std::get<1>(info.param));
                          });

@@ -21,8 +21,10 @@ else
   export PYTHONPATH=$site:${PYTHONPATH:-}
 fi
 export PYTHONUNBUFFERED=1
-# flashot first: a peer run cut short by a time limit still leaves flashot's figures.
-"$bench" --batch "$B" --n "$N" --d "$DIMS" --eps "$EPS" --iters "$ITERS" | tee "$OUTDIR/flashot.csv"
+# flashot first: a peer run cut short by a time limit still leaves flashot's figures. The breakdown (fixed part of
+# a call, per iteration) goes to stderr and to breakdown.txt.
+"$bench" --batch "$B" --n "$N" --d "$DIMS" --eps "$EPS" --iters "$ITERS" --breakdown 1 2> >(tee "$OUTDIR/breakdown.txt" >&2) |
+  tee "$OUTDIR/flashot.csv"
 echo "method,B,n,m,d,eps,iters,median_ms,peak_mib" > "$OUTDIR/peers.csv"
 python3 "$here/peers_bench.py" --out "$OUTDIR/peers.csv" --batch "$B" --sizes "$N" --dims "$DIMS" --eps "$EPS" \
   --iters "$ITERS" --no-keops ${PEERS_ARGS:-}
