@@ -242,6 +242,7 @@ int bench_main(const std::vector<std::string>& args) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
+  const double overrelaxation = overrelaxation_option(vm);  // checked on every path; used with --end-to-end
   if (vm.count("end-to-end")) {
     const double tolerance = require_positive_double(vm, "tolerance");
     const double scaling = require_positive_double(vm, "scaling");
@@ -259,7 +260,7 @@ int bench_main(const std::vector<std::string>& args) {
     e.scaling = scaling;
     e.scheme = scheme;
     e.multiscale = multiscale;
-    e.overrelaxation = overrelaxation_option(vm);
+    e.overrelaxation = overrelaxation;
     e.data = data;
     e.pair = pair;
     e.seed = static_cast<std::uint64_t>(vm["seed"].as<long long>());
