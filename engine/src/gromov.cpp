@@ -556,6 +556,7 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
 
   result.epsilon = eps;
   std::vector<double> f_true, g_true;  // potentials of the true cost C (docs/gromov-wasserstein.md §4)
+  double omega = 1;  // the last inner solve's over-relaxation: where the next one's auto ω starts
   double previous = std::numeric_limits<double>::quiet_NaN();
   double last_change = std::numeric_limits<double>::quiet_NaN();
   std::vector<float> phi(p.n * dim), psi(p.m * dim), wa(p.n), wb(p.m);
@@ -641,6 +642,7 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
     SolveOptions so;
     so.scheme = o.scheme;
     so.overrelaxation = o.overrelaxation;
+    so.overrelaxation_start = o.warm_start ? omega : 1.0;
     so.tolerance = tol_t;
     so.check_every = o.check_every;
     so.max_iterations = tol_t == 0 ? o.annealing_iterations : o.inner_max_iterations;
@@ -735,6 +737,7 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
                         : p.problem->solve(so);
     result.inner_iterations += s.iterations;
     result.outer_iterations = t;
+    omega = std::clamp(s.overrelaxation, 1.0, 1.95);
     if (s.reason == StopReason::kNonFinite || s.reason == StopReason::kCancelled) {
       result.reason = s.reason;
       result.message = "outer iteration " + std::to_string(t) + ": " + s.message;

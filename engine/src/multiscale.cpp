@@ -296,7 +296,7 @@ struct Run {
     std::vector<float> f(L.n), g(L.m);
     int done = 0;
     bool clean = false;  // the lists were re-derived from the current potentials and nothing was added
-    Relaxation relax(o.overrelaxation, o.scheme);  // the final stage's ω, as run_sinkhorn's (relaxation.hpp)
+    Relaxation relax(o.overrelaxation, o.scheme, o.overrelaxation_start);  // the final stage's ω, as run_sinkhorn's (relaxation.hpp)
     while (done < o.max_iterations) {
       const int step = std::min(o.check_every, o.max_iterations - done);
       ip.relaxation = r.overrelaxation = relax.omega();

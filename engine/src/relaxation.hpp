@@ -33,8 +33,10 @@ namespace flashot::detail {
 class Relaxation {
  public:
   /// option: SolveOptions::overrelaxation (validated: kOverrelaxationAuto, or in [1, 2)).
-  Relaxation(double option, Scheme scheme) : auto_(option == kOverrelaxationAuto), scheme_(scheme) {
-    omega_ = auto_ ? 1.0 : option;
+  /// start: auto mode's ω before its first estimate (SolveOptions::overrelaxation_start).
+  Relaxation(double option, Scheme scheme, double start = 1)
+      : auto_(option == kOverrelaxationAuto), scheme_(scheme) {
+    omega_ = auto_ ? start : option;
   }
 
   /// ω for the next iterations.

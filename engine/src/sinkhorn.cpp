@@ -85,6 +85,8 @@ void validate_solve_options(const SolveOptions& o, std::size_t n, std::size_t m,
   require(o.max_iterations >= 0, "max_iterations must be ≥ 0", o.max_iterations);
   require(o.overrelaxation == kOverrelaxationAuto || (o.overrelaxation >= 1 && o.overrelaxation < 2),
           "overrelaxation must be 0 (auto), 1 (off) or in (1, 2)", o.overrelaxation);
+  require(o.overrelaxation_start >= 1 && o.overrelaxation_start < 2, "overrelaxation_start must be in [1, 2)",
+          o.overrelaxation_start);
   require(std::isfinite(o.reach) && o.reach >= 0, "reach must be ≥ 0 (0 = balanced)", o.reach);
   require(std::isfinite(o.reach_source) && o.reach_source >= 0, "reach_source must be ≥ 0", o.reach_source);
   require(std::isfinite(o.reach_target) && o.reach_target >= 0, "reach_target must be ≥ 0", o.reach_target);
@@ -191,7 +193,7 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
     // Marginal errors are computed when the tolerance needs them or someone watches; a fixed-ε run with
     // tolerance 0 and no callback iterates without them (benchmark mode).
     u.checking = o.tolerance > 0 || static_cast<bool>(o.progress);
-    u.relax = Relaxation(o.overrelaxation, o.scheme);
+    u.relax = Relaxation(o.overrelaxation, o.scheme, o.overrelaxation_start);
     u.r.cost = o.cost;
     u.r.epsilon = u.eps.back();
     u.r.diameter = diameter;

@@ -129,6 +129,26 @@ TEST_P(OverrelaxationCountTest, CutsIterationsOnAHardProblem) {
   }
 }
 
+TEST_P(OverrelaxationCountTest, StartsWhereTheLastSolveEnded) {
+  // overrelaxation_start: a solve that starts auto at the ω a previous solve reached skips the plain warm-up.
+  const SolveResult first = hard_solve(GetParam(), Scheme::kAlternating, kOverrelaxationAuto, Multiscale::kOff);
+  ASSERT_TRUE(first.converged) << first.message;
+  const TestProblem p = make_problem({.n = 300, .m = 260, .d = 2, .seed = 5, .spread = 0.5, .offset = 0.4});
+  Problem problem(p.xv(), p.yv(), p.a, p.b, backend_options(GetParam()));
+  SolveOptions o;
+  o.blur_relative = 0.01;
+  o.scheme = Scheme::kAlternating;
+  o.tolerance = 1e-3;
+  o.max_iterations = 40000;
+  o.overrelaxation_start = first.overrelaxation;
+  const SolveResult warm = problem.solve(o);
+  ASSERT_TRUE(warm.converged) << warm.message;
+  ASSERT_FALSE(warm.checks.empty());
+  EXPECT_EQ(warm.checks.front().overrelaxation, first.overrelaxation);
+  EXPECT_LE(warm.iterations, first.iterations);
+  EXPECT_NEAR(warm.dual_cost, first.dual_cost, kCostRelTol * std::abs(first.dual_cost));
+}
+
 TEST_P(OverrelaxationCountTest, CutsIterationsOfTheMultiscaleLoop) {
   const SolveResult plain = hard_solve(GetParam(), Scheme::kAlternating, 1, Multiscale::kOn);
   const SolveResult fast = hard_solve(GetParam(), Scheme::kAlternating, kOverrelaxationAuto, Multiscale::kOn);
@@ -152,6 +172,16 @@ TEST_P(OverrelaxationCountTest, RefusesValuesOutsideItsRange) {
       ADD_FAILURE() << "overrelaxation = " << bad << " was accepted";
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find("overrelaxation"), std::string::npos) << e.what();
+    }
+  }
+  for (const double bad : {0.0, 0.99, 2.0, std::nan("")}) {
+    SolveOptions o;
+    o.overrelaxation_start = bad;
+    try {
+      problem.solve(o);
+      ADD_FAILURE() << "overrelaxation_start = " << bad << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("overrelaxation_start"), std::string::npos) << e.what();
     }
   }
   for (const double good : {kOverrelaxationAuto, 1.0, 1.9}) {

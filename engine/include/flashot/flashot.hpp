@@ -188,6 +188,9 @@ struct SolveOptions {
   /// symmetric), backing off toward 1 whenever the error grows. Needs checks (tolerance > 0 or a progress
   /// callback); without them auto runs the plain iteration.
   double overrelaxation = kOverrelaxationAuto;
+  /// Auto mode's ω before its first estimate, in [1, 2): a warm-started solve of a similar problem can begin at
+  /// the last one's SolveResult::overrelaxation (fused GW's inner solves do). The safeguard backs it off as any ω.
+  double overrelaxation_start = 1;
   /// Unbalanced OT: KL penalty strength ρ = reach² (cost units, like ε) on both marginals; 0 = balanced.
   double reach = 0;
   /// Per side; 0 = take `reach`. A side with reach 0 after that is balanced (semi-unbalanced problems).
