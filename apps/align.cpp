@@ -92,6 +92,7 @@ int align_main(const std::vector<std::string>& args) {
       ("target", po::value<std::string>()->required(), "TARGET (reference) .h5ad or .ply");
   add_backend_options(options);
   add_multiscale_option(options);
+  add_overrelaxation_option(options);
   add_spatial_options(options);  // --spatial: tissue slices by fused Gromov-Wasserstein (apps/spatial.cpp)
   po::positional_options_description positional;
   positional.add("source", 1).add("target", 1);
@@ -155,6 +156,7 @@ int align_main(const std::vector<std::string>& args) {
   solve.reach_target = require_non_negative_double(vm, "reach-target");
   solve.tolerance = require_non_negative_double(vm, "tol");
   solve.multiscale = multiscale_option(vm);
+  solve.overrelaxation = overrelaxation_option(vm);
   const long long max_iters = require_positive(vm, "max-iters");
   if (max_iters > 100'000'000) throw UsageError("--max-iters is too large (got " + std::to_string(max_iters) + ")");
   solve.max_iterations = int(max_iters);

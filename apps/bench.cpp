@@ -99,6 +99,7 @@ struct EndToEnd {
   double eps = 0, blur_relative = 0, tolerance = 0, scaling = 0.5;
   Scheme scheme = Scheme::kSymmetric;
   Multiscale multiscale = Multiscale::kAuto;
+  double overrelaxation = kOverrelaxationAuto;
   std::string data, pair;
   std::uint64_t seed = 0;
 };
@@ -120,6 +121,7 @@ int end_to_end(std::size_t n, std::size_t m, std::size_t d, const EndToEnd& e, c
   solve.blur = std::sqrt(eps);
   solve.blur_relative = e.blur_relative;
   solve.multiscale = e.multiscale;
+  solve.overrelaxation = e.overrelaxation;
   solve.scaling = scaling;
   solve.tolerance = tolerance;
   solve.max_iterations = 10000;
@@ -150,7 +152,8 @@ int end_to_end(std::size_t n, std::size_t m, std::size_t d, const EndToEnd& e, c
             << text(problem.device_name()) << ",\"n\":" << n << ",\"m\":" << m << ",\"d\":" << d
             << ",\"epsilon\":" << number(eps) << ",\"scaling\":" << number(scaling)
             << ",\"scheme\":" << text(to_string(scheme)) << ",\"tolerance\":" << number(tolerance)
-            << ",\"iterations\":" << result.iterations << ",\"stages\":" << result.stages.size()
+            << ",\"iterations\":" << result.iterations << ",\"overrelaxation\":" << number(result.overrelaxation)
+            << ",\"stages\":" << result.stages.size()
             << ",\"converged\":" << (result.converged ? "true" : "false")
             << ",\"marginal_error\":" << number(result.marginal_error) << ",\"upload_s\":" << number(upload)
             << ",\"solve_s\":" << number(solve_seconds) << ",\"barycentric_s\":" << number(project_seconds)
@@ -205,6 +208,7 @@ int bench_main(const std::vector<std::string>& args) {
       ("pair", po::value<std::string>()->default_value("independent"),
        "--end-to-end: independent (two samples) | deformed (y a known smooth deformation of a sample of x's shape)");
   add_multiscale_option(options);
+  add_overrelaxation_option(options);
   add_backend_options(options);
   const po::variables_map vm = parse(args, options);
   if (vm.count("help")) {
@@ -238,6 +242,7 @@ int bench_main(const std::vector<std::string>& args) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
+  const double overrelaxation = overrelaxation_option(vm);  // checked on every path; used with --end-to-end
   if (vm.count("end-to-end")) {
     const double tolerance = require_positive_double(vm, "tolerance");
     const double scaling = require_positive_double(vm, "scaling");
@@ -255,6 +260,7 @@ int bench_main(const std::vector<std::string>& args) {
     e.scaling = scaling;
     e.scheme = scheme;
     e.multiscale = multiscale;
+    e.overrelaxation = overrelaxation;
     e.data = data;
     e.pair = pair;
     e.seed = static_cast<std::uint64_t>(vm["seed"].as<long long>());

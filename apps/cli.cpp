@@ -123,6 +123,28 @@ Multiscale multiscale_option(const po::variables_map& vm) {
   }
 }
 
+void add_overrelaxation_option(po::options_description& options) {
+  options.add_options()("overrelaxation", po::value<std::string>()->default_value("auto"),
+                        "over-relaxation of the final stage: auto (omega from the marginal checks) | off | a fixed "
+                        "omega in [1, 2) (docs/engine.md)");
+}
+
+double overrelaxation_option(const po::variables_map& vm) {
+  const std::string text = vm["overrelaxation"].as<std::string>();
+  if (text == "auto") return kOverrelaxationAuto;
+  if (text == "off") return 1;
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || !(value >= 1 && value < 2))
+    throw UsageError("--overrelaxation must be auto, off or a number in [1, 2) (got '" + text + "')");
+  return value;
+}
+
 double require_non_negative_double(const po::variables_map& vm, const std::string& option) {
   const double value = vm[option].as<double>();
   if (!(value >= 0) || !std::isfinite(value)) {

@@ -69,6 +69,9 @@ BackendOptions backend_options(const po::variables_map& vm);
 /// --multiscale auto|on|off (docs/multiscale.md) and its parsed value.
 void add_multiscale_option(po::options_description& options);
 Multiscale multiscale_option(const po::variables_map& vm);
+/// --overrelaxation auto|off|W (docs/engine.md, "Over-relaxation") and its parsed value (SolveOptions::overrelaxation).
+void add_overrelaxation_option(po::options_description& options);
+double overrelaxation_option(const po::variables_map& vm);
 /// Every path the command reads and writes, checked before any data is read (workflow::RunPlan, docs/cli.md):
 /// `inputs` as (role, path); `outputs` the option names whose values are written ("output" is -o; options not
 /// given are skipped). An output that is an input or another output, names a folder, or whose folder is missing or

@@ -46,10 +46,11 @@ if has ctl; then
     > $L/ctl.log 2>&1; echo "ctl exit $?"; tail -12 $L/ctl.log
 fi
 if has multiscale; then
-  el "multiscale: 1M x 1M, d = 3, sphere and its deformation, blur 1% of the diameter"
+  el "multiscale: ${MS_N:-1000000} points, d = 3, sphere and its deformation, blur 1% of the diameter"
   for ms in on off; do
     timeout ${T_MS:-45} $B/apps/flashot bench --end-to-end --n ${MS_N:-1000000} --d 3 --data sphere --pair deformed \
-      --blur-relative 0.01 --tolerance 1e-2 --multiscale $ms --backend cuda > $L/ms-$ms.log 2>&1
+      --blur-relative 0.01 --tolerance 1e-2 --multiscale $ms --backend cuda ${MS_ARGS:---scheme alternating} \
+      > $L/ms-$ms.log 2>&1
     echo "multiscale $ms exit $?"; tail -8 $L/ms-$ms.log
   done
 fi

@@ -114,12 +114,13 @@ class CpuBackend final : public Backend {
       gap_epsilon_ = p.epsilon;
     }
     std::vector<double> fn(x_.n), gn(y_.n);
+    const double t = relax_weight(p.scheme, p.relaxation);
     for (int it = 0; it < count; ++it) {
       if (p.scheme == Scheme::kAlternating) {
         softmin_into(pp, x_, y_, g_, fn, Walk());
-        for (std::size_t i = 0; i < x_.n; ++i) f_[i] = p.damping_f * fn[i];
+        for (std::size_t i = 0; i < x_.n; ++i) f_[i] = relax(f_[i], p.damping_f * fn[i], t);
         softmin_into(pp, y_, x_, f_, gn, Walk());
-        for (std::size_t j = 0; j < y_.n; ++j) g_[j] = p.damping_g * gn[j];
+        for (std::size_t j = 0; j < y_.n; ++j) g_[j] = relax(g_[j], p.damping_g * gn[j], t);
       } else {
         if (!(gap_ <= kFusedGap * p.epsilon && symmetric_fused(p, fn, gn))) {
           softmin_into(pp, x_, y_, g_, fn, Walk());
@@ -129,13 +130,13 @@ class CpuBackend final : public Backend {
         // |f' − softmin_rows(g')| ≤ |f' − softmin_rows(g)| + |g' − g|, and likewise for g.
         double df = 0, dg = 0, step_f = 0, step_g = 0;
         for (std::size_t i = 0; i < x_.n; ++i) {
-          const double f = 0.5 * (f_[i] + p.damping_f * fn[i]);
+          const double f = relax(f_[i], p.damping_f * fn[i], t);
           step_f = std::max(step_f, std::abs(f - f_[i]));
           df = std::max(df, std::abs(f - fn[i]));
           f_[i] = f;
         }
         for (std::size_t j = 0; j < y_.n; ++j) {
-          const double g = 0.5 * (g_[j] + p.damping_g * gn[j]);
+          const double g = relax(g_[j], p.damping_g * gn[j], t);
           step_g = std::max(step_g, std::abs(g - g_[j]));
           dg = std::max(dg, std::abs(g - gn[j]));
           g_[j] = g;
@@ -401,17 +402,23 @@ class CpuBackend final : public Backend {
       softmin_into(pp, x_, y_, g_, fn, wx);
       if (alternating) {
         for (std::size_t i = 0; i < x_.n; ++i)
-          if (active(true, i)) f_[i] = segment_params(p, wx.segment(i)).damping_f * fn[i];
+          if (active(true, i)) {
+            const SegmentParams sp = segment_params(p, wx.segment(i));
+            f_[i] = relax(f_[i], sp.damping_f * fn[i], relax_weight(p.scheme, sp.relaxation));
+          }
       }
       softmin_into(pp, y_, x_, f_, gn, wy);
       if (!alternating) {
         for (std::size_t i = 0; i < x_.n; ++i)
-          if (active(true, i)) f_[i] = 0.5 * (f_[i] + segment_params(p, wx.segment(i)).damping_f * fn[i]);
+          if (active(true, i)) {
+            const SegmentParams sp = segment_params(p, wx.segment(i));
+            f_[i] = relax(f_[i], sp.damping_f * fn[i], relax_weight(p.scheme, sp.relaxation));
+          }
       }
       for (std::size_t j = 0; j < y_.n; ++j) {
         if (!active(false, j)) continue;
-        const double g = segment_params(p, wy.segment(j)).damping_g * gn[j];
-        g_[j] = alternating ? g : 0.5 * (g_[j] + g);
+        const SegmentParams sp = segment_params(p, wy.segment(j));
+        g_[j] = relax(g_[j], sp.damping_g * gn[j], relax_weight(p.scheme, sp.relaxation));
       }
       if (!all_finite(f_) || !all_finite(g_)) return false;
     }

@@ -226,8 +226,8 @@ __global__ void block_finalize_kernel(Finalize mode, const float2* __restrict__ 
   switch (mode) {
     case Finalize::kLse2: result = lse2; break;
     case Finalize::kSoftmin: result = softmin; break;
-    case Finalize::kAlternating: result = lambda * softmin; break;
-    default: result = 0.5f * (out[i] + lambda * softmin); break;
+    case Finalize::kAlternating: result = relax_blend(out[i], lambda * softmin, sc.omega); break;
+    default: result = relax_blend(out[i], lambda * softmin, 0.5f * sc.omega); break;
   }
   out[i] = result;
   if (!isfinite(result) && nonfinite != nullptr) *nonfinite = 1;

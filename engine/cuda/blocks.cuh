@@ -31,7 +31,8 @@ struct SegmentScale {
   float s = 1;      // cost scale
   float epsilon_ln2 = 0;
   float lambda_f = 1, lambda_g = 1;
-  float pad0 = 0, pad1 = 0;
+  float omega = 1;  // over-relaxation ω (SegmentParams::relaxation)
+  float pad1 = 0;
 };
 
 /// partials (splits × rows.count): (max, sum) of the LSE of each row over its listed columns, split s taking the

@@ -37,6 +37,12 @@ __device__ __forceinline__ void merge_lse(float& m, float& s, float other_m, flo
 
 /// Whether a launch trusts the one-pass sums only down to the screened sums' floor rather than 2^kSumsMinLog2:
 /// the device flag `screened` (may be null; kernels.cuh, launch_finalize) is set.
+/// The blend of every potential update, relax() of engine/src/backend.hpp: (1 − t)·old + t·fresh, fresh at t = 1;
+/// t = ½ gives ½(old + fresh) exactly.
+__device__ __forceinline__ float relax_blend(float old, float fresh, float t) {
+  return t == 1.f ? fresh : (1.f - t) * old + t * fresh;
+}
+
 __device__ __forceinline__ bool low_floor_applies(const int* screened) { return screened != nullptr && *screened != 0; }
 
 /// v_j of the column side: log2e·((h_j − s‖q_j‖²)/ε + ln w_j).

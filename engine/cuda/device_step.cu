@@ -4,6 +4,7 @@
 // (docs/multi-gpu.md).
 
 #include <algorithm>
+#include <utility>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -76,7 +77,7 @@ float operand_scale(float largest) {
 }
 
 struct GraphKey {
-  double epsilon = 0, cost_scale = 0, damping_f = 0, damping_g = 0;
+  double epsilon = 0, cost_scale = 0, damping_f = 0, damping_g = 0, relaxation = 0;
   Scheme scheme = Scheme::kSymmetric;
   int count = 0;
   const int* flags = nullptr;  // the scratch the graph was captured with (reserve may move it)
@@ -273,6 +274,11 @@ class DeviceStep::Impl {
   bool capture_ = true;  // iterations captured as a graph (one device); launched one by one between collectives
   cudaGraphExec_t graph_ = nullptr;
   GraphKey graph_key_;
+  // The graph before the current one, kept instantiated: over-relaxed solves alternate between a block of relaxed
+  // iterations and the plain one before each check (engine/src/sinkhorn.cpp), which would otherwise re-capture twice
+  // per check.
+  cudaGraphExec_t spare_graph_ = nullptr;
+  GraphKey spare_key_;
   // Operation scratch (grown on demand).
   mutable DeviceBuffer<float2> part_ops_;
   mutable DeviceBuffer<float> lse_, wsum_, vin_, out_, queries_, query_norm2_, softmin_out_;
@@ -457,6 +463,7 @@ DeviceStep::Impl::~Impl() {
   cudaSetDevice(device_);
   cudaStreamSynchronize(stream_);
   if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
+  if (spare_graph_ != nullptr) cudaGraphExecDestroy(spare_graph_);
   cudaStreamDestroy(stream_);
   cudaSetDevice(previous);
 }
@@ -483,8 +490,9 @@ void DeviceStep::Impl::enqueue_iteration(const IterationParams& p, int index, in
   const DevSide x = x_side(), y = y_side();
   const auto lf = static_cast<float>(p.damping_f), lg = static_cast<float>(p.damping_g);
   int* nonfinite = flags_.get();
-  const FinalizeSide rows{part_rows_.get(), plan_rows_.splits, xn_.get(), f_.get(), tmp_f_.get(), lf, n_};
-  const FinalizeSide cols{part_cols_.get(), plan_cols_.splits, yn_.get(), g_.get(), tmp_g_.get(), lg, m_};
+  const auto omega = static_cast<float>(p.relaxation);
+  const FinalizeSide rows{part_rows_.get(), plan_rows_.splits, xn_.get(), f_.get(), tmp_f_.get(), lf, n_, omega};
+  const FinalizeSide cols{part_cols_.get(), plan_cols_.splits, yn_.get(), g_.get(), tmp_g_.get(), lg, m_, omega};
   if (p.scheme == Scheme::kAlternating) {
     side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), nullptr);
     launch_finalize(Finalize::kAlternating, rows, {}, p.epsilon, sc.s, nullptr, nonfinite, stream_);
@@ -516,7 +524,7 @@ void DeviceStep::Impl::enqueue_iteration(const IterationParams& p, int index, in
     sum_columns(csum_.get(), m_);
     launch_symmetric_finish(f_.get(), g_.get(), rsum_.get(), csum_.get(), b_.get(), n_, m_, p.epsilon, lf, lg,
                             tmp_f_.get(), tmp_g_.get(), redo, forecast, stream_, sums_screened(false), sums_floor_,
-                            forecasts_.get() + index + 1, sums_screened(true));
+                            forecasts_.get() + index + 1, sums_screened(true), 0.5f * omega);
     if (link_ != nullptr) link_->max_unsigned(redo, 1, stream_);
     side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), redo, true);
     side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), redo, true);
@@ -550,12 +558,17 @@ bool DeviceStep::Impl::iterate(const IterationParams& p, int count) {
   DeviceScope scope(device_);
   flags_.reserve(std::size_t(count) + 1);
   forecasts_.reserve(std::size_t(count) + 1);
-  const GraphKey key{p.epsilon,    p.cost_scale, p.damping_f,  p.damping_g,
-                     p.scheme,     count,        flags_.get(), forecasts_.get()};
+  const GraphKey key{p.epsilon, p.cost_scale, p.damping_f, p.damping_g,     p.relaxation,
+                     p.scheme,  count,        flags_.get(), forecasts_.get()};
   const bool same = key == graph_key_;
   if (!same) carry_forecast_ = false;
+  if (capture_ && !same) {  // the spare becomes current (reused when it matches); the current one the spare
+    std::swap(graph_, spare_graph_);
+    std::swap(graph_key_, spare_key_);
+  }
+  const bool have = graph_ != nullptr && key == graph_key_;
   graph_key_ = key;
-  if (capture_ && (graph_ == nullptr || !same)) {
+  if (capture_ && !have) {
     if (graph_ != nullptr) {
       FLASHOT_CUDA_CHECK(cudaGraphExecDestroy(graph_));
       graph_ = nullptr;
@@ -1280,6 +1293,7 @@ void DeviceStep::Impl::upload_segments(std::span<const SegmentParams> segments, 
     table[s].epsilon_ln2 = static_cast<float>(sp.epsilon * 0.6931471805599453);
     table[s].lambda_f = static_cast<float>(sp.damping_f);
     table[s].lambda_g = static_cast<float>(sp.damping_g);
+    table[s].omega = static_cast<float>(sp.relaxation);
   }
   seg_.upload(std::span<const SegmentScale>(table), stream_);
 }
@@ -1305,7 +1319,7 @@ void DeviceStep::Impl::block_lse(bool x_rows, const float* h, int splits, float2
 
 bool DeviceStep::Impl::block_iterate(const IterationParams& p, int count) {
   DeviceScope scope(device_);
-  upload_segments(p.segments, SegmentParams{p.epsilon, p.cost_scale, p.damping_f, p.damping_g});
+  upload_segments(p.segments, SegmentParams{p.epsilon, p.cost_scale, p.damping_f, p.damping_g, p.relaxation});
   const DevSide x = x_side(), y = y_side();
   const BlockLists lx = block_lists(true), ly = block_lists(false);
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int), stream_));

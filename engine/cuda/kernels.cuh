@@ -55,9 +55,9 @@ void launch_lse(const PointSet& rows, const PointSet& cols, const float* h, cons
 enum class Finalize {
   kLse2,         // out_i = LSE2_i (base-2 log-normaliser)
   kSoftmin,      // out_i = s‖p_i‖² − ε·ln2·LSE2_i
-  kSymmetric,    // pot_i = ½(pot_i + λ·softmin_i)
-  kAlternating,  // pot_i = λ·softmin_i
-  kCommit,       // one-pass step: pot_i = ½(pot_i + tmp_i) unless *flag, then as kSymmetric
+  kSymmetric,    // pot_i = ½(pot_i + λ·softmin_i); with ω: pot_i + ½ω(λ·softmin_i − pot_i)
+  kAlternating,  // pot_i = λ·softmin_i; with ω: pot_i + ω(λ·softmin_i − pot_i)
+  kCommit,       // one-pass step: pot_i = ½(pot_i + tmp_i) (with ω as kSymmetric) unless *flag, then as kSymmetric
 };
 struct FinalizeSide {
   const float2* partials = nullptr;
@@ -67,6 +67,7 @@ struct FinalizeSide {
   const float* tmp = nullptr;  // kCommit: the one-pass result
   float lambda = 1;
   int count = 0;
+  float omega = 1;  // over-relaxation ω (IterationParams::relaxation) of the update modes
   // When bias is non-null, the updated potential's column biases v_i = c1·(out_i − s‖p_i‖²) + log2e·logw_i are
   // written too (what launch_column_biases would compute from it; the next iteration's warpgroup kernels read them).
   float* bias = nullptr;
@@ -103,14 +104,15 @@ void launch_symmetric_sums(const PointSet& x, const PointSet& y, const float* f,
 /// tmp_f = λx(f − ε ln rsum), tmp_g = λy(g − ε ln(csum/b)) (the sums' shift taken out); rsum/csum reset to zero;
 /// *flag = 1 when a (shifted) sum is too small or not finite for the result to be trusted. forecast (may be null):
 /// the sums' (their SumsStep); when it says skip the sums were skipped, so only *flag = 1 is set. next (may be
-/// null; zero before the launch): the next step's forecast, its `sums` range — what the commit's ½(pot + tmp) implies
+/// null; zero before the launch): the next step's forecast, its `sums` range — what the commit's blend of pot and
+/// tmp with weight commit_weight (½, or ½ω with over-relaxation) implies
 /// for the next step's sums, to first order (launch_finalize) — and the floor the next launch trusts (floor_log2
 /// where `next_screened` says the screened floor applies to it).
 void launch_symmetric_finish(const float* f, const float* g, float* rsum, float* csum, const float* b, int n, int m,
                              double epsilon, float lambda_f, float lambda_g, float* tmp_f, float* tmp_g, int* flag,
                              const SumsForecast* forecast, cudaStream_t stream, const int* screened = nullptr,
                              float floor_log2 = kSumsMinLog2, SumsForecast* next = nullptr,
-                             const int* next_screened = nullptr);
+                             const int* next_screened = nullptr, float commit_weight = 0.5f);
 
 // ---- plan application --------------------------------------------------------------------------------------
 /// out (rows.count × k) += Σ_j exp2(score_ij − lse2_i) · V_j for the column range of each split; V is

@@ -99,7 +99,7 @@ __global__ void finalize_kernel(Finalize mode, FinalizeSide a, FinalizeSide b, f
     const bool use_tmp = mode == Finalize::kCommit && *flag == 0;
     float result, transform = 0.f;  // transform: the soft c-transform of a redone step (for the forecast)
     if (use_tmp) {
-      result = 0.5f * (side.out[i] + side.tmp[i]);
+      result = relax_blend(side.out[i], side.tmp[i], 0.5f * side.omega);
     } else {
       float m = kNoMax, sum = 0.f;
       for (int k = lane; k < side.splits; k += G) {
@@ -116,8 +116,8 @@ __global__ void finalize_kernel(Finalize mode, FinalizeSide a, FinalizeSide b, f
       switch (mode) {
         case Finalize::kLse2: result = lse2; break;
         case Finalize::kSoftmin: result = softmin; break;
-        case Finalize::kAlternating: result = side.lambda * softmin; break;
-        default: result = 0.5f * (side.out[i] + side.lambda * softmin); break;
+        case Finalize::kAlternating: result = relax_blend(side.out[i], side.lambda * softmin, side.omega); break;
+        default: result = relax_blend(side.out[i], side.lambda * softmin, 0.5f * side.omega); break;
       }
       transform = softmin;
     }

@@ -82,7 +82,8 @@ __global__ void finish_kernel(const float* __restrict__ f, const float* __restri
                               float* __restrict__ csum, const float* __restrict__ b, int n, int m, float epsilon,
                               float lambda_f, float lambda_g, float* __restrict__ tmp_f, float* __restrict__ tmp_g,
                               int* flag, const SumsForecast* forecast, float sums_min, const int* screened,
-                              float screened_min, SumsForecast* next, const int* next_screened, float next_floor) {
+                              float screened_min, SumsForecast* next, const int* next_screened, float next_floor,
+                              float commit_weight) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   const SumsStep step = forecast != nullptr ? sums_step(*forecast) : SumsStep{};
   if (step.skip != 0) {  // the sums were not computed (and rsum/csum are still zero): redo (and its commit forecasts)
@@ -109,9 +110,10 @@ __global__ void finish_kernel(const float* __restrict__ f, const float* __restri
     if (!(sum >= low && sum <= kSumsMax)) *flag = 1;  // kernels.cuh: why this range
     const float transform = pot - epsilon * (logf(sum) - shift_ln);  // the soft c-transform
     *out = lambda * transform;
-    // The commit makes the potential ½(pot + λ·c); the next row sum is then e^((that − c)/ε) to first order
-    // (launch_finalize).
-    predicted_log2_sum((0.5f * (pot + lambda * transform) - transform) / (epsilon * 0.69314718f), lo, hi);
+    // The commit makes the potential ½(pot + λ·c) (the blend with commit_weight); the next row sum is then
+    // e^((that − c)/ε) to first order (launch_finalize).
+    predicted_log2_sum((relax_blend(pot, lambda * transform, commit_weight) - transform) / (epsilon * 0.69314718f),
+                       lo, hi);
   }
   if (next != nullptr) {
     add_forecast(lo, hi, next->sums, next->floor, low_floor_applies(next_screened) ? next_floor : kSumsMinLog2);
@@ -192,11 +194,11 @@ void launch_cold_check(const float* softmin, int count, double epsilon, int* ski
 void launch_symmetric_finish(const float* f, const float* g, float* rsum, float* csum, const float* b, int n, int m,
                              double epsilon, float lambda_f, float lambda_g, float* tmp_f, float* tmp_g, int* flag,
                              const SumsForecast* forecast, cudaStream_t stream, const int* screened, float floor_log2,
-                             SumsForecast* next, const int* next_screened) {
+                             SumsForecast* next, const int* next_screened, float commit_weight) {
   constexpr int kThreads = 256;
   finish_kernel<<<div_up(std::int64_t(n) + m, kThreads), kThreads, 0, stream>>>(
       f, g, rsum, csum, b, n, m, static_cast<float>(epsilon), lambda_f, lambda_g, tmp_f, tmp_g, flag, forecast,
-      std::exp2(kSumsMinLog2), screened, std::exp2(floor_log2), next, next_screened, floor_log2);
+      std::exp2(kSumsMinLog2), screened, std::exp2(floor_log2), next, next_screened, floor_log2, commit_weight);
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 

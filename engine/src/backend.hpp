@@ -60,6 +60,9 @@ struct IterationParams {
   Scheme scheme = Scheme::kSymmetric;
   double damping_f = 1;       // λ_x = 1/(1+ε/ρ_x), 1 when balanced
   double damping_g = 1;       // λ_y
+  /// Over-relaxation ω ∈ [1, 2) (docs/engine.md, "Over-relaxation"): every blend of old and new potential moves ω
+  /// times as far, pot ← pot + ω·w·(new − pot), w = ½ symmetric, 1 alternating. 1: the plain update, bit for bit.
+  double relaxation = 1;
   /// With a pattern of several segments (docs/block-sparse.md): one entry per segment, read instead of the
   /// scalars above (the scheme stays common). Empty: every segment uses the scalars.
   std::span<const SegmentParams> segments = {};
@@ -75,10 +78,22 @@ struct PlanParams {
 
 /// The parameters of segment `s`: segments[s] when given, else the scalars (damping 1 for PlanParams).
 inline SegmentParams segment_params(const IterationParams& p, std::size_t s) {
-  return p.segments.empty() ? SegmentParams{p.epsilon, p.cost_scale, p.damping_f, p.damping_g} : p.segments[s];
+  return p.segments.empty() ? SegmentParams{p.epsilon, p.cost_scale, p.damping_f, p.damping_g, p.relaxation}
+                            : p.segments[s];
 }
 inline SegmentParams segment_params(const PlanParams& p, std::size_t s) {
   return p.segments.empty() ? SegmentParams{p.epsilon, p.cost_scale, 1, 1} : p.segments[s];
+}
+
+/// The blend of every update: (1 − t)·old + t·fresh with t = ω/2 (symmetric) or ω (alternating). At ω = 1 it is
+/// the plain update exactly: ½·old + ½·fresh = ½(old + fresh) in binary floating point, and t = 1 returns fresh.
+template <class T>
+inline T relax(T old, T fresh, T t) {
+  return t == T(1) ? fresh : (T(1) - t) * old + t * fresh;
+}
+/// t of relax() for a scheme and ω.
+inline double relax_weight(Scheme scheme, double omega) {
+  return scheme == Scheme::kAlternating ? omega : 0.5 * omega;
 }
 
 class Backend {
@@ -103,6 +118,8 @@ class Backend {
   /// `count` Sinkhorn updates of the resident (f, g):
   ///   symmetric:   f' = λ_x·softmin_rows(g), g' = λ_y·softmin_cols(f); f = ½(f+f'), g = ½(g+g')
   ///   alternating: f = λ_x·softmin_rows(g); g = λ_y·softmin_cols(f)
+  /// and with over-relaxation ω (IterationParams::relaxation, per segment with a pattern) every assignment above
+  /// becomes pot ← relax(pot, new, w·ω) = (1 − w·ω)·pot + w·ω·new, w = ½ symmetric, 1 alternating (relax() below).
   /// Returns false if a non-finite value appeared (the potentials are then unspecified).
   virtual bool iterate(const IterationParams& p, int count) = 0;
 

@@ -45,6 +45,7 @@ struct SegmentParams {
   double cost_scale = 1;  // s in C = s·‖x−y‖²
   double damping_f = 1;   // λ_x (iterate only)
   double damping_g = 1;   // λ_y
+  double relaxation = 1;  // ω (iterate only; IterationParams::relaxation)
 };
 
 class BlockPattern {

@@ -431,6 +431,8 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
   require(o.scaling > 0 && o.scaling < 1, "scaling must be in (0, 1)", o.scaling);
   require(o.anderson_memory >= -1, "anderson_memory must be ≥ −1 (−1 = plain solves)", o.anderson_memory);
   require(o.anderson_block >= 1, "anderson_block must be ≥ 1", o.anderson_block);
+  require(o.overrelaxation == kOverrelaxationAuto || (o.overrelaxation >= 1 && o.overrelaxation < 2),
+          "overrelaxation must be 0 (auto), 1 (off) or in (1, 2)", o.overrelaxation);
   require(std::isfinite(o.adaptive_tolerance) && o.adaptive_tolerance >= 0, "adaptive_tolerance must be ≥ 0",
           o.adaptive_tolerance);
   require(std::isfinite(o.first_tolerance) && o.first_tolerance > 0, "first_tolerance must be > 0",
@@ -554,6 +556,7 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
 
   result.epsilon = eps;
   std::vector<double> f_true, g_true;  // potentials of the true cost C (docs/gromov-wasserstein.md §4)
+  double omega = 1;  // the last inner solve's over-relaxation: where the next one's auto ω starts
   double previous = std::numeric_limits<double>::quiet_NaN();
   double last_change = std::numeric_limits<double>::quiet_NaN();
   std::vector<float> phi(p.n * dim), psi(p.m * dim), wa(p.n), wb(p.m);
@@ -638,6 +641,8 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
     p.problem = std::make_unique<Problem>(PointsView{phi, p.n, dim}, PointsView{psi, p.m, dim}, wa, wb, p.backend);
     SolveOptions so;
     so.scheme = o.scheme;
+    so.overrelaxation = o.overrelaxation;
+    so.overrelaxation_start = o.warm_start ? omega : 1.0;
     so.tolerance = tol_t;
     so.check_every = o.check_every;
     so.max_iterations = tol_t == 0 ? o.annealing_iterations : o.inner_max_iterations;
@@ -732,6 +737,7 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
                         : p.problem->solve(so);
     result.inner_iterations += s.iterations;
     result.outer_iterations = t;
+    omega = std::clamp(s.overrelaxation, 1.0, 1.95);
     if (s.reason == StopReason::kNonFinite || s.reason == StopReason::kCancelled) {
       result.reason = s.reason;
       result.message = "outer iteration " + std::to_string(t) + ": " + s.message;

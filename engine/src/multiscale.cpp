@@ -2,6 +2,7 @@
 // then centres of those blocks, ...), the ε schedule run coarse to fine, certified block lists on every level
 // that has cluster trees, and a backend in the caller's order for the plan operations of a multiscale result.
 #include "multiscale.hpp"
+#include "relaxation.hpp"
 #include "separable.hpp"
 
 #include <algorithm>
@@ -257,7 +258,7 @@ struct Run {
   void run_stage(MultiscaleLevel& L, int k, bool final_stage) {
     reached = k;
     left_dense = false;
-    const IterationParams ip{eps[k], s, o.scheme, solve_damping(eps[k], rho_x), solve_damping(eps[k], rho_y)};
+    IterationParams ip{eps[k], s, o.scheme, solve_damping(eps[k], rho_x), solve_damping(eps[k], rho_y)};
     MultiscaleStage st;
     st.epsilon = eps[k];
     st.coarse = &L != top;
@@ -295,9 +296,16 @@ struct Run {
     std::vector<float> f(L.n), g(L.m);
     int done = 0;
     bool clean = false;  // the lists were re-derived from the current potentials and nothing was added
+    Relaxation relax(o.overrelaxation, o.scheme, o.overrelaxation_start);  // the final stage's ω, as run_sinkhorn's (relaxation.hpp)
     while (done < o.max_iterations) {
       const int step = std::min(o.check_every, o.max_iterations - done);
-      const bool ok = L.backend->iterate(ip, step);
+      ip.relaxation = r.overrelaxation = relax.omega();
+      // The iteration before a check runs plain, as in run_sinkhorn (sinkhorn.cpp).
+      IterationParams plain = ip;
+      plain.relaxation = 1;
+      const bool split = checking && ip.relaxation != 1;
+      const bool ok = split ? L.backend->iterate(ip, step - 1) && L.backend->iterate(plain, 1)
+                            : L.backend->iterate(ip, step);
       done += step;
       r.iterations += step;
       error_current = false;
@@ -312,11 +320,12 @@ struct Run {
       L.backend->get_potentials(f, g);
       r.marginal_error = solve_marginal_error(*L.backend, in, f, g, eps[k], s, rho_x, rho_y, L.mass_a);
       error_current = true;
-      r.checks.push_back(MarginalCheck{r.iterations, eps[k], r.marginal_error});
+      r.checks.push_back(MarginalCheck{r.iterations, eps[k], r.marginal_error, ip.relaxation});
       if (!std::isfinite(r.marginal_error)) {
         non_finite(k);
         break;
       }
+      relax.observe(step, r.marginal_error);
       const bool converged = o.tolerance > 0 && r.marginal_error <= o.tolerance && !grown;
       const bool go_on =
           !o.progress || o.progress(Progress{k, stage_count(), eps[k], r.iterations, total_budget, r.marginal_error});

@@ -117,6 +117,7 @@ class ShardedBackend final : public Backend {
     std::vector<float> fh(n_);
     std::vector<std::vector<float>> partial(plan_.size(), std::vector<float>(m_));
     std::vector<double> gh(m_);
+    const double t = relax_weight(p.scheme, p.relaxation);
     for (int it = 0; it < count; ++it) {
       push();
       if (p.scheme == Scheme::kSymmetric) {
@@ -126,16 +127,16 @@ class ShardedBackend final : public Backend {
           children_[s]->softmin(pp, Side::kTarget, partial[s]);
         });
         combine(partial, p.epsilon, gh);
-        for (std::size_t i = 0; i < n_; ++i) f_[i] = 0.5 * (f_[i] + p.damping_f * fh[i]);
-        for (std::size_t j = 0; j < m_; ++j) g_[j] = 0.5 * (g_[j] + p.damping_g * gh[j]);
+        for (std::size_t i = 0; i < n_; ++i) f_[i] = relax<double>(f_[i], p.damping_f * fh[i], t);
+        for (std::size_t j = 0; j < m_; ++j) g_[j] = relax<double>(g_[j], p.damping_g * gh[j], t);
       } else {
         each_shard([&](std::size_t s) { children_[s]->softmin(pp, Side::kSource, rows_of(std::span<float>(fh), s, 1)); });
-        for (std::size_t i = 0; i < n_; ++i) f_[i] = p.damping_f * fh[i];
+        for (std::size_t i = 0; i < n_; ++i) f_[i] = relax<double>(f_[i], p.damping_f * fh[i], t);
         pushed_ = false;
         push();
         each_shard([&](std::size_t s) { children_[s]->softmin(pp, Side::kTarget, partial[s]); });
         combine(partial, p.epsilon, gh);
-        for (std::size_t j = 0; j < m_; ++j) g_[j] = p.damping_g * gh[j];
+        for (std::size_t j = 0; j < m_; ++j) g_[j] = relax<double>(g_[j], p.damping_g * gh[j], t);
       }
       pushed_ = false;
       if (!all_finite(f_) || !all_finite(g_)) return false;
@@ -243,6 +244,7 @@ class ShardedBackend final : public Backend {
     };
     const auto active = [&](bool rows, std::size_t i) { return !pat.list(rows, i / kBlockSize).empty(); };
     const bool alternating = p.scheme == Scheme::kAlternating;
+    const auto tw = [&](const SegmentParams& sp) { return relax_weight(p.scheme, sp.relaxation); };
     std::vector<float> fh(n_);
     std::vector<std::vector<float>> partial(plan_.size(), std::vector<float>(m_));
     std::vector<double> gh(m_);
@@ -251,7 +253,7 @@ class ShardedBackend final : public Backend {
       each_shard([&](std::size_t s) { children_[s]->softmin(pp, Side::kSource, rows_of(std::span<float>(fh), s, 1)); });
       if (alternating) {
         for (std::size_t i = 0; i < n_; ++i)
-          if (active(true, i)) f_[i] = seg(true, i).damping_f * fh[i];
+          if (active(true, i)) f_[i] = relax<double>(f_[i], seg(true, i).damping_f * fh[i], tw(seg(true, i)));
         pushed_ = false;
         push();
       }
@@ -259,11 +261,11 @@ class ShardedBackend final : public Backend {
       combine(partial, pp, gh);
       if (!alternating)
         for (std::size_t i = 0; i < n_; ++i)
-          if (active(true, i)) f_[i] = 0.5 * (f_[i] + seg(true, i).damping_f * fh[i]);
+          if (active(true, i)) f_[i] = relax<double>(f_[i], seg(true, i).damping_f * fh[i], tw(seg(true, i)));
       for (std::size_t j = 0; j < m_; ++j) {
         if (!active(false, j)) continue;
         const double v = seg(false, j).damping_g * gh[j];
-        g_[j] = alternating ? v : 0.5 * (g_[j] + v);
+        g_[j] = relax<double>(g_[j], v, tw(seg(false, j)));
       }
       pushed_ = false;
       if (!all_finite(f_) || !all_finite(g_)) return false;

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "relaxation.hpp"
 #include "separable.hpp"
 #include "validation.hpp"
 
@@ -82,6 +83,10 @@ void validate_solve_options(const SolveOptions& o, std::size_t n, std::size_t m,
   require(std::isfinite(o.tolerance) && o.tolerance >= 0, "tolerance must be ≥ 0", o.tolerance);
   require(o.check_every >= 1, "check_every must be ≥ 1", o.check_every);
   require(o.max_iterations >= 0, "max_iterations must be ≥ 0", o.max_iterations);
+  require(o.overrelaxation == kOverrelaxationAuto || (o.overrelaxation >= 1 && o.overrelaxation < 2),
+          "overrelaxation must be 0 (auto), 1 (off) or in (1, 2)", o.overrelaxation);
+  require(o.overrelaxation_start >= 1 && o.overrelaxation_start < 2, "overrelaxation_start must be in [1, 2)",
+          o.overrelaxation_start);
   require(std::isfinite(o.reach) && o.reach >= 0, "reach must be ≥ 0 (0 = balanced)", o.reach);
   require(std::isfinite(o.reach_source) && o.reach_source >= 0, "reach_source must be ≥ 0", o.reach_source);
   require(std::isfinite(o.reach_target) && o.reach_target >= 0, "reach_target must be ≥ 0", o.reach_target);
@@ -121,6 +126,8 @@ struct Run {
   int target = 0;        // in_stage at which it next needs attention
   bool finished = false;  // left the loop
   bool error_current = false;  // r.marginal_error belongs to the current potentials
+  Relaxation relax{1, Scheme::kSymmetric};  // the final stage's ω (SolveOptions::overrelaxation)
+  int last_check = 0;                       // in_stage at the previous check of the final stage
   SolveResult r;
 
   bool final_stage() const { return k == stage_count - 1; }
@@ -144,7 +151,8 @@ struct Run {
   std::span<const float> f_of(const std::vector<float>& all) const { return {all.data() + r0, n}; }
   std::span<const float> g_of(const std::vector<float>& all) const { return {all.data() + c0, m}; }
   SegmentParams params(int stage) const {
-    return {eps[stage], s, damping(eps[stage], rho_x), damping(eps[stage], rho_y)};
+    return {eps[stage], s, damping(eps[stage], rho_x), damping(eps[stage], rho_y),
+            stage == stage_count - 1 ? relax.omega() : 1.0};
   }
 };
 
@@ -185,6 +193,7 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
     // Marginal errors are computed when the tolerance needs them or someone watches; a fixed-ε run with
     // tolerance 0 and no callback iterates without them (benchmark mode).
     u.checking = o.tolerance > 0 || static_cast<bool>(o.progress);
+    u.relax = Relaxation(o.overrelaxation, o.scheme, o.overrelaxation_start);
     u.r.cost = o.cost;
     u.r.epsilon = u.eps.back();
     u.r.diameter = diameter;
@@ -245,10 +254,22 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
     if (step == std::numeric_limits<int>::max()) break;
 
     for (std::size_t q = 0; q < count; ++q) segments[q] = runs[q].params(runs[q].k);
-    IterationParams ip{segments[0].epsilon, segments[0].cost_scale, runs[0].o->scheme, segments[0].damping_f,
-                       segments[0].damping_g};
-    if (layout) ip.segments = segments;
-    const bool ok = backend.iterate(ip, step);
+    // The iteration before a check runs plain (relaxation.hpp): an over-relaxed iterate's marginal
+    // error carries (ω − 1) times its last step, a plain one only the distance to the fixed point.
+    std::vector<SegmentParams> last = segments;
+    bool split = false;
+    for (std::size_t q = 0; q < count; ++q) {
+      const Run& u = runs[q];
+      if (u.finished || !u.final_stage() || !u.checking || u.in_stage + step != u.target) continue;
+      if (last[q].relaxation != 1) last[q].relaxation = 1, split = true;
+    }
+    const auto iterate = [&](const std::vector<SegmentParams>& seg, int count_now) {
+      IterationParams ip{seg[0].epsilon, seg[0].cost_scale, runs[0].o->scheme, seg[0].damping_f, seg[0].damping_g,
+                         seg[0].relaxation};
+      if (layout) ip.segments = seg;
+      return backend.iterate(ip, count_now);
+    };
+    const bool ok = split ? iterate(segments, step - 1) && iterate(last, 1) : iterate(segments, step);
     std::vector<Run*> stepped;
     for (Run& u : runs) {
       if (u.finished) continue;
@@ -305,7 +326,9 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
       r.marginal_error = marginal_error(*u->in, u->f_of(F), u->f_of(fh), u->g_of(G), u->g_of(gh), u->eps[k], u->rho_x,
                                         u->rho_y, u->mass_a);
       u->error_current = true;
-      r.checks.push_back(MarginalCheck{r.iterations, u->eps[k], r.marginal_error});
+      r.checks.push_back(MarginalCheck{r.iterations, u->eps[k], r.marginal_error, u->relax.omega()});
+      u->relax.observe(u->in_stage - u->last_check, r.marginal_error);
+      u->last_check = u->in_stage;
       if (!std::isfinite(r.marginal_error)) {
         u->end_stage();
         u->non_finite(k);
@@ -378,6 +401,7 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
                   " at the final ε = " + show(r.epsilon);
     const std::span<const float> f = u.f_of(F), g = u.g_of(G);
     r.dual_cost = dual_term(u.in->a, f, u.rho_x) + dual_term(u.in->b, g, u.rho_y);
+    r.overrelaxation = u.reached == u.stage_count - 1 ? u.relax.omega() : 1.0;
     r.f.assign(f.begin(), f.end());
     r.g.assign(g.begin(), g.end());
     r.seconds = seconds;

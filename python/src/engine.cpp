@@ -225,6 +225,8 @@ void bind_engine(nb::module_& m) {
       .def_rw("tolerance", &SolveOptions::tolerance, "stop at this marginal error; 0 = run max_iterations")
       .def_rw("check_every", &SolveOptions::check_every)
       .def_rw("max_iterations", &SolveOptions::max_iterations, "iteration budget of the final stage")
+      .def_rw("overrelaxation", &SolveOptions::overrelaxation,
+              "over-relaxation ω of the final stage: 0 = auto (estimated from the checks), 1 = off, or fixed in (1, 2)")
       .def_prop_rw(
           "scheme", [](const PySolveOptions& o) { return to_string(o.scheme); },
           [](PySolveOptions& o, const std::string& v) { o.scheme = parse_scheme(v); }, "'symmetric' or 'alternating'")
@@ -336,6 +338,7 @@ void bind_engine(nb::module_& m) {
       .def_ro("message", &SolveResult::message)
       .def_ro("marginal_error", &SolveResult::marginal_error)
       .def_ro("iterations", &SolveResult::iterations)
+      .def_ro("overrelaxation", &SolveResult::overrelaxation)
       .def_prop_ro("stages", [](const SolveResult& r) {
         std::vector<std::pair<double, int>> out;
         for (const auto& s : r.stages) out.emplace_back(s.epsilon, s.iterations);

@@ -60,6 +60,8 @@ TEST(Usage, BadOptionValuesExitTwoWithOneLine) {
            {"bench", "--n", "10", "--no-such-option"},
            {"bench", "--n", "10", "--kernel", "fastest"},
            {"bench", "--n", "10", "--data", "no-such-data"},
+           {"bench", "--n", "10", "--overrelaxation", "2"},
+           {"bench", "--n", "10", "--overrelaxation", "fast"},
            {"bench"},
            {"no-such-command"},
            {}}) {

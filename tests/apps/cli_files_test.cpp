@@ -187,6 +187,7 @@ TEST(AlignUsage, UsageErrorsExitTwo) {
            {"align", s.string(), t.string(), "-o", o, "--scheme", "random"},
            {"align", s.string(), t.string(), "-o", o, "--rel-blur", "-1"},
            {"align", s.string(), t.string(), "-o", o, "--scaling", "1.5"},
+           {"align", s.string(), t.string(), "-o", o, "--overrelaxation", "0.5"},
            {"align", s.string(), t.string(), "-o", o, "--source-where", "cell_type"},
            {"align", s.string(), t.string(), "-o", (folder / "o.ply").string()},
            {"align", s.string(), t.string(), "-o", s.string()},

@@ -1,7 +1,7 @@
 // flashot_gw_bench: times entropic fused Gromov–Wasserstein on synthetic tissue slices (tests/support/slices.cpp)
 // at a given size: wall time, outer and inner iterations, peak device memory. Prints figures, asserts nothing.
 //   flashot_gw_bench [--n N] [--m M] [--e E] [--alpha A] [--blur B] [--backend cpu|cuda|auto] [--threads T]
-//                    [--outer-tol T] [--inner-tol T] [--anderson MEMORY] [--block B] [--adaptive C]
+//                    [--outer-tol T] [--inner-tol T] [--anderson MEMORY] [--block B] [--overrelaxation W] [--adaptive C]
 //                    [--first-tol T] [--anneal R] [--anneal-factor F] [--anneal-tol T] [--anneal-iters K]
 //                    [--scheme symmetric|alternating] [--max-inner N] [--check-every K] [--coarse N]
 //                    [--coarse-factor F] [--rotation DEG] [--dump DIR]
@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   const flashot::GromovOptions defaults;
   int max_inner = defaults.inner_max_iterations, anneal_iters = 0, anderson = defaults.anderson_memory,
       block = defaults.anderson_block, coarse = defaults.coarse_points, check_every = defaults.check_every;
-  double coarse_factor = defaults.coarse_factor, rotation = 30;
+  double coarse_factor = defaults.coarse_factor, rotation = 30, overrelaxation = defaults.overrelaxation;
   int checks = 0, drift = defaults.drift_jumps;  // 1: print every marginal-error check of the inner solves
   std::string scheme = "alternating", dump;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
     else if (k == "--anneal-iters") anneal_iters = std::stoi(v);
     else if (k == "--anderson") anderson = std::stoi(v);
     else if (k == "--block") block = std::stoi(v);
+    else if (k == "--overrelaxation") overrelaxation = std::stod(v);
     else if (k == "--first-tol") first_tol = std::stod(v);
     else if (k == "--dump") dump = v;
     else if (k == "--max-inner") max_inner = std::stoi(v);
@@ -118,6 +119,7 @@ int main(int argc, char** argv) {
   o.annealing_iterations = anneal_iters;
   o.anderson_memory = anderson;
   o.anderson_block = block;
+  o.overrelaxation = overrelaxation;
   o.first_tolerance = first_tol;
   o.inner_max_iterations = max_inner;
   o.check_every = check_every;

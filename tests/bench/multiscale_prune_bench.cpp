@@ -24,7 +24,8 @@ using namespace flashot;
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s N D DATA [BLUR_RELATIVE=0.01] [TOLERANCE=1e-2] [ROW_BLOCKS=40] [DENSE_FRACTION=0.5]\n",
+    std::fprintf(stderr, "usage: %s N D DATA [BLUR_RELATIVE=0.01] [TOLERANCE=1e-2] [ROW_BLOCKS=40] [DENSE_FRACTION=0.5]\n"
+                 "       [MAX_ITERATIONS=5000] [DENSE_TOO=0] [SCHEME=symmetric] [STAGE_ITERATIONS=1] [OVERRELAXATION=0]\n",
                  argv[0]);
     return 2;
   }
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   const bool dense_too = argc > 9 && std::string(argv[9]) == "1";
   const Scheme scheme = argc > 10 ? parse_scheme(argv[10]) : Scheme::kSymmetric;
   const int stage_iterations = argc > 11 ? std::stoi(argv[11]) : 1;
+  const double overrelaxation = argc > 12 ? std::stod(argv[12]) : kOverrelaxationAuto;  // 1: off, 0: auto
   // The pair of `flashot bench --pair deformed`: y a known deformation of a second sample of x's shape.
   const std::vector<float> x = synthetic::generate(shape, n, d, 0, 0, 0);
   const std::vector<float> y = synthetic::deform(synthetic::generate(shape, n, d, 0, 0, 1), d, 2);
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
   o.max_iterations = max_iterations;
   o.scheme = scheme;
   o.stage_iterations = stage_iterations;
+  o.overrelaxation = overrelaxation;
   o.multiscale = Multiscale::kOn;
   o.multiscale_dense_fraction = dense_fraction;
   const auto t0 = std::chrono::steady_clock::now();
@@ -59,6 +62,8 @@ int main(int argc, char** argv) {
   std::printf("n = m = %zu, d = %zu, %s, diameter %.4g, final blur %.4g (eps %.4g), %zu x %zu blocks, coarse %zu x %zu\n",
               n, d, argv[3], r.diameter, std::sqrt(r.epsilon), r.epsilon, ms.row_blocks, ms.column_blocks,
               ms.coarse_rows, ms.coarse_columns);
+  std::printf("%s scheme, overrelaxation option %g, final omega %.3f\n", scheme == Scheme::kAlternating ? "alternating" : "symmetric",
+              overrelaxation, r.overrelaxation);
   std::printf("%s: %d iterations, %.2f s (hierarchy %.2f s, lists %.2f s), marginal error %.3g, certified %d\n",
               r.message.c_str(), r.iterations, seconds, ms.hierarchy_seconds, ms.pattern_seconds, r.marginal_error,
               ms.certified ? 1 : 0);
@@ -70,6 +75,9 @@ int main(int argc, char** argv) {
                 s.total_pairs, s.kept_fraction, s.rechecks);
   }
   std::printf("dual cost %.10g, primal cost %.10g\n", r.dual_cost, r.primal_cost);
+  std::printf("checks (iteration: marginal error, omega):");
+  for (const MarginalCheck& c : r.checks) std::printf(" %d: %.3g %.3f", c.iteration, c.error, c.overrelaxation);
+  std::printf("\n");
   if (dense_too) {
     o.multiscale = Multiscale::kOff;
     const auto td = std::chrono::steady_clock::now();

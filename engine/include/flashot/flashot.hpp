@@ -156,6 +156,9 @@ struct BackendOptions {
 /// (SolveOptions::blur_relative): the unit-free counterpart of GeomLoss's blur 0.05 on data scaled to the unit cube.
 inline constexpr double kDefaultBlurRelative = 0.05;
 
+/// SolveOptions::overrelaxation: estimate ω from the checks (the default).
+inline constexpr double kOverrelaxationAuto = 0;
+
 struct SolveOptions {
   Cost cost = Cost::kSquaredEuclidean;
   /// Target blur: the final ε is blur² (in cost units). Ignored when `epsilon` > 0 or `blur_relative` > 0.
@@ -179,6 +182,16 @@ struct SolveOptions {
   /// Budget of iterations for the final stage.
   int max_iterations = 1000;
   Scheme scheme = Scheme::kSymmetric;
+  /// Over-relaxation ω of the final ε stage's updates (docs/engine.md, "Over-relaxation"): each update moves the
+  /// potentials ω times as far as the plain one, f ← f + ω·w·(λ·softmin(g) − f) with w = 1 (alternating) or ½
+  /// (symmetric). 1: off (the plain iteration). In (1, 2): that fixed ω. kOverrelaxationAuto (0): ω estimated
+  /// from the marginal errors of the checks (the plain rate r gives ω = 2/(1+√(1−r)) alternating, 2/(2−r)
+  /// symmetric), backing off toward 1 whenever the error grows. Needs checks (tolerance > 0 or a progress
+  /// callback); without them auto runs the plain iteration.
+  double overrelaxation = kOverrelaxationAuto;
+  /// Auto mode's ω before its first estimate, in [1, 2): a warm-started solve of a similar problem can begin at
+  /// the last one's SolveResult::overrelaxation (fused GW's inner solves do). The safeguard backs it off as any ω.
+  double overrelaxation_start = 1;
   /// Unbalanced OT: KL penalty strength ρ = reach² (cost units, like ε) on both marginals; 0 = balanced.
   double reach = 0;
   /// Per side; 0 = take `reach`. A side with reach 0 after that is balanced (semi-unbalanced problems).
@@ -249,6 +262,7 @@ struct MarginalCheck {
   int iteration = 0;  ///< total iterations done when the check ran
   double epsilon = 0;
   double error = 0;
+  double overrelaxation = 1;  ///< the ω of the iterations before this check (SolveOptions::overrelaxation)
 };
 
 struct SolveResult {
@@ -269,6 +283,8 @@ struct SolveResult {
   /// ‖P1 − a⊙e^{−f/ρ_x}‖₁ + ‖Pᵀ1 − b⊙e^{−g/ρ_y}‖₁, divided by the total mass of a (e^{…} = 1 when balanced).
   double marginal_error = 0;
   int iterations = 0;  ///< all stages together
+  /// The over-relaxation ω of the final stage's last iterations (1: plain; SolveOptions::overrelaxation).
+  double overrelaxation = 1;
   std::vector<StageReport> stages;
   std::vector<MarginalCheck> checks;
   double seconds = 0;   ///< wall time of the solve

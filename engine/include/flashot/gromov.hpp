@@ -105,6 +105,10 @@ struct GromovOptions {
   /// CUDA backend uploads the potentials at every block).
   int anderson_memory = 10;
   int anderson_block = 1;
+  /// SolveOptions::overrelaxation of the inner solves (docs/engine.md, "Over-relaxation"): auto adapts ω within
+  /// each plain inner solve (anderson_memory = −1); with Anderson acceleration every engine call is one block
+  /// without two checks, so auto leaves those plain and only a fixed ω in (1, 2) changes them.
+  double overrelaxation = kOverrelaxationAuto;
   /// Inner solves: at a marginal-error check that improved less than 3% on the last one (a plateau: a slow mode
   /// drifting the potentials of a group of points at a constant rate), jump along the drift since that check,
   /// κ times, κ doubling while the plateau lasts (docs/gromov-wasserstein.md §4). Changes the path only. Off by
