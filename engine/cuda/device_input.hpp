@@ -2,7 +2,8 @@
 // Device-resident inputs (Problem::on_device, docs/engine.md "Device-resident inputs"): the kernels that do on the
 // device what the host path does on its host copies (engine/src/validation.cpp, problem.cpp, device_step.cu's
 // prepare_side), with the same arithmetic so that both paths give the same results, the device-side pieces of
-// the operations that read the points (gradient, primal cost), and the weights' logarithms and weighted sums. Private to engine/cuda/.
+// the operations that read the points (gradient, primal cost), and the weights' logarithms and weighted sums.
+// Private to engine/cuda/.
 
 #include <cstddef>
 

@@ -165,10 +165,11 @@ class Backend {
                            std::span<std::int32_t> index) const = 0;
 
   /// WeightedSums of the points [offset, offset + h.size()) of side `side` over the backend's own copy of their
-  /// weights: the marginal sum when hh is given (dual left 0), the dual sum when hh is empty (marginal 0). What the Sinkhorn loop reads where the weights live only on
-  /// the backend (SolveInputs::resident: device weights, which never pass through host memory). The CPU backend
-  /// sums its host weights exactly as the loop's host path does (detail::weighted_sums); the CUDA backend reduces
-  /// its resident weights on the device; the default throws std::logic_error naming the backend.
+  /// weights: the marginal sum when hh is given (dual left 0), the dual sum when hh is empty (marginal 0). What the
+  /// Sinkhorn loop reads where the weights live only on the backend (SolveInputs::resident: device weights, which
+  /// never pass through host memory). The CPU backend sums its host weights exactly as the loop's host path does
+  /// (detail::weighted_sums); the CUDA backend reduces its resident weights on the device; the default throws
+  /// std::logic_error naming the backend.
   virtual WeightedSums weighted_sums(Side side, std::size_t offset, std::span<const float> h,
                                      std::span<const float> hh, double epsilon, double rho) const;
 
@@ -210,7 +211,8 @@ void cuda_scan_device_points(const DevicePointsView& p, const std::string& name,
 DeviceWeightScan cuda_scan_device_weights(const DeviceWeights& w, const std::string& name);
 
 /// The host reduction behind WeightedSums (engine/src/sinkhorn.cpp), in index order, with Backend::weighted_sums'
-/// convention (hh given: marginal; empty: dual): what the loop computes from host weights and what the CPU backend's weighted_sums returns.
+/// convention (hh given: marginal; empty: dual): what the loop computes from host weights and what the CPU
+/// backend's weighted_sums returns.
 WeightedSums weighted_sums(std::span<const float> w, std::span<const float> h, std::span<const float> hh,
                            double epsilon, double rho);
 

@@ -1,7 +1,7 @@
 // Problem::on_device (docs/engine.md, "Device-resident inputs"): points and weights uploaded with cudaMemcpy give
 // the same results as the host-built Problem on the CUDA backend, with no input byte staged through host memory
-// (EngineStatistics::input_host_bytes, 0 with device weights too); non-finite points and bad weights are named by row and column as on the host; the CPU
-// backend and several GPUs are refused by name. The CUDA tests skip without a device; FLASHOT_REQUIRE_CUDA=1 fails
+// (EngineStatistics::input_host_bytes, 0 with device weights too); non-finite points are named by row and column
+// and bad weights by index, with the host constructor's messages; the CPU backend and several GPUs are refused by name. The CUDA tests skip without a device; FLASHOT_REQUIRE_CUDA=1 fails
 // them instead. The refusals and the host path's byte count run everywhere.
 #include <gtest/gtest.h>
 

@@ -47,7 +47,8 @@ TEST_P(WeightedSumsTest, BackendSumsMatchTheHostReduction) {
   // The CPU backend runs the host reduction itself: bit for bit. CUDA: fp64 partial sums in another order.
   const double tol = name == "cpu" ? 0.0 : 1e-12;
   for (const double rho : {0.0, 0.7}) {
-    for (const auto& [side, w, h, hh] : {std::tuple{Side::kSource, &p.a, &f, &fh}, std::tuple{Side::kTarget, &p.b, &g, &gh}}) {
+    for (const auto& [side, w, h, hh] :
+         {std::tuple{Side::kSource, &p.a, &f, &fh}, std::tuple{Side::kTarget, &p.b, &g, &gh}}) {
       const double eps = 0.05;
       const detail::WeightedSums host = detail::weighted_sums(*w, *h, *hh, eps, rho);
       const double host_dual = detail::weighted_sums(*w, *h, {}, eps, rho).dual;
