@@ -96,6 +96,14 @@ class CpuBackend final : public Backend {
     std::transform(f_.begin(), f_.end(), f.begin(), [](double v) { return static_cast<float>(v); });
     std::transform(g_.begin(), g_.end(), g.begin(), [](double v) { return static_cast<float>(v); });
   }
+  WeightedSums weighted_sums(Side side, std::size_t offset, std::span<const float> h, std::span<const float> hh,
+                             double epsilon, double rho) const override {
+    const std::vector<float>& w = side == Side::kSource ? x_.w : y_.w;
+    if (offset > w.size() || h.size() > w.size() - offset || (!hh.empty() && hh.size() != h.size()))
+      throw std::invalid_argument("weighted_sums: points [" + std::to_string(offset) + ", " +
+                                  std::to_string(offset + h.size()) + ") of a side of " + std::to_string(w.size()));
+    return detail::weighted_sums(std::span<const float>(w).subspan(offset, h.size()), h, hh, epsilon, rho);
+  }
 
   void set_pattern(std::shared_ptr<const BlockPattern> pattern) override {
     if (pattern && (pattern->rows() != x_.n || pattern->cols() != y_.n))

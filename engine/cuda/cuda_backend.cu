@@ -58,6 +58,10 @@ class CudaBackend final : public Backend {
     step_.points_gradient(p, wrt, out);
   }
   double resident_primal_cost(const PlanParams& p) const override { return step_.resident_primal_cost(p); }
+  WeightedSums weighted_sums(Side side, std::size_t offset, std::span<const float> h, std::span<const float> hh,
+                             double epsilon, double rho) const override {
+    return step_.weighted_sums(side, offset, h, hh, epsilon, rho);
+  }
 
  private:
   DeviceStep step_;

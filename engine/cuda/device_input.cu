@@ -1,6 +1,7 @@
-// Device-resident inputs (device_input.hpp, docs/engine.md "Device-resident inputs"): the scan that validates and
-// bounds the caller's device points for Problem::on_device, and the kernels that centre them and serve the
-// operations reading them, each with the host path's arithmetic (explicitly rounded double operations, so that no
+// Device-resident inputs (device_input.hpp, docs/engine.md "Device-resident inputs"): the scans that validate and
+// bound the caller's device points and validate and total its device weights for Problem::on_device, the Sinkhorn
+// loop's weighted sums over the resident weights, and the kernels that centre the points and serve the operations
+// reading them, each with the host path's arithmetic (explicitly rounded double operations, so that no
 // fused multiply-add makes the device differ from the host in the last bit).
 
 #include <algorithm>
@@ -146,6 +147,88 @@ __global__ void primal_terms_kernel(const float* __restrict__ points, const floa
   terms[i] = __dmul_rn(r, __dadd_rn(dist, spread));
 }
 
+/// The blocks' fixed-order tree reduction of one double per thread (blockDim.x = kThreads); thread 0 gets the sum.
+__device__ double block_sum(double v, double* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (int(threadIdx.x) < half) shared[threadIdx.x] = __dadd_rn(shared[threadIdx.x], shared[threadIdx.x + half]);
+    __syncthreads();
+  }
+  const double total = shared[0];
+  __syncthreads();
+  return total;
+}
+
+/// Per block: the total of its grid-stride share of w (fp64), the smallest finite weight ≥ 0 and the first index of
+/// a weight that is not (validate_weights' test: !isfinite(w) || w < 0).
+__global__ void scan_weights_kernel(const float* __restrict__ w, std::size_t n, double* __restrict__ totals,
+                                    float* __restrict__ smallest, unsigned long long* __restrict__ bad) {
+  __shared__ double shared[kThreads];
+  __shared__ unsigned long long first_bad;
+  __shared__ unsigned low_key;
+  if (threadIdx.x == 0) {
+    first_bad = ULLONG_MAX;
+    low_key = float_key(INFINITY);
+  }
+  __syncthreads();
+  double total = 0;
+  float low = INFINITY;
+  unsigned long long mine = ULLONG_MAX;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const float v = w[i];
+    if (!isfinite(v) || v < 0) {
+      if (mine == ULLONG_MAX) mine = i;
+      continue;
+    }
+    total = __dadd_rn(total, double(v));
+    low = fminf(low, v);
+  }
+  if (mine != ULLONG_MAX) atomicMin(&first_bad, mine);
+  atomicMin(&low_key, float_key(low));
+  total = block_sum(total, shared);
+  if (threadIdx.x == 0) {
+    totals[blockIdx.x] = total;
+    smallest[blockIdx.x] = __uint_as_float((low_key & 0x80000000u) ? (low_key & 0x7fffffffu) : ~low_key);
+    bad[blockIdx.x] = first_bad;
+  }
+}
+
+__global__ void log_weights_kernel(const float* __restrict__ w, std::size_t n, float* __restrict__ logw) {
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const float v = w[i];
+    logw[i] = v > 0 ? __double2float_rn(log(double(v))) : -INFINITY;
+  }
+}
+
+/// detail::weighted_sums (engine/src/sinkhorn.cpp) per block, in fp64 with explicitly rounded operations.
+__global__ void weighted_sums_kernel(const float* __restrict__ w, const float* __restrict__ h,
+                                     const float* __restrict__ hh, std::size_t n, double epsilon, double rho,
+                                     double* __restrict__ partials) {
+  __shared__ double shared[kThreads];
+  double marginal = 0, dual = 0;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const double wi = w[i], hi = h[i];
+    if (hh == nullptr) {
+      dual = __dadd_rn(dual, rho > 0 ? __dmul_rn(__dmul_rn(wi, rho), __dsub_rn(1.0, exp(__ddiv_rn(-hi, rho))))
+                                     : __dmul_rn(wi, hi));
+    } else if (wi > 0) {
+      const double mass = __dmul_rn(wi, exp(__ddiv_rn(__dsub_rn(hi, double(hh[i])), epsilon)));
+      const double target = rho > 0 ? __dmul_rn(wi, exp(__ddiv_rn(-hi, rho))) : wi;
+      marginal = __dadd_rn(marginal, fabs(__dsub_rn(mass, target)));
+    }
+  }
+  marginal = block_sum(marginal, shared);
+  dual = block_sum(dual, shared);
+  if (threadIdx.x == 0) {
+    partials[2 * blockIdx.x] = marginal;
+    partials[2 * blockIdx.x + 1] = dual;
+  }
+}
+
 __global__ void fill_kernel(float* data, std::size_t count, float value) {
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += std::size_t(gridDim.x) * blockDim.x)
@@ -213,6 +296,23 @@ void launch_primal_terms(const float* points, const float* out, int n, int d, do
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 
+void launch_log_weights(const float* w, std::size_t n, float* logw, cudaStream_t stream) {
+  if (n == 0) return;
+  log_weights_kernel<<<grid_for(n), kThreads, 0, stream>>>(w, n, logw);
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+int weighted_sum_blocks(std::size_t n) {
+  return int(std::clamp<std::size_t>((n + kThreads - 1) / kThreads, 1, 1024));
+}
+
+void launch_weighted_sums(const float* w, const float* h, const float* hh, std::size_t n, double epsilon, double rho,
+                          double* partials, cudaStream_t stream) {
+  weighted_sums_kernel<<<unsigned(weighted_sum_blocks(n)), kThreads, 0, stream>>>(w, h, hh, n, epsilon, rho,
+                                                                                 partials);
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
 void launch_fill(float* data, std::size_t count, float value, cudaStream_t stream) {
   if (count == 0) return;
   fill_kernel<<<grid_for(count), kThreads, 0, stream>>>(data, count, value);
@@ -265,13 +365,41 @@ void cuda_scan_device_points(const DevicePointsView& p, const std::string& name,
   }
 }
 
-void cuda_fetch_device_floats(const float* data, std::size_t count, int device, const std::string& name,
-                              float* out) {
+// The weights' scan, on the legacy default stream as the points' scan. Each block's total, smallest weight and
+// first bad index come back (a few kB for any n); the total is summed here in block order, so it is the same every
+// run. On the error path the single offending value is read back for the message: four bytes, not staging.
+DeviceWeightScan cuda_scan_device_weights(const DeviceWeights& w, const std::string& name) {
   using namespace cuda;
-  require_device_memory(data, device, name);
-  DeviceScope scope(device);
-  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(out, data, sizeof(float) * count, cudaMemcpyDeviceToHost, cudaStreamLegacy));
-  FLASHOT_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+  require_device_memory(w.data, w.device, name);
+  DeviceScope scope(w.device);
+  const int blocks = weighted_sum_blocks(w.n);
+  DeviceBuffer<double> totals(blocks);
+  DeviceBuffer<float> smallest(blocks);
+  DeviceBuffer<unsigned long long> bad(blocks);
+  const cudaStream_t stream = cudaStreamLegacy;
+  scan_weights_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(w.data, w.n, totals.get(), smallest.get(),
+                                                                  bad.get());
+  FLASHOT_CUDA_CHECK_LAUNCH();
+  std::vector<double> host_totals(blocks);
+  std::vector<float> host_smallest(blocks);
+  std::vector<unsigned long long> host_bad(blocks);
+  totals.download(std::span<double>(host_totals), stream);
+  smallest.download(std::span<float>(host_smallest), stream);
+  bad.download(std::span<unsigned long long>(host_bad), stream);
+  FLASHOT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  DeviceWeightScan scan;
+  scan.smallest = std::numeric_limits<float>::infinity();
+  unsigned long long first = std::numeric_limits<unsigned long long>::max();
+  for (int k = 0; k < blocks; ++k) {
+    scan.total += host_totals[k];
+    scan.smallest = std::min(scan.smallest, host_smallest[k]);
+    first = std::min(first, host_bad[k]);
+  }
+  if (first != std::numeric_limits<unsigned long long>::max()) {
+    scan.bad_index = static_cast<long long>(first);
+    FLASHOT_CUDA_CHECK(cudaMemcpy(&scan.bad_value, w.data + first, sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  return scan;
 }
 
 }  // namespace flashot::detail

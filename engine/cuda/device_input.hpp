@@ -1,8 +1,9 @@
 #pragma once
 // Device-resident inputs (Problem::on_device, docs/engine.md "Device-resident inputs"): the kernels that do on the
 // device what the host path does on its host copies (engine/src/validation.cpp, problem.cpp, device_step.cu's
-// prepare_side), with the same arithmetic so that both paths give the same results, and the device-side pieces of
-// the operations that read the points (gradient, primal cost). Private to engine/cuda/.
+// prepare_side), with the same arithmetic so that both paths give the same results, the device-side pieces of
+// the operations that read the points (gradient, primal cost), and the weights' logarithms and weighted sums.
+// Private to engine/cuda/.
 
 #include <cstddef>
 
@@ -38,6 +39,17 @@ void launch_points_gradient(const float* points, const float* t, const float* r,
 /// terms (n doubles) = r_i·(‖x_i − T_i‖² + max(0, E_i − ‖T_i‖²)) with r = out[i, d+1], T_i = out[i, :d]/r,
 /// E_i = out[i, d]/r (0 where r ≤ 0): the per-row terms of Problem's primal cost, summed on the host in row order.
 void launch_primal_terms(const float* points, const float* out, int n, int d, double* terms, cudaStream_t stream);
+
+/// logw (n) = ln w_i, −∞ for w_i = 0: what prepare_side computes on the host (device_step.cu), for device weights.
+void launch_log_weights(const float* w, std::size_t n, float* logw, cudaStream_t stream);
+
+/// The blocks launch_weighted_sums reduces n points with (a function of n only: the sums are deterministic).
+int weighted_sum_blocks(std::size_t n);
+/// Backend::weighted_sums over device weights w (n), potentials h (n) and, when hh is not null, their soft
+/// c-transforms: partials (2 × weighted_sum_blocks(n) doubles) = each block's (marginal, dual), summed by the caller
+/// in block order. hh given: marginal only; null: dual only.
+void launch_weighted_sums(const float* w, const float* h, const float* hh, std::size_t n, double epsilon, double rho,
+                          double* partials, cudaStream_t stream);
 
 /// fills `count` floats with `value`.
 void launch_fill(float* data, std::size_t count, float value, cudaStream_t stream);

@@ -118,6 +118,8 @@ class DeviceStep::Impl {
   void map_resident(const PlanParams& p, Side from, PointsView q, std::span<float> out) const;
   void points_gradient(const PlanParams& p, Side wrt, std::span<float> out) const;
   double resident_primal_cost(const PlanParams& p) const;
+  WeightedSums weighted_sums(Side side, std::size_t offset, std::span<const float> h, std::span<const float> hh,
+                             double epsilon, double rho) const;
 
   void set_pattern(std::shared_ptr<const BlockPattern> pattern);
 
@@ -181,7 +183,8 @@ class DeviceStep::Impl {
   /// The tensor-core operands (converted on the device from the uploaded points) and the warpgroup kernels' tiles.
   void prepare_operands(const BackendOptions& options, const HostSide& hx, const HostSide& hy, float largest);
   /// The three screened sites (ScreenState) and their seeds.
-  void prepare_screening(const BackendOptions& options, std::span<const float> b);
+  /// smallest_b: min(1, the smallest weight of b) (the sums' reach).
+  void prepare_screening(const BackendOptions& options, float smallest_b);
   /// The reduction plans and the iteration's scratch, sized once so that captured graphs stay valid.
   void prepare_iteration(int sms);
 
@@ -291,6 +294,8 @@ class DeviceStep::Impl {
   // Operations over the resident points: results on the device, ones, per-row primal terms.
   mutable DeviceBuffer<float> rout_, rmass_, ones_;
   mutable DeviceBuffer<double> rterms_;
+  mutable DeviceBuffer<float> wsum_h_, wsum_hh_;  // weighted_sums: the potentials and their transforms
+  mutable DeviceBuffer<double> wsum_partials_;
   mutable CTransformScratch ct_scratch_;  // the hard c-transform's (c_transform.cu)
   int sms_ = 0;
 };
@@ -336,7 +341,11 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
     fp32_kernel_ = kernel_ == ScoreKernel::kRegister ? register_width(d_) : 0;
     if (use_mma_) {
       prepare_operands(options, hx, hy, largest);
-      if (xop_.mode == MmaMode::kSplitFp16 && options.screening != Screening::kOff) prepare_screening(options, data.b);
+      if (xop_.mode == MmaMode::kSplitFp16 && options.screening != Screening::kOff) {
+        float smallest_b = data.device_b != nullptr ? std::min(1.0f, data.min_b) : 1.0f;
+        for (float w : data.b) smallest_b = std::min(smallest_b, w);
+        prepare_screening(options, smallest_b);
+      }
     }
     prepare_iteration(prop.multiProcessorCount);
     sync();
@@ -399,7 +408,7 @@ void DeviceStep::Impl::prepare_operands(const BackendOptions& options, const Hos
   yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode, hy.max_norm, warpgroup, ytiles_.get(), ybias_.get()};
 }
 
-void DeviceStep::Impl::prepare_screening(const BackendOptions& options, std::span<const float> b) {
+void DeviceStep::Impl::prepare_screening(const BackendOptions& options, float smallest_b) {
   // Three sites (rows' and columns' LSE, the one-pass sums), each starting with the screened kernel.
   std::vector<cuda::ScreenState> fresh(3);
   sums_floor_ = -kSumsFloor;
@@ -418,8 +427,6 @@ void DeviceStep::Impl::prepare_screening(const BackendOptions& options, std::spa
   seeds_y_.reserve(m_);
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(seeds_x_.get(), 0, sizeof(int) * n_, stream_));
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(seeds_y_.get(), 0, sizeof(int) * m_, stream_));
-  float smallest_b = 1;
-  for (float w : b) smallest_b = std::min(smallest_b, w);
   sums_reach_ = std::ceil(std::log2(std::max(double(m_), smallest_b > 0 ? 1.0 / smallest_b : 1.0)));
 }
 
@@ -955,12 +962,15 @@ void DeviceStep::Impl::top_k(const PlanParams& p, std::size_t k, std::span<std::
 // what the host path does with its host copies, with the same arithmetic (device_input.cu).
 
 void DeviceStep::Impl::upload(const ProblemData& data, HostSide& hx, HostSide& hy) {
-  // The weights are on the host on both paths (Problem::on_device reads device weights once): their values as
-  // prepare_side makes them (zero points).
+  // Host weights (host inputs, and a device-input side given none: uniform): their values as prepare_side makes
+  // them (zero points). Device weights (ProblemData::device_a/b) never come to the host: copied on the device and
+  // their logarithms taken there; the scan's smallest weight says whether all are > 0.
   hx = prepare_side({{}, 0, data.x.d}, data.a);
   hy = prepare_side({{}, 0, data.y.d}, data.b);
-  one_pass_ = std::all_of(data.a.begin(), data.a.end(), [](float v) { return v > 0; }) &&
-              std::all_of(data.b.begin(), data.b.end(), [](float v) { return v > 0; });
+  const auto positive = [](std::span<const float> w, const float* device_w, float smallest) {
+    return device_w != nullptr ? smallest > 0 : std::all_of(w.begin(), w.end(), [](float v) { return v > 0; });
+  };
+  one_pass_ = positive(data.a, data.device_a, data.min_a) && positive(data.b, data.device_b, data.min_b);
   DeviceBuffer<double> centre(d_);
   DeviceBuffer<unsigned> bounds(4);
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(bounds.get(), 0, sizeof(unsigned) * 4, stream_));
@@ -984,10 +994,22 @@ void DeviceStep::Impl::upload(const ProblemData& data, HostSide& hx, HostSide& h
   }
   unsigned found[4];
   FLASHOT_CUDA_CHECK(cudaMemcpyAsync(found, bounds.get(), sizeof found, cudaMemcpyDeviceToHost, stream_));
-  loga_.upload(std::span<const float>(hx.logw), stream_);
-  logb_.upload(std::span<const float>(hy.logw), stream_);
-  a_.upload(std::span<const float>(hx.weight), stream_);
-  b_.upload(std::span<const float>(hy.weight), stream_);
+  const auto weights = [&](const float* device_w, std::size_t count, const HostSide& host, DeviceBuffer<float>& w,
+                           DeviceBuffer<float>& logw) {
+    if (device_w == nullptr) {
+      logw.upload(std::span<const float>(host.logw), stream_);
+      w.upload(std::span<const float>(host.weight), stream_);
+      return;
+    }
+    // The caller's memory is ready (Problem::on_device's scan synchronized the legacy default stream).
+    w.reserve(count);
+    logw.reserve(count);
+    FLASHOT_CUDA_CHECK(
+        cudaMemcpyAsync(w.get(), device_w, sizeof(float) * count, cudaMemcpyDeviceToDevice, stream_));
+    launch_log_weights(w.get(), count, logw.get(), stream_);
+  };
+  weights(data.device_a, std::size_t(n_), hx, a_, loga_);
+  weights(data.device_b, std::size_t(m_), hy, b_, logb_);
   if (one_pass_) {
     // The cold probe's samples, packed on the device from the resident sides (upload() packs them on the host).
     cold_nx_ = std::min(n_, kColdSample);
@@ -1094,6 +1116,33 @@ void DeviceStep::Impl::points_gradient(const PlanParams& p, Side wrt, std::span<
   FLASHOT_CUDA_CHECK(cudaMemcpyAsync(out.data(), rout_.get() + values, sizeof(float) * values,
                                      cudaMemcpyDeviceToHost, stream_));
   sync();
+}
+
+WeightedSums DeviceStep::Impl::weighted_sums(Side side, std::size_t offset, std::span<const float> h,
+                                            std::span<const float> hh, double epsilon, double rho) const {
+  const std::size_t total = side == Side::kSource ? std::size_t(n_) : std::size_t(m_);
+  if (offset > total || h.size() > total - offset || (!hh.empty() && hh.size() != h.size()))
+    throw std::invalid_argument("weighted_sums: points [" + std::to_string(offset) + ", " +
+                                std::to_string(offset + h.size()) + ") of a side of " + std::to_string(total));
+  WeightedSums sums;
+  if (h.empty()) return sums;
+  DeviceScope scope(device_);
+  wsum_h_.upload(h, stream_);
+  if (!hh.empty()) wsum_hh_.upload(hh, stream_);
+  const int blocks = weighted_sum_blocks(h.size());
+  wsum_partials_.reserve(2 * std::size_t(blocks));
+  const float* w = (side == Side::kSource ? a_.get() : b_.get()) + offset;
+  launch_weighted_sums(w, wsum_h_.get(), hh.empty() ? nullptr : wsum_hh_.get(), h.size(), epsilon, rho,
+                       wsum_partials_.get(), stream_);
+  std::vector<double> partials(2 * std::size_t(blocks));
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(partials.data(), wsum_partials_.get(), sizeof(double) * partials.size(),
+                                     cudaMemcpyDeviceToHost, stream_));
+  sync();
+  for (int k = 0; k < blocks; ++k) {  // block order: the same sums every run
+    sums.marginal += partials[2 * k];
+    sums.dual += partials[2 * k + 1];
+  }
+  return sums;
 }
 
 double DeviceStep::Impl::resident_primal_cost(const PlanParams& p) const {
@@ -1212,6 +1261,10 @@ void DeviceStep::points_gradient(const PlanParams& p, Side wrt, std::span<float>
   impl_->points_gradient(p, wrt, out);
 }
 double DeviceStep::resident_primal_cost(const PlanParams& p) const { return impl_->resident_primal_cost(p); }
+WeightedSums DeviceStep::weighted_sums(Side side, std::size_t offset, std::span<const float> h,
+                                       std::span<const float> hh, double epsilon, double rho) const {
+  return impl_->weighted_sums(side, offset, h, hh, epsilon, rho);
+}
 
 void DeviceStep::set_pattern(std::shared_ptr<const BlockPattern> pattern) { impl_->set_pattern(std::move(pattern)); }
 

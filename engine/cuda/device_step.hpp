@@ -99,6 +99,9 @@ class DeviceStep {
   void map_resident(const PlanParams& p, Side from, PointsView q, std::span<float> out) const;
   void points_gradient(const PlanParams& p, Side wrt, std::span<float> out) const;
   double resident_primal_cost(const PlanParams& p) const;
+  /// Backend::weighted_sums over the resident weights (one device: this shard's rows of x, all of y).
+  WeightedSums weighted_sums(Side side, std::size_t offset, std::span<const float> h, std::span<const float> hh,
+                             double epsilon, double rho) const;
 
   class Impl;
 

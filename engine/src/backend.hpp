@@ -34,7 +34,33 @@ struct ProblemData {
   const float* device_y = nullptr;
   int device = -1;
   std::span<const double> centre = {};
+  /// Device weights (Problem::on_device with DeviceWeights): the caller's memory on `device`, validated by
+  /// scan_device_weights; a (b) above is then empty and min_a (min_b) is its smallest value. Null: a (b) holds the
+  /// weights on the host (uniform for a device-input problem given none).
+  const float* device_a = nullptr;
+  const float* device_b = nullptr;
+  float min_a = 0, min_b = 0;
   bool on_device() const { return device_x != nullptr; }
+};
+
+/// What the device scan of one side's weights found (Problem::on_device): the first entry that is not a finite
+/// value ≥ 0 and that value (one float read back: an error path, not staging), the total in fp64 and the smallest.
+struct DeviceWeightScan {
+  long long bad_index = -1;  // −1: every weight finite and ≥ 0
+  float bad_value = 0;
+  double total = 0;
+  float smallest = 0;
+};
+/// Checks that `w.data` is device memory on `w.device` (std::invalid_argument naming `name` otherwise) and scans its
+/// w.n values on the device (engine/cuda/device_input.cu). Throws std::runtime_error in a build without CUDA.
+DeviceWeightScan scan_device_weights(const DeviceWeights& w, const std::string& name);
+
+/// One side's sums over its weights w for potentials h and their soft c-transforms hh (the Sinkhorn loop's
+/// reductions, engine/src/sinkhorn.cpp): marginal = Σ_{w_i > 0} |w_i·e^{(h_i − hh_i)/ε} − w_i·e^{−h_i/ρ}| (the
+/// target w_i when ρ = 0), dual = Σ_i w_i·h_i (ρ = 0) or Σ_i w_i·ρ(1 − e^{−h_i/ρ}).
+struct WeightedSums {
+  double marginal = 0;
+  double dual = 0;
 };
 
 /// Per-column bounds of the finite coordinates of a device point set, and the first row holding a non-finite one.
@@ -47,8 +73,6 @@ struct DeviceScan {
 /// the device (engine/cuda/device_input.cu), widening `scan.lo/hi`; only the first bad row is reported.
 /// Throws std::runtime_error in a build without CUDA (registry.cpp).
 void scan_device_points(const DevicePointsView& p, const std::string& name, DeviceScan& scan);
-/// Copies `count` floats of device memory on `device` to `out` (device weights for the Sinkhorn loop).
-void fetch_device_floats(const float* data, std::size_t count, int device, const std::string& name, float* out);
 /// The refusals of device inputs that need no device: the CPU backend, several devices, shards or ranks, a build
 /// without CUDA (std::runtime_error naming why).
 void refuse_device_input(const BackendOptions& options, int device);
@@ -157,6 +181,15 @@ class Backend {
   virtual void c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
                            std::span<std::int32_t> index) const = 0;
 
+  /// WeightedSums of the points [offset, offset + h.size()) of side `side` over the backend's own copy of their
+  /// weights: the marginal sum when hh is given (dual left 0), the dual sum when hh is empty (marginal 0). What the
+  /// Sinkhorn loop reads where the weights live only on the backend (SolveInputs::resident: device weights, which
+  /// never pass through host memory). The CPU backend sums its host weights exactly as the loop's host path does
+  /// (detail::weighted_sums); the CUDA backend reduces its resident weights on the device; the default throws
+  /// std::logic_error naming the backend.
+  virtual WeightedSums weighted_sums(Side side, std::size_t offset, std::span<const float> h,
+                                     std::span<const float> hh, double epsilon, double rho) const;
+
   /// What the adaptive kernels did so far (Problem::statistics); zero where there is nothing adaptive.
   virtual EngineStatistics statistics() const { return {}; }
 
@@ -190,8 +223,14 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const 
 int cuda_device_count();
 /// What flashot::device_memory() reports (engine/cuda/error.cpp).
 DeviceMemory cuda_device_memory();
-/// scan_device_points and fetch_device_floats on the device (engine/cuda/device_input.cu).
+/// scan_device_points and scan_device_weights on the device (engine/cuda/device_input.cu).
 void cuda_scan_device_points(const DevicePointsView& p, const std::string& name, DeviceScan& scan);
-void cuda_fetch_device_floats(const float* data, std::size_t count, int device, const std::string& name, float* out);
+DeviceWeightScan cuda_scan_device_weights(const DeviceWeights& w, const std::string& name);
+
+/// The host reduction behind WeightedSums (engine/src/sinkhorn.cpp), in index order, with Backend::weighted_sums'
+/// convention (hh given: marginal; empty: dual): what the loop computes from host weights and what the CPU
+/// backend's weighted_sums returns.
+WeightedSums weighted_sums(std::span<const float> w, std::span<const float> h, std::span<const float> hh,
+                           double epsilon, double rho);
 
 }  // namespace flashot::detail

@@ -27,7 +27,7 @@ struct Problem::Impl {
   std::size_t n = 0, m = 0, d = 0;
   std::vector<double> centre;  // (d) subtracted from both clouds: the cost is translation-invariant
   std::vector<float> x, y;     // centred copies
-  std::vector<float> a, b;
+  std::vector<float> a, b;  // host weights; for Problem::on_device only a side given none (uniform), else empty
   double diameter = 0;
   double mass_a = 0, mass_b = 0;
   std::unique_ptr<detail::Backend> backend;
@@ -228,16 +228,21 @@ Problem Problem::on_device(DevicePointsView x, DevicePointsView y, DeviceWeights
         if (!std::isfinite(scan.row[c]))
           throw std::invalid_argument(detail::non_finite_message(name, std::size_t(scan.bad_row), c, scan.row[c]));
   }
-  // Device weights: read once to the host (the Sinkhorn loop's marginal error and dual cost read them there).
-  std::vector<float> wa, wb;
-  for (const auto& [w, into, name] : {std::tuple{&a, &wa, "a"}, std::tuple{&b, &wb, "b"}}) {
+  // Device weights never pass through host memory: a scan on the device checks them (finite, ≥ 0, positive total:
+  // validate_weights' checks and messages; only an offending value is read back, for its message) and gives the
+  // total and the smallest weight; the Sinkhorn loop's weighted sums are the backend's (SolveInputs::resident).
+  // A side given no weights is uniform, filled in here as on the host path.
+  detail::DeviceWeightScan wa, wb;
+  for (const auto& [w, scan_of, name] : {std::tuple{&a, &wa, "a"}, std::tuple{&b, &wb, "b"}}) {
     if (w->data == nullptr) continue;
-    into->resize(w->n);
-    detail::fetch_device_floats(w->data, w->n, w->device, name, into->data());
-    p.input_host_bytes += w->n * sizeof(float);
+    *scan_of = detail::scan_device_weights(*w, name);
+    if (scan_of->bad_index >= 0)
+      throw std::invalid_argument(std::string(name) + "[" + std::to_string(scan_of->bad_index) +
+                                  "] must be a finite weight ≥ 0 (got " + show(scan_of->bad_value) + ")");
+    if (!(scan_of->total > 0))
+      throw std::invalid_argument(std::string(name) + " must have a positive total mass (got " +
+                                  show(scan_of->total) + ")");
   }
-  validate_weights(wa, p.n, "a", "x");
-  validate_weights(wb, p.m, "b", "y");
   p.centre.resize(p.d);
   double diam2 = 0;
   for (std::size_t c = 0; c < p.d; ++c) {
@@ -246,8 +251,10 @@ Problem Problem::on_device(DevicePointsView x, DevicePointsView y, DeviceWeights
     diam2 += (hi - lo) * (hi - lo);
   }
   p.diameter = std::sqrt(diam2);
-  p.a = weights_or_uniform(wa, p.n);
-  p.b = weights_or_uniform(wb, p.m);
+  if (a.data == nullptr) p.a = weights_or_uniform({}, p.n);
+  if (b.data == nullptr) p.b = weights_or_uniform({}, p.m);
+  p.mass_a = wa.total;
+  p.mass_b = wb.total;
   for (float w : p.a) p.mass_a += w;
   for (float w : p.b) p.mass_b += w;
   detail::ProblemData data{{{}, p.n, p.d}, {{}, p.m, p.d}, p.a, p.b};
@@ -255,6 +262,10 @@ Problem Problem::on_device(DevicePointsView x, DevicePointsView y, DeviceWeights
   data.device_y = y.data;
   data.device = x.device;
   data.centre = p.centre;
+  data.device_a = a.data;
+  data.device_b = b.data;
+  data.min_a = wa.smallest;
+  data.min_b = wb.smallest;
   p.backend = detail::make_backend(options, data);
   p.active = p.backend.get();
   p.options = options;
@@ -307,7 +318,11 @@ SolveResult Problem::solve(const SolveOptions& options) {
     r.multiscale.reason = automatic ? "auto: n·m = " + show(pairs) + " ≥ " + show(threshold) : "multiscale on";
   } else {
     p.backend->set_pattern(nullptr);
-    r = detail::run_sinkhorn(*p.backend, {p.a, p.b, p.diameter}, options);
+    detail::SolveInputs in{p.a, p.b, p.diameter};
+    if (p.device_input) {  // the weights are the backend's (device weights never come to the host)
+      in = {{}, {}, p.diameter, true, p.n, p.m, p.mass_a};
+    }
+    r = detail::run_sinkhorn(*p.backend, in, options);
     r.multiscale.reason = !automatic         ? "multiscale off"
                           : p.device_input   ? "auto: device input (no host copy of the points)"
                           : pairs < threshold ? "auto: n·m = " + show(pairs) + " < " + show(threshold)

@@ -96,9 +96,9 @@ void scan_device_points(const DevicePointsView& p, const std::string& name, Devi
   }
 }
 
-void fetch_device_floats(const float* data, std::size_t count, int device, const std::string& name, float* out) {
+DeviceWeightScan scan_device_weights(const DeviceWeights& w, const std::string& name) {
   if constexpr (kCudaCompiled) {
-    cuda_fetch_device_floats(data, count, device, name, out);
+    return cuda_scan_device_weights(w, name);
   } else {
     throw std::runtime_error(name + " is on a CUDA device, but flashot was built without CUDA");
   }
@@ -112,6 +112,11 @@ void Backend::points_gradient(const PlanParams&, Side, std::span<float>) const {
   no_resident_points("points_gradient");
 }
 double Backend::resident_primal_cost(const PlanParams&) const { no_resident_points("resident_primal_cost"); }
+WeightedSums Backend::weighted_sums(Side, std::size_t, std::span<const float>, std::span<const float>, double,
+                                    double) const {
+  throw std::logic_error("the " + name() + " backend keeps no weights of its own for the Sinkhorn loop's sums "
+                         "(weighted_sums serves device weights: the CPU and one-GPU CUDA backends)");
+}
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options, const ProblemData& data) {
   if (data.on_device()) {

@@ -23,25 +23,44 @@ double damping(double epsilon, double rho) { return rho > 0 ? 1.0 / (1.0 + epsil
 
 /// ‖P1 − a⊙e^{−f/ρ_x}‖₁ + ‖Pᵀ1 − b⊙e^{−g/ρ_y}‖₁ over the total mass of a (SolveResult::marginal_error), with
 /// P1_i = a_i·exp((f_i − f̂_i)/ε), f̂ = softmin_rows(g), and likewise for the columns. f, fh (g, gh): the problem's
-/// potentials and their soft c-transforms.
-double marginal_error(const SolveInputs& in, std::span<const float> f, std::span<const float> fh,
-                      std::span<const float> g, std::span<const float> gh, double epsilon, double rho_x, double rho_y,
-                      double mass_a) {
-  const auto side = [epsilon](std::span<const float> w, std::span<const float> h, std::span<const float> hh,
-                              double rho) {
-    double err = 0;
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      if (!(w[i] > 0)) continue;
-      const double mass = w[i] * std::exp((static_cast<double>(h[i]) - hh[i]) / epsilon);
-      const double target = rho > 0 ? w[i] * std::exp(-static_cast<double>(h[i]) / rho) : w[i];
-      err += std::abs(mass - target);
-    }
-    return err;
-  };
-  return (side(in.a, f, fh, rho_x) + side(in.b, g, gh, rho_y)) / mass_a;
+/// potentials and their soft c-transforms; r0, c0: where they start in the backend (resident weights).
+double marginal_error(const Backend& backend, const SolveInputs& in, std::size_t r0, std::size_t c0,
+                      std::span<const float> f, std::span<const float> fh, std::span<const float> g,
+                      std::span<const float> gh, double epsilon, double rho_x, double rho_y, double mass_a) {
+  if (in.resident)
+    return (backend.weighted_sums(Side::kSource, r0, f, fh, epsilon, rho_x).marginal +
+            backend.weighted_sums(Side::kTarget, c0, g, gh, epsilon, rho_y).marginal) /
+           mass_a;
+  return (weighted_sums(in.a, f, fh, epsilon, rho_x).marginal + weighted_sums(in.b, g, gh, epsilon, rho_y).marginal) /
+         mass_a;
+}
+
+/// SolveResult::dual_cost: dual_term of each side, from the backend's weights when they are resident.
+double dual_cost(const Backend& backend, const SolveInputs& in, std::size_t r0, std::size_t c0,
+                 std::span<const float> f, std::span<const float> g, double rho_x, double rho_y) {
+  if (in.resident)
+    return backend.weighted_sums(Side::kSource, r0, f, {}, 0, rho_x).dual +
+           backend.weighted_sums(Side::kTarget, c0, g, {}, 0, rho_y).dual;
+  return dual_term(in.a, f, rho_x) + dual_term(in.b, g, rho_y);
 }
 
 }  // namespace
+
+WeightedSums weighted_sums(std::span<const float> w, std::span<const float> h, std::span<const float> hh,
+                           double epsilon, double rho) {
+  WeightedSums s;
+  if (hh.empty()) {
+    s.dual = dual_term(w, h, rho);
+    return s;
+  }
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    if (!(w[i] > 0)) continue;
+    const double mass = w[i] * std::exp((static_cast<double>(h[i]) - hh[i]) / epsilon);
+    const double target = rho > 0 ? w[i] * std::exp(-static_cast<double>(h[i]) / rho) : w[i];
+    s.marginal += std::abs(mass - target);
+  }
+  return s;
+}
 
 /// ⟨a,f⟩ on a balanced side, ⟨a, ρ(1 − e^{−f/ρ})⟩ on an unbalanced one.
 double dual_term(std::span<const float> w, std::span<const float> h, double rho) {
@@ -168,8 +187,12 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
   const std::size_t count = inputs.size();
   if (count != options.size() || count == 0 || (layout == nullptr && count != 1))
     throw std::logic_error("run_sinkhorn_batch: inconsistent problems and layout");
-  const std::size_t rows = layout ? layout->rows : inputs[0].a.size();
-  const std::size_t cols = layout ? layout->cols : inputs[0].b.size();
+  if (inputs[0].resident && layout != nullptr)
+    throw std::logic_error("run_sinkhorn_batch: resident weights serve a single problem only");
+  const auto n_of = [](const SolveInputs& in) { return in.resident ? in.n : in.a.size(); };
+  const auto m_of = [](const SolveInputs& in) { return in.resident ? in.m : in.b.size(); };
+  const std::size_t rows = layout ? layout->rows : n_of(inputs[0]);
+  const std::size_t cols = layout ? layout->cols : m_of(inputs[0]);
 
   std::vector<Run> runs(count);
   std::vector<float> F(rows, 0.0f), G(cols, 0.0f);
@@ -178,14 +201,17 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
     const SolveOptions& o = *options[q];
     u.in = &inputs[q];
     u.o = &o;
-    u.n = inputs[q].a.size();
-    u.m = inputs[q].b.size();
+    u.n = n_of(inputs[q]);
+    u.m = m_of(inputs[q]);
     u.r0 = layout ? layout->row_begin[q] : 0;
     u.c0 = layout ? layout->col_begin[q] : 0;
     u.s = cost_scale(o.cost);
     u.rho_x = side_rho(o.reach, o.reach_source);
     u.rho_y = side_rho(o.reach, o.reach_target);
-    for (float w : inputs[q].a) u.mass_a += w;
+    if (inputs[q].resident)
+      u.mass_a = inputs[q].mass_a;
+    else
+      for (float w : inputs[q].a) u.mass_a += w;
     const double diameter = o.diameter > 0 ? o.diameter : inputs[q].diameter;
     u.eps = epsilon_schedule(o, diameter);
     u.stage_count = static_cast<int>(u.eps.size());
@@ -323,8 +349,8 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
       SolveResult& r = u->r;
       const SolveOptions& o = *u->o;
       const int k = u->k;
-      r.marginal_error = marginal_error(*u->in, u->f_of(F), u->f_of(fh), u->g_of(G), u->g_of(gh), u->eps[k], u->rho_x,
-                                        u->rho_y, u->mass_a);
+      r.marginal_error = marginal_error(backend, *u->in, u->r0, u->c0, u->f_of(F), u->f_of(fh), u->g_of(G),
+                                        u->g_of(gh), u->eps[k], u->rho_x, u->rho_y, u->mass_a);
       u->error_current = true;
       r.checks.push_back(MarginalCheck{r.iterations, u->eps[k], r.marginal_error, u->relax.omega()});
       u->relax.observe(u->in_stage - u->last_check, r.marginal_error);
@@ -384,8 +410,8 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
     for (std::size_t q = 0; q < count; ++q) {
       if (!need[q]) continue;
       Run& u = runs[q];
-      u.r.marginal_error = marginal_error(*u.in, u.f_of(F), u.f_of(fh), u.g_of(G), u.g_of(gh), u.r.epsilon, u.rho_x,
-                                          u.rho_y, u.mass_a);
+      u.r.marginal_error = marginal_error(backend, *u.in, u.r0, u.c0, u.f_of(F), u.f_of(fh), u.g_of(G),
+                                          u.g_of(gh), u.r.epsilon, u.rho_x, u.rho_y, u.mass_a);
       if (!std::isfinite(u.r.marginal_error)) u.non_finite(u.reached);
     }
   }
@@ -400,7 +426,7 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
                   show(u.o->tolerance) + " after max_iterations = " + std::to_string(u.o->max_iterations) +
                   " at the final ε = " + show(r.epsilon);
     const std::span<const float> f = u.f_of(F), g = u.g_of(G);
-    r.dual_cost = dual_term(u.in->a, f, u.rho_x) + dual_term(u.in->b, g, u.rho_y);
+    r.dual_cost = dual_cost(backend, *u.in, u.r0, u.c0, f, g, u.rho_x, u.rho_y);
     r.overrelaxation = u.reached == u.stage_count - 1 ? u.relax.omega() : 1.0;
     r.f.assign(f.begin(), f.end());
     r.g.assign(g.begin(), g.end());
@@ -424,10 +450,11 @@ double solve_marginal_error(const Backend& backend, const SolveInputs& in, const
   const PlanParams pp{epsilon, s};
   backend.softmin(pp, Side::kSource, fh);
   backend.softmin(pp, Side::kTarget, gh);
-  return marginal_error(in, f, fh, g, gh, epsilon, rho_x, rho_y, mass_a);
+  return marginal_error(backend, in, 0, 0, f, fh, g, gh, epsilon, rho_x, rho_y, mass_a);
 }
 double solve_dual_cost(const SolveInputs& in, const std::vector<float>& f, const std::vector<float>& g, double rho_x,
                        double rho_y) {
+  if (in.resident) throw std::logic_error("solve_dual_cost: the multiscale loop reads host weights");
   return dual_term(in.a, f, rho_x) + dual_term(in.b, g, rho_y);
 }
 double solve_damping(double epsilon, double rho) { return damping(epsilon, rho); }

@@ -32,6 +32,12 @@ struct SolveInputs {
   std::span<const float> a;  // (n) weights
   std::span<const float> b;  // (m)
   double diameter = 0;       // of the union of both clouds' bounding box, for the ε schedule
+  /// The weights live only on the backend (a device-input Problem): a and b are empty, n, m and mass_a (a's total)
+  /// say what they would, and the loop's weighted reductions (marginal error, dual cost) are the backend's
+  /// Backend::weighted_sums. Only run_sinkhorn's single problem takes it (not a batch, not the multiscale loop).
+  bool resident = false;
+  std::size_t n = 0, m = 0;
+  double mass_a = 0;
 };
 
 /// Runs the schedule on the backend's resident potentials (starting from zero or the warm start) and fills every

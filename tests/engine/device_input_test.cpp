@@ -1,7 +1,7 @@
-// Problem::on_device (docs/engine.md, "Device-resident inputs"): points uploaded with cudaMemcpy give the same
-// results as the host-built Problem on the CUDA backend, with no input byte staged through host memory
-// (EngineStatistics::input_host_bytes); non-finite points are named by row and column as on the host; the CPU
-// backend and several GPUs are refused by name. The CUDA tests skip without a device; FLASHOT_REQUIRE_CUDA=1 fails
+// Problem::on_device (docs/engine.md, "Device-resident inputs"): points and weights uploaded with cudaMemcpy give
+// the same results as the host-built Problem on the CUDA backend, with no input byte staged through host memory
+// (EngineStatistics::input_host_bytes, 0 with device weights too); non-finite points are named by row and column
+// and bad weights by index, with the host constructor's messages; the CPU backend and several GPUs are refused by name. The CUDA tests skip without a device; FLASHOT_REQUIRE_CUDA=1 fails
 // them instead. The refusals and the host path's byte count run everywhere.
 #include <gtest/gtest.h>
 
@@ -169,7 +169,7 @@ void expect_same_results(const TestProblem& p, bool weights) {
   Problem device = Problem::on_device({x.get(), p.n, p.d, 0}, {y.get(), p.m, p.d, 0},
                                       weights ? DeviceWeights{a.get(), p.n, 0} : DeviceWeights{},
                                       weights ? DeviceWeights{b.get(), p.m, 0} : DeviceWeights{}, cuda_options());
-  const unsigned long long staged = weights ? (p.n + p.m) * sizeof(float) : 0;
+  const unsigned long long staged = 0;  // device weights too: validated and reduced on the device
   EXPECT_EQ(device.statistics().input_host_bytes, staged);
   EXPECT_EQ(device.diameter(), host.diameter());
   EXPECT_EQ(device.device_name(), host.device_name());
@@ -224,9 +224,16 @@ TEST(DeviceInput, SameResultsAsTheHostPathTensorCores) {
   expect_same_results(make_problem({.n = 1100, .m = 800, .d = 32, .seed = 26}), false);
 }
 
-TEST(DeviceInput, DeviceWeightsAreReadOnceAndCounted) {
+TEST(DeviceInput, DeviceWeightsNeverReachTheHost) {
   FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
   expect_same_results(make_problem({.n = 600, .m = 500, .d = 5, .seed = 27, .random_weights = true}), true);
+}
+
+TEST(DeviceInput, DeviceWeightsWithZerosOnTheTensorCores) {
+  // Zero weights: the one-pass step is off (the scan's smallest weight is 0) and the screened sums' reach uses it.
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  expect_same_results(
+      make_problem({.n = 900, .m = 700, .d = 32, .seed = 28, .random_weights = true, .zero_fraction = 0.1}), true);
 }
 
 TEST(DeviceInput, NonFiniteCoordinatesAreNamedByRowAndColumn) {
@@ -258,6 +265,34 @@ TEST(DeviceInput, BadWeightsAndHostPointersAreNamed) {
               Problem::on_device({x.get(), p.n, p.d, 0}, {y.get(), p.m, p.d, 0}, {}, {b.get(), p.m, 0});
             }),
             "b[7] must be a finite weight ≥ 0 (got -1)");
+  // Every weight check gives the host constructor's message; only the offending value is read back.
+  const auto same_message = [&](std::vector<float> wa, std::vector<float> wb) {
+    const DeviceArray da(wa), db(wb);
+    const std::string device = message_of([&] {
+      Problem::on_device({x.get(), p.n, p.d, 0}, {y.get(), p.m, p.d, 0}, {da.get(), p.n, 0}, {db.get(), p.m, 0});
+    });
+    const std::string host = message_of([&] { Problem(p.xv(), p.yv(), wa, wb, cuda_options()); });
+    EXPECT_FALSE(device.empty());
+    EXPECT_EQ(device, host);
+  };
+  std::vector<float> good_a = make_problem({.n = 50, .m = 60, .d = 3, .seed = 29, .random_weights = true}).a;
+  std::vector<float> good_b = good_a;
+  good_b.resize(p.m, 0.01f);
+  std::vector<float> nan_a = good_a;
+  nan_a[33] = std::numeric_limits<float>::quiet_NaN();
+  nan_a[40] = -2.0f;  // after the first bad index: not the one named
+  same_message(nan_a, good_b);
+  std::vector<float> inf_b = good_b;
+  inf_b[59] = std::numeric_limits<float>::infinity();
+  same_message(good_a, inf_b);
+  same_message(std::vector<float>(p.n, 0.0f), good_b);  // "a must have a positive total mass (got 0)"
+  std::vector<float> bad_both = good_a;
+  bad_both[0] = -0.5f;
+  same_message(bad_both, inf_b);  // a is checked first
+  EXPECT_EQ(message_of([&] {
+              Problem::on_device({x.get(), p.n, p.d, 0}, {y.get(), p.m, p.d, 0}, {good_a.data(), p.n, 0}, {});
+            }).find("a.data must be CUDA device memory on cuda:0"),
+            0u);
   const std::string host = message_of([&] { Problem::on_device({p.x.data(), p.n, p.d, 0}, {y.get(), p.m, p.d, 0}); });
   EXPECT_NE(host.find("x.data must be CUDA device memory on cuda:0"), std::string::npos) << host;
   BackendOptions other = cuda_options();
@@ -291,6 +326,19 @@ TEST(DeviceInput, DivergenceFromDevicePoints) {
                                                                 {}, solve_options(), cuda_options());
   EXPECT_NEAR(device.divergence, host.divergence, 1e-5 * std::abs(host.xy.dual_cost));
   EXPECT_LE(relative_difference(device.xx.f, host.xx.f), 1e-5);
+}
+
+TEST(DeviceInput, DivergenceFromDevicePointsAndWeights) {
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  const TestProblem p = make_problem({.n = 500, .m = 400, .d = 3, .seed = 32, .random_weights = true});
+  const DeviceArray x(p.x), y(p.y), a(p.a), b(p.b);
+  const DivergenceResult host = sinkhorn_divergence(p.xv(), p.yv(), p.a, p.b, solve_options(), cuda_options());
+  const DivergenceResult device =
+      sinkhorn_divergence_on_device({x.get(), p.n, p.d, 0}, {y.get(), p.m, p.d, 0}, {a.get(), p.n, 0},
+                                    {b.get(), p.m, 0}, solve_options(), cuda_options());
+  EXPECT_NEAR(device.divergence, host.divergence, 1e-5 * std::abs(host.xy.dual_cost));
+  EXPECT_NEAR(device.xy.marginal_error, host.xy.marginal_error, 1e-6);
+  EXPECT_LE(relative_difference(device.yy.f, host.yy.f), 1e-5);
 }
 
 #else

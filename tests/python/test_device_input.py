@@ -1,8 +1,8 @@
 """Zero-copy CUDA inputs (docs/python.md, "CUDA arrays"): float32 C-order torch tensors on one device are taken in
-place (Problem::on_device): statistics()["input_host_bytes"] stays 0 through the solve and every plan operation,
-and the results equal those of the same values from numpy. Mixed placements take the copy route and say so.
-Skipped without torch and a CUDA device; FLASHOT_REQUIRE_CUDA=1 (the GPU machine's run) turns the skip into a
-failure. The host path's byte count is checked everywhere."""
+place (Problem::on_device): statistics()["input_host_bytes"] stays 0 (CUDA weights included) through the solve and
+every plan operation, and the results equal those of the same values from numpy. Mixed placements take the copy
+route and say so. Skipped without torch and a CUDA device; FLASHOT_REQUIRE_CUDA=1 (the GPU machine's run) turns the
+skip into a failure. The host path's byte count is checked everywhere."""
 
 import os
 
@@ -69,7 +69,7 @@ def test_cuda_tensors_are_taken_in_place_with_the_numpy_results(torch):
     assert dev.statistics()["input_host_bytes"] == 0
 
 
-def test_cuda_weights_are_read_once_and_counted(torch):
+def test_cuda_weights_stay_on_the_device(torch):
     x, y = _points(seed=3, n=500, m=400, d=4)
     rng = np.random.default_rng(4)
     a = rng.uniform(0.5, 1.5, 500).astype(np.float32)
@@ -79,9 +79,18 @@ def test_cuda_weights_are_read_once_and_counted(torch):
     dev = flashot.Problem(*(torch.from_numpy(t).cuda() for t in (x, y)), a=torch.from_numpy(a).cuda(),
                           b=torch.from_numpy(b).cuda(), backend="cuda")
     assert dev.on_device
-    assert dev.statistics()["input_host_bytes"] == (500 + 400) * 4
+    assert dev.statistics()["input_host_bytes"] == 0  # validated and reduced on the device
     rh, rd = host.solve(blur=0.1), dev.solve(blur=0.1)
     np.testing.assert_allclose(rd.f, rh.f, rtol=0, atol=ATOL)
+    assert rd.iterations == rh.iterations
+    np.testing.assert_allclose(rd.dual_cost, rh.dual_cost, rtol=1e-5)
+    np.testing.assert_allclose(rd.marginal_error, rh.marginal_error, rtol=0, atol=1e-6)
+    assert dev.statistics()["input_host_bytes"] == 0
+    bad = a.copy()
+    bad[7] = -1.0
+    with pytest.raises(ValueError, match=r"^a\[7\] must be a finite weight ≥ 0 \(got -1\)$"):
+        flashot.Problem(*(torch.from_numpy(t).cuda() for t in (x, y)), a=torch.from_numpy(bad).cuda(),
+                        b=torch.from_numpy(b).cuda(), backend="cuda")
 
 
 def test_mixed_placements_take_the_copy_route(torch):

@@ -313,9 +313,9 @@ struct EngineStatistics {
   ScreenSiteStatistics rows_lse, columns_lse, sums;
   /// Bytes of the caller's inputs (x, y and the weights given) that passed through host memory on their way to the
   /// backend since the Problem was built: (n+m)·d·4 plus 4 per given weight for a Problem built from host arrays
-  /// (the engine centres and validates them on the host); 0 for Problem::on_device with uniform weights, whatever
-  /// operations run (solve with diagnostics, every plan operation, gradient); 4·(n+m) when on_device was given
-  /// device weights (the Sinkhorn loop's marginal error and dual cost read them on the host; docs/engine.md,
+  /// (the engine centres and validates them on the host); 0 for Problem::on_device, with uniform or device weights,
+  /// whatever operations run (solve with diagnostics, every plan operation, gradient): device weights are validated
+  /// by a scan kernel and the Sinkhorn loop's weighted sums are taken on the device (docs/engine.md,
   /// "Device-resident inputs"). Counted on every backend.
   unsigned long long input_host_bytes = 0;
 };
@@ -372,11 +372,11 @@ class Problem {
   /// (EngineStatistics::input_host_bytes stays 0); the caller's memory is read only while this runs, and must hold
   /// its values by then (work queued on the device's legacy default stream, or on any blocking stream, is waited
   /// for; other streams must be synchronized by the caller). Every operation of a host-built Problem is available
-  /// and gives the same results. Weights: null = uniform; device weights are read once to the host (n + m floats,
-  /// counted in input_host_bytes). Throws std::invalid_argument as the host constructor (and for pointers that are
-  /// not device memory on that device), std::runtime_error for the CPU backend ("a device-input Problem needs the
-  /// CUDA backend …"), several devices, shards or ranks ("multi-GPU solves take host inputs …"), or a build
-  /// without CUDA.
+  /// and gives the same results. Weights: null = uniform; device weights stay on the device (validated by a scan
+  /// kernel, copied device-to-device, the loop's weighted sums taken there). Throws std::invalid_argument as the
+  /// host constructor (and for pointers that are not device memory on that device), std::runtime_error for the CPU
+  /// backend ("a device-input Problem needs the CUDA backend …"), several devices, shards or ranks ("multi-GPU
+  /// solves take host inputs …"), or a build without CUDA.
   static Problem on_device(DevicePointsView x, DevicePointsView y, DeviceWeights a = {}, DeviceWeights b = {},
                            const BackendOptions& options = {});
   ~Problem();
