@@ -1,6 +1,7 @@
 #pragma once
 // The listed 64-column tiles of a row block (docs/block-sparse.md), as the block-sparse tensor-core kernels walk
-// them: blocks_mma.cu (mma.sync, 128-row thread blocks) and blocks_wg.cu (warpgroups, 256-row thread blocks).
+// them: blocks_mma.cu (mma.sync, 128-row thread blocks) and blocks_wg.cu (warpgroups, 256-row thread blocks);
+// blocks.cu (the fp32 kernels) counts its tiles with listed_tiles too.
 
 #include "blocks.cuh"
 #include "mma_launch.cuh"

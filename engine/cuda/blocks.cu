@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "block_tiles.cuh"
 #include "blocks.cuh"
 #include "device_common.cuh"
 #include "error.hpp"
@@ -13,6 +14,7 @@ namespace flashot::detail::cuda {
 namespace {
 
 static_assert(kPatternBlock % kTileRows == 0 && kPatternBlock % kTileCols == 0, "blocks hold whole tiles");
+static_assert(kTileCols == kMmaTile, "listed_tiles (block_tiles.cuh) counts the fp32 kernels' tiles too");
 
 /// Calls body(j0, j_end) for every 64-column tile of row block rb's lists, tiles [t_begin, t_end) of the flattened
 /// sequence (j_end: the end of the tile's range, for masking).
@@ -30,17 +32,6 @@ __device__ __forceinline__ void walk_tiles(const BlockLists& lists, int rb, int 
   }
 }
 
-/// Number of 64-column tiles row block rb lists.
-__device__ __forceinline__ int list_tiles(const BlockLists& lists, int rb, int cols_count) {
-  int t = 0;
-  for (int q = lists.offsets[rb]; q < lists.offsets[rb + 1]; ++q) {
-    const int2 r = lists.ranges[q];
-    const int jb = r.x * kPatternBlock, je = min(r.y * kPatternBlock, cols_count);
-    t += (je - jb + kTileCols - 1) / kTileCols;
-  }
-  return t;
-}
-
 __device__ __forceinline__ float bias_of(const PointSet& cols, const float* h, const SegmentScale& sc, int j) {
   return sc.c1 * (h[j] - sc.s * cols.norm2[j]) + kLog2e * cols.logw[j];
 }
@@ -55,7 +46,7 @@ __global__ void __launch_bounds__(kTileThreads) block_lse_kernel(PointSet rows, 
   const int i0 = blockIdx.x * kTileRows;
   const int rb = i0 / kPatternBlock;
   const SegmentScale sc = seg[lists.segment[rb]];
-  const int tiles = list_tiles(lists, rb, cols.count);
+  const int tiles = listed_tiles(lists, rb, cols.count);
   const int per = (tiles + gridDim.y - 1) / gridDim.y;
   const int t_begin = blockIdx.y * per, t_end = min(tiles, t_begin + per);
   float run_max[4], run_sum[4];
