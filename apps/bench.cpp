@@ -97,6 +97,8 @@ BenchData bench_data(const std::string& data, const std::string& pair, std::size
 
 struct EndToEnd {
   double eps = 0, blur_relative = 0, tolerance = 0, scaling = 0.5;
+  int max_iterations = 10000;
+  bool progress = false;  // one line per marginal-error check on stderr
   Scheme scheme = Scheme::kSymmetric;
   Multiscale multiscale = Multiscale::kAuto;
   double overrelaxation = kOverrelaxationAuto;
@@ -124,9 +126,18 @@ int end_to_end(std::size_t n, std::size_t m, std::size_t d, const EndToEnd& e, c
   solve.overrelaxation = e.overrelaxation;
   solve.scaling = scaling;
   solve.tolerance = tolerance;
-  solve.max_iterations = 10000;
+  solve.max_iterations = e.max_iterations;
   solve.scheme = scheme;
   const auto solve_start = std::chrono::steady_clock::now();
+  if (e.progress) {
+    // Where a long solve spends its time (stage by stage) even when it is stopped before it prints its result.
+    solve.progress = [solve_start](const Progress& p) {
+      std::cerr << "progress: " << format_double(seconds_since(solve_start)) << " s, stage " << p.stage + 1 << "/"
+                << p.stage_count << ", eps " << format_double(p.epsilon) << ", iteration " << p.iteration
+                << ", marginal error " << format_double(p.marginal_error) << std::endl;
+      return true;
+    };
+  }
   const SolveResult result = problem.solve(solve);
   const double solve_seconds = seconds_since(solve_start);
   if (result.reason == StopReason::kNonFinite) throw std::runtime_error("the solve failed: " + result.message);
@@ -202,6 +213,10 @@ int bench_main(const std::vector<std::string>& args) {
                      "marginal error is at most --tolerance, barycentric projection of the source; prints one JSON "
                      "object with the phases' seconds and the peak device memory")
       ("tolerance", po::value<double>()->default_value(1e-3), "--end-to-end: marginal-error tolerance")
+      ("max-iterations", po::value<long long>()->default_value(10000),
+       "--end-to-end: iteration budget of the whole solve (all stages)")
+      ("progress", "--end-to-end: print every marginal-error check (seconds, stage, epsilon, iteration, error) "
+                   "on stderr")
       ("scaling", po::value<double>()->default_value(0.5), "--end-to-end: epsilon-scaling factor on the blur")
       ("blur-relative", po::value<double>()->default_value(0),
        "--end-to-end: final blur as a fraction of the diameter (> 0 overrides --eps), e.g. 0.01")
@@ -264,6 +279,11 @@ int bench_main(const std::vector<std::string>& args) {
     e.data = data;
     e.pair = pair;
     e.seed = static_cast<std::uint64_t>(vm["seed"].as<long long>());
+    const long long budget = require_positive(vm, "max-iterations");
+    if (budget > 1'000'000'000)
+      throw UsageError("--max-iterations is too large (got " + std::to_string(budget) + ")");
+    e.max_iterations = static_cast<int>(budget);
+    e.progress = vm.count("progress") > 0;
     return end_to_end(n, m, d, e, backend);
   }
   SolveOptions solve;

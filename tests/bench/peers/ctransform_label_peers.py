@@ -29,7 +29,7 @@ def main():
     o = ap.parse_args()
     from flash_sinkhorn import SamplesLoss, c_transform_fwd
     for n in map(int, o.sizes.split(",")):
-        for d in map(int, o.ct_dims.split(",")):
+        for d in [int(v) for v in o.ct_dims.split(",") if v]:
             x, y, _, _ = problem(n, d)
             g = torch.Generator(device="cuda").manual_seed(5)
             psi = 0.1 * torch.randn(n, device="cuda", generator=g)
@@ -40,7 +40,7 @@ def main():
                     row(o.out, name, n, d, 0, 0, ms, mib)
                 except Exception as exc:
                     print(f"# {name} n={n} d={d} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        for d in map(int, o.label_dims.split(",")):
+        for d in [int(v) for v in o.label_dims.split(",") if v]:
             x, y, a, b = problem(n, d)
             g = torch.Generator(device="cuda").manual_seed(6)
             lx = torch.randint(0, o.classes, (n,), device="cuda", generator=g)
