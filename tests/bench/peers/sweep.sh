@@ -4,7 +4,7 @@
 # the ratio table (OUTDIR/sweep.md), OUTDIR/sweep.png and, with TABLE=path, the dispatch table regenerated from the
 # measured per-family times (engine/cuda/dispatch_table.inc).
 # usage: FLASHOT=build/apps/flashot WHEELS=.peers/wheels [PRESET=reduced|full] [POINTS=file] [OUTDIR=out]
-#        [FLASHOT_GPU=0] [PEERS_GPU=1] [BUDGET_S=1e9] [REPEATS=5] [TABLE=engine/cuda/dispatch_table.inc] sweep.sh
+#        [FLASHOT_GPU=0] [PEERS_GPU=1] [BUDGET_S=1e9] [REPEATS=5] [FAMILIES=all|auto|all+auto] [TABLE=engine/cuda/dispatch_table.inc] sweep.sh
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 OUTDIR=${OUTDIR:-out} PRESET=${PRESET:-reduced} FLASHOT_GPU=${FLASHOT_GPU:-0} PEERS_GPU=${PEERS_GPU:-1}
@@ -25,7 +25,8 @@ CUDA_VISIBLE_DEVICES=$PEERS_GPU python3 "$here/sweep.py" peers --points "$points
 peers=$!
 [[ $PEERS_GPU == "$FLASHOT_GPU" ]] && wait $peers
 CUDA_VISIBLE_DEVICES=$FLASHOT_GPU python3 "$here/sweep.py" flashot --bin "$FLASHOT" --points "$points" \
-  --out "$OUTDIR/flashot.csv" --repeats "$REPEATS" --budget-s "$BUDGET_S" 2> "$OUTDIR/flashot.log"
+  --out "$OUTDIR/flashot.csv" --repeats "$REPEATS" --budget-s "$BUDGET_S" --families "${FAMILIES:-all}" \
+  2> "$OUTDIR/flashot.log"
 wait $peers
 python3 "$here/sweep.py" report --flashot "$OUTDIR/flashot.csv" --peers "$OUTDIR/peers.csv" --out "$OUTDIR"
 if [[ -n ${TABLE:-} ]]; then
