@@ -133,6 +133,7 @@ struct Run {
   int reached = 0;
   int total_budget = 0;
   bool left_dense = false;  // the current stage began dense and switched to lists (once per stage)
+  int settled_stage = -1, settled_iterations = 0;  // the stage a coarser level settled at, and its iterations there
 
   int stage_count() const { return static_cast<int>(eps.size()); }
   std::string stage_text(int k) const {
@@ -221,6 +222,10 @@ struct Run {
     if (split > kb) {
       MultiscaleLevel& C = *L.coarse;
       run_level(C, kb, split, {}, {});
+      // The coarser level settles at this level's first ε before its potentials come down (docs/multiscale.md,
+      // "Schedule"): its slow, global modes cost n·m/(n_c·m_c) times less to relax there than here.
+      const bool settled = !stopped && o.tolerance > 0 && settle(C, split);
+      const double carry_eps = settled ? eps[split] : eps[split - 1];
       // Carried down even after a cancel, so that the result's potentials belong to the points at eps[reached].
       // Extrapolate: f_i = f_I + s·(‖x_i − T_I‖² − ‖c_I − T_I‖²), T_I the coarse plan's barycentric target of block
       // I: the potentials' first-order change across a block (∇f = 2s(x − T)), exact for a translated block.
@@ -230,7 +235,7 @@ struct Run {
         std::vector<float> hc(C.n), kc(C.m);
         C.backend->get_potentials(hc, kc);
         std::vector<float> t(nc * d), t_in(nc * d), h_in(nc);
-        C.backend->apply({eps[split - 1], s}, side, side == Side::kSource ? C.y : C.x, d, true, t);
+        C.backend->apply({carry_eps, s}, side, side == Side::kSource ? C.y : C.x, d, true, t);
         (void)nother;
         C.to_input(t, d, side, t_in);
         C.to_input(side == Side::kSource ? hc : kc, 1, side, h_in);
@@ -271,10 +276,12 @@ struct Run {
       st.kept_pairs = st.total_pairs;
       st.dense = true;
     }
+    const int carried = k == settled_stage ? settled_iterations : 0;
     StageReport stage{eps[k], 0};
     if (!final_stage) {
       const bool ok = L.backend->iterate(ip, o.stage_iterations);
-      stage.iterations = st.iterations = o.stage_iterations;
+      st.iterations = o.stage_iterations;
+      stage.iterations = carried + o.stage_iterations;
       r.iterations += o.stage_iterations;
       r.stages.push_back(stage);
       r.multiscale.stages.push_back(st);
@@ -290,16 +297,59 @@ struct Run {
       }
       return;
     }
-    // The final stage: iterate, re-derive the lists from the moved potentials, check the marginals.
-    const bool checking = o.tolerance > 0 || static_cast<bool>(o.progress);
+    const int done = converge(L, k, st, true);
+    st.iterations = done;
+    stage.iterations = carried + done;
+    r.stages.push_back(stage);
+    r.multiscale.stages.push_back(st);
+    stopped = true;
+  }
+
+  /// Runs coarse level C at eps[k] (the finer level's first ε) to the tolerance, as a stage of its own (coarse, in
+  /// the reports). Returns whether it ran (false after a cancel or a non-finite value).
+  bool settle(MultiscaleLevel& C, int k) {
+    left_dense = false;
+    MultiscaleStage st;
+    st.epsilon = eps[k];
+    st.coarse = true;
+    if (C.tx) {
+      st.total_pairs = static_cast<unsigned long long>(C.tx->blocks) * C.ty->blocks;
+      PatternResult p = lists(C, eps[k]);
+      install(C, p.pattern, st, p.kept_fraction);
+    } else {
+      st.total_pairs = static_cast<unsigned long long>(C.n) * C.m;
+      st.kept_pairs = st.total_pairs;
+      st.dense = true;
+    }
+    const int done = converge(C, k, st, false);
+    st.iterations = done;
+    r.multiscale.stages.push_back(st);
+    // One StageReport per ε of the schedule: stage k's counts its iterations on both levels.
+    settled_stage = k;
+    settled_iterations = done;
+    return !stopped;
+  }
+
+  /// A stage run to the tolerance on level L at eps[k] (its lists installed): check_every iterations at a time (the
+  /// one before a check plain, as in run_sinkhorn), the lists re-derived from the moved potentials (they only grow,
+  /// so the lists the check runs on are certified for the checked potentials), then the marginal error. final: the
+  /// result's last stage (its checks, stop reason, ω and the progress callback, which may cancel); else the coarser
+  /// level settling at the fine level's first ε before its potentials are carried down (settle). Returns the
+  /// iterations done.
+  int converge(MultiscaleLevel& L, int k, MultiscaleStage& st, bool final) {
+    IterationParams ip{eps[k], s, o.scheme, solve_damping(eps[k], rho_x), solve_damping(eps[k], rho_y)};
+    const bool checking = o.tolerance > 0 || (final && static_cast<bool>(o.progress));
     const SolveInputs in{L.a, L.b, diameter};
     std::vector<float> f(L.n), g(L.m);
     int done = 0;
-    bool clean = false;  // the lists were re-derived from the current potentials and nothing was added
-    Relaxation relax(o.overrelaxation, o.scheme, o.overrelaxation_start);  // the final stage's ω, as run_sinkhorn's (relaxation.hpp)
+    bool clean = false;  // no iteration since the lists were last re-derived from the potentials
+    double best = std::numeric_limits<double>::infinity();
+    int stalled = 0;     // checks since the error last fell below 0.9 × its best (settling only)
+    Relaxation relax(o.overrelaxation, o.scheme, o.overrelaxation_start);  // the stage's ω, as run_sinkhorn's (relaxation.hpp)
     while (done < o.max_iterations) {
       const int step = std::min(o.check_every, o.max_iterations - done);
-      ip.relaxation = r.overrelaxation = relax.omega();
+      ip.relaxation = relax.omega();
+      if (final) r.overrelaxation = ip.relaxation;
       // The iteration before a check runs plain, as in run_sinkhorn (sinkhorn.cpp).
       IterationParams plain = ip;
       plain.relaxation = 1;
@@ -308,25 +358,36 @@ struct Run {
                             : L.backend->iterate(ip, step);
       done += step;
       r.iterations += step;
-      error_current = false;
+      if (final) error_current = false;
       clean = false;
       if (!ok) {
         non_finite(k);
         break;
       }
-      const bool grown = recheck(L, eps[k], st);
-      clean = !grown;
+      recheck(L, eps[k], st);
+      clean = true;
       if (!checking) continue;
       L.backend->get_potentials(f, g);
-      r.marginal_error = solve_marginal_error(*L.backend, in, f, g, eps[k], s, rho_x, rho_y, L.mass_a);
-      error_current = true;
-      r.checks.push_back(MarginalCheck{r.iterations, eps[k], r.marginal_error, ip.relaxation});
-      if (!std::isfinite(r.marginal_error)) {
+      const double error = solve_marginal_error(*L.backend, in, f, g, eps[k], s, rho_x, rho_y, L.mass_a);
+      if (!std::isfinite(error)) {
         non_finite(k);
         break;
       }
-      relax.observe(step, r.marginal_error);
-      const bool converged = o.tolerance > 0 && r.marginal_error <= o.tolerance && !grown;
+      relax.observe(step, error);
+      if (!final) {
+        // Settling: the fine level's iterations cost (n·m)/(n_c·m_c) times these, so the coarse level runs to the
+        // tolerance, or until its error stops falling (a tenth less within five checks).
+        if (error <= o.tolerance) break;
+        if (error < 0.9 * best) best = error, stalled = 0;
+        else if (++stalled >= 5) break;
+        continue;
+      }
+      r.marginal_error = error;
+      error_current = true;
+      r.checks.push_back(MarginalCheck{r.iterations, eps[k], r.marginal_error, ip.relaxation});
+      // The check ran on lists re-derived from these potentials: no pair outside them reaches the threshold, so the
+      // error is that of the certified truncation whether or not the re-check had to add pairs.
+      const bool converged = o.tolerance > 0 && r.marginal_error <= o.tolerance;
       const bool go_on =
           !o.progress || o.progress(Progress{k, stage_count(), eps[k], r.iterations, total_budget, r.marginal_error});
       if (converged) {
@@ -343,12 +404,11 @@ struct Run {
         break;
       }
     }
-    if (!clean && r.reason != StopReason::kNonFinite) clean = !recheck(L, eps[k], st);
-    r.multiscale.certified = clean || !L.pattern;
-    stage.iterations = st.iterations = done;
-    r.stages.push_back(stage);
-    r.multiscale.stages.push_back(st);
-    stopped = true;
+    if (final) {
+      if (!clean && r.reason != StopReason::kNonFinite) clean = !recheck(L, eps[k], st);
+      r.multiscale.certified = clean || !L.pattern;
+    }
+    return done;
   }
 };
 

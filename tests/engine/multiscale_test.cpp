@@ -371,7 +371,26 @@ TEST(Multiscale, OptionsAreCheckedAndTheChoiceIsReported) {
   EXPECT_TRUE(on.multiscale.used);
   EXPECT_EQ(on.multiscale.row_blocks, 3u);
   EXPECT_EQ(on.multiscale.hierarchy, "pca-tree");
-  EXPECT_EQ(on.multiscale.stages.size(), on.stages.size());
+  // One multiscale stage per (level, ε) run: every ε of the schedule, plus the coarser level settling at the
+  // points' first ε before its potentials come down (a coarse entry with that ε); the iterations add up.
+  ASSERT_EQ(on.multiscale.stages.size(), on.stages.size() + 1);
+  int settles = 0, iterations = 0, reported = 0;
+  for (std::size_t k = 0; k < on.multiscale.stages.size(); ++k) {
+    const MultiscaleStage& st = on.multiscale.stages[k];
+    iterations += st.iterations;
+    if (k > 0) {
+      EXPECT_LE(st.epsilon, on.multiscale.stages[k - 1].epsilon);
+    }
+    if (k + 1 < on.multiscale.stages.size() && st.coarse && !on.multiscale.stages[k + 1].coarse) {
+      EXPECT_EQ(st.epsilon, on.multiscale.stages[k + 1].epsilon);
+      EXPECT_GT(st.iterations, 0);
+      ++settles;
+    }
+  }
+  for (const StageReport& st : on.stages) reported += st.iterations;
+  EXPECT_EQ(settles, 1);
+  EXPECT_EQ(iterations, on.iterations);
+  EXPECT_EQ(reported, on.iterations);
   EXPECT_EQ(parse_multiscale("on"), Multiscale::kOn);
   EXPECT_EQ(to_string(Multiscale::kAuto), "auto");
   EXPECT_THROW(parse_multiscale("yes"), std::invalid_argument);

@@ -230,7 +230,9 @@ struct StageReport {
   double epsilon = 0;
   int iterations = 0;
 };
-/// One stage of a multiscale solve: which share of the (row block, column block) pairs its iterations visited.
+/// One stage of a multiscale solve on one level: which share of the (row block, column block) pairs its iterations
+/// visited. With a tolerance, the coarser level also settles at the points' first ε before its potentials come
+/// down: a `coarse` entry with the same ε as the next one (SolveResult::stages counts both in that ε's iterations).
 struct MultiscaleStage {
   double epsilon = 0;
   int iterations = 0;
