@@ -103,16 +103,24 @@ __device__ __forceinline__ int list_blocks(const BlockLists& lists, int rb) {
   return t;
 }
 
-template <int D>
+/// SHIFTED (launch_block_lse with the rows' own potential `self`): every exponent is taken against the row's
+/// predicted log2-sum M_i = c1·(s‖x_i‖² − self_i) instead of a running maximum — the LSE the row's current
+/// potential implies, exact at the fixed point — so an entry costs its score, one subtraction and one exponential
+/// (no maximum, no rescaling); block_shift_check_kernel then flags the row blocks whose merged sum left
+/// [2^kSumsMinLog2, 2^kSumsMaxLog2], and the plain kernel (redo: only those blocks) recomputes them.
+template <int D, bool SHIFTED>
 __global__ void __launch_bounds__(kBlockSmallThreads) block_lse_small_kernel(PointSet rows, PointSet cols,
                                                                              const float* __restrict__ h,
                                                                              BlockLists lists,
                                                                              const SegmentScale* __restrict__ seg,
-                                                                             float2* __restrict__ partials) {
+                                                                             float2* __restrict__ partials,
+                                                                             const float* __restrict__ self,
+                                                                             const int* __restrict__ redo) {
   static_assert(D >= 1 && D <= 4, "register block kernel: d ≤ 4");
   __shared__ float4 tile[kPatternBlock];  // (BN): (q0, q1, q2, v) for D ≤ 3, (q0..q3) for D = 4
   __shared__ float vtile[kPatternBlock];  // (BN): v for D = 4
   const int rb = blockIdx.x;
+  if (!SHIFTED && redo != nullptr && redo[rb] == 0) return;  // the shifted pass stood for this block
   const SegmentScale sc = seg[lists.segment[rb]];
   const int i_base = rb * kPatternBlock + threadIdx.x;
   float xr[kBlockSmallRows][D];
@@ -123,6 +131,9 @@ __global__ void __launch_bounds__(kBlockSmallThreads) block_lse_small_kernel(Poi
 #pragma unroll
     for (int k = 0; k < D; ++k) xr[r][k] = i < rows.count ? sc.alpha * rows.points[std::size_t(i) * D + k] : 0.f;
     run_max[r] = kNoMax;
+    if constexpr (SHIFTED) {
+      if (i < rows.count) run_max[r] = sc.c1 * (sc.s * rows.norm2[i] - self[i]);
+    }
     run_sum[r] = 0.f;
   }
   const int total = list_blocks(lists, rb);
@@ -171,12 +182,14 @@ __global__ void __launch_bounds__(kBlockSmallThreads) block_lse_small_kernel(Poi
         }
 #pragma unroll
         for (int r = 0; r < kBlockSmallRows; ++r) {
-          float top = s[r][0];
+          if constexpr (!SHIFTED) {
+            float top = s[r][0];
 #pragma unroll
-          for (int cc = 1; cc < 8; ++cc) top = fmaxf(top, s[r][cc]);
-          if (top > run_max[r]) {
-            run_sum[r] *= fast_exp2(run_max[r] - top);
-            run_max[r] = top;
+            for (int cc = 1; cc < 8; ++cc) top = fmaxf(top, s[r][cc]);
+            if (top > run_max[r]) {
+              run_sum[r] *= fast_exp2(run_max[r] - top);
+              run_max[r] = top;
+            }
           }
           float sum = 0.f;
 #pragma unroll
@@ -191,6 +204,23 @@ __global__ void __launch_bounds__(kBlockSmallThreads) block_lse_small_kernel(Poi
     const int i = i_base + r * kBlockSmallThreads;
     if (i < rows.count) partials[std::size_t(blockIdx.y) * rows.count + i] = make_float2(run_max[r], run_sum[r]);
   }
+}
+
+/// One thread per row of an active row block: the splits' shifted partials merged; a sum outside the trusted range
+/// (kSumsMinLog2 .. kSumsMaxLog2 of one_pass.hpp: below it the flushed entries may exceed rounding, above it the
+/// sum nears overflow; NaN too) flags the row's block for the plain kernel. redo is cleared before the pass.
+__global__ void block_shift_check_kernel(const float2* __restrict__ partials, int splits, int count, BlockLists lists,
+                                         int* __restrict__ redo) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const int rb = i / kPatternBlock;
+  if (lists.offsets[rb] == lists.offsets[rb + 1]) return;  // inactive: finalize writes it whatever the sums
+  float m = kNoMax, sum = 0.f;
+  for (int k = 0; k < splits; ++k) {
+    const float2 p = partials[std::size_t(k) * count + i];
+    merge_lse<true>(m, sum, p.x, p.y);
+  }
+  if (!(sum >= 0x1p-70f && sum <= 0x1p100f)) redo[rb] = 1;
 }
 
 __global__ void block_finalize_kernel(Finalize mode, const float2* __restrict__ partials, int splits, PointSet rows,
@@ -390,18 +420,42 @@ __global__ void __launch_bounds__(kTileThreads) block_top_k_kernel(PointSet x, P
 
 }  // namespace
 
+namespace {
+
+template <int D>
+void launch_small(const dim3& grid, cudaStream_t stream, const PointSet& rows, const PointSet& cols, const float* h,
+                  const BlockLists& lists, const SegmentScale* seg, float2* partials, const float* self, int* redo) {
+  if (self == nullptr) {
+    block_lse_small_kernel<D, false><<<grid, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, partials,
+                                                                              nullptr, nullptr);
+    FLASHOT_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(redo, 0, sizeof(int) * grid.x, stream));
+  block_lse_small_kernel<D, true><<<grid, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, partials, self,
+                                                                           nullptr);
+  FLASHOT_CUDA_CHECK_LAUNCH();
+  block_shift_check_kernel<<<div_up(rows.count, 256), 256, 0, stream>>>(partials, grid.y, rows.count, lists, redo);
+  FLASHOT_CUDA_CHECK_LAUNCH();
+  block_lse_small_kernel<D, false><<<grid, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, partials,
+                                                                            nullptr, redo);
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
 void launch_block_lse(const PointSet& rows, const PointSet& cols, const float* h, int d, const BlockLists& lists,
-                      const SegmentScale* seg, int splits, float2* partials, cudaStream_t stream) {
+                      const SegmentScale* seg, int splits, float2* partials, cudaStream_t stream, const float* self,
+                      int* redo) {
   if (rows.count == 0) return;
   if (d <= 4) {  // the register kernel: one row block per thread block
     const dim3 small(div_up(rows.count, kPatternBlock), splits);
     switch (d) {
-      case 1: block_lse_small_kernel<1><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, partials); break;
-      case 2: block_lse_small_kernel<2><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, partials); break;
-      case 3: block_lse_small_kernel<3><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, partials); break;
-      default: block_lse_small_kernel<4><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, partials); break;
+      case 1: launch_small<1>(small, stream, rows, cols, h, lists, seg, partials, self, redo); break;
+      case 2: launch_small<2>(small, stream, rows, cols, h, lists, seg, partials, self, redo); break;
+      case 3: launch_small<3>(small, stream, rows, cols, h, lists, seg, partials, self, redo); break;
+      default: launch_small<4>(small, stream, rows, cols, h, lists, seg, partials, self, redo); break;
     }
-    FLASHOT_CUDA_CHECK_LAUNCH();
     return;
   }
   const dim3 grid(div_up(rows.count, kTileRows), splits);

@@ -37,8 +37,13 @@ struct SegmentScale {
 
 /// partials (splits × rows.count): (max, sum) of the LSE of each row over its listed columns, split s taking the
 /// s-th share of the row block's listed 64-column tiles (an empty share writes (kNoMax, 0)).
+/// self (d ≤ 4; may be null): the rows' own current potential. Then each row's exponents are taken against the
+/// log2-sum that potential implies (no running maximum: one subtraction and one exponential per entry), and the row
+/// blocks whose sums leave the trusted range are recomputed with the running maximum; redo: one int per row block
+/// (scratch). The partials mean the same either way.
 void launch_block_lse(const PointSet& rows, const PointSet& cols, const float* h, int d, const BlockLists& lists,
-                      const SegmentScale* seg, int splits, float2* partials, cudaStream_t stream);
+                      const SegmentScale* seg, int splits, float2* partials, cudaStream_t stream,
+                      const float* self = nullptr, int* redo = nullptr);
 
 /// The same partials from the tensor cores (blocks_mma.cu: split fp16 operands on mma.sync, 128-row thread blocks),
 /// where block_mma_serves(rop): the operands of both sides as DeviceStep prepared them for the dense path.

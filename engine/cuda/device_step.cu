@@ -135,7 +135,8 @@ class DeviceStep::Impl {
   BlockLists block_lists(bool x_rows) const;
   /// The block-sparse LSE partials of side x_rows (as the dense path's side_lse): on the tensor cores where the
   /// problem runs there (split fp16), else the tiled fp32 kernel.
-  void block_lse(bool x_rows, const float* h, int splits, float2* partials) const;
+  /// self: the rows' own potential for the shifted register kernel (launch_block_lse), or null.
+  void block_lse(bool x_rows, const float* h, int splits, float2* partials, const float* self = nullptr) const;
   /// The segment table of p (or the scalars) uploaded to seg_.
   void upload_segments(std::span<const SegmentParams> segments, const SegmentParams& scalars) const;
   bool block_iterate(const IterationParams& p, int count);
@@ -262,6 +263,7 @@ class DeviceStep::Impl {
   // Iteration scratch, sized once so that captured graphs stay valid.
   ReductionPlan plan_rows_, plan_cols_, plan_sums_;
   DeviceBuffer<float2> part_rows_, part_cols_;
+  DeviceBuffer<int> pat_redo_;  // one flag per row block of either side (launch_block_lse's shifted pass)
   DeviceBuffer<float> tmp_f_, tmp_g_, rsum_, csum_;
   // [0]: non-finite seen; [1 + k]: iteration k's one-pass step must be redone.
   DeviceBuffer<int> flags_;
@@ -1320,6 +1322,7 @@ void DeviceStep::Impl::set_pattern(std::shared_ptr<const BlockPattern> pattern) 
   pat_splits_cols_ = splits(false);
   part_rows_.reserve(std::size_t(pat_splits_rows_) * n_);
   part_cols_.reserve(std::size_t(pat_splits_cols_) * m_);
+  pat_redo_.reserve(std::max(pattern_->row_blocks(), pattern_->col_blocks()));
   flags_.reserve(1);
   op_flag_.reserve(1);
   sync();
@@ -1351,7 +1354,7 @@ void DeviceStep::Impl::upload_segments(std::span<const SegmentParams> segments, 
   seg_.upload(std::span<const SegmentScale>(table), stream_);
 }
 
-void DeviceStep::Impl::block_lse(bool x_rows, const float* h, int splits, float2* partials) const {
+void DeviceStep::Impl::block_lse(bool x_rows, const float* h, int splits, float2* partials, const float* self) const {
   const DevSide r = x_rows ? x_side() : y_side(), c = x_rows ? y_side() : x_side();
   const MmaOperands& rop = x_rows ? xop_ : yop_;
   const MmaOperands& cop = x_rows ? yop_ : xop_;
@@ -1367,7 +1370,8 @@ void DeviceStep::Impl::block_lse(bool x_rows, const float* h, int splits, float2
                          partials, stream_);
     return;
   }
-  launch_block_lse(r, c, h, d_, block_lists(x_rows), seg_.get(), splits, partials, stream_);
+  launch_block_lse(r, c, h, d_, block_lists(x_rows), seg_.get(), splits, partials, stream_, self,
+                   self != nullptr ? pat_redo_.get() : nullptr);
 }
 
 bool DeviceStep::Impl::block_iterate(const IterationParams& p, int count) {
@@ -1378,11 +1382,13 @@ bool DeviceStep::Impl::block_iterate(const IterationParams& p, int count) {
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int), stream_));
   const bool alternating = p.scheme == Scheme::kAlternating;
   for (int it = 0; it < count; ++it) {
-    block_lse(true, g_.get(), pat_splits_rows_, part_rows_.get());
+    // The iterations' passes take the register kernel's shifted form where it serves (d ≤ 4): each row's exponents
+    // against the log2-sum its current potential implies (launch_block_lse).
+    block_lse(true, g_.get(), pat_splits_rows_, part_rows_.get(), f_.get());
     if (alternating)
       launch_block_finalize(Finalize::kAlternating, part_rows_.get(), pat_splits_rows_, x, lx, seg_.get(), true,
                             f_.get(), flags_.get(), stream_);
-    block_lse(false, f_.get(), pat_splits_cols_, part_cols_.get());
+    block_lse(false, f_.get(), pat_splits_cols_, part_cols_.get(), g_.get());
     if (!alternating)
       launch_block_finalize(Finalize::kSymmetric, part_rows_.get(), pat_splits_rows_, x, lx, seg_.get(), true,
                             f_.get(), flags_.get(), stream_);
