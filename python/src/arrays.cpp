@@ -147,6 +147,8 @@ FloatInput FloatInput::from(nb::handle object, const char* name, int ndim, std::
     if (!on_device || rows * cols * depth == 0) in.stage_on_host(name);
     return in;
 #else
+    (void)on_device;
+    (void)synchronize;
     throw std::runtime_error(std::string(name) + " is on a CUDA device, but this flashot module was built without "
                              "CUDA: move it to the host first (e.g. tensor.cpu())");
 #endif
