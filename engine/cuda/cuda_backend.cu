@@ -57,10 +57,16 @@ class CudaBackend final : public Backend {
   void points_gradient(const PlanParams& p, Side wrt, std::span<float> out) const override {
     step_.points_gradient(p, wrt, out);
   }
-  double resident_primal_cost(const PlanParams& p) const override { return step_.resident_primal_cost(p); }
+  void resident_primal_terms(const PlanParams& p, std::span<double> terms) const override {
+    step_.resident_primal_terms(p, terms);
+  }
   WeightedSums weighted_sums(Side side, std::size_t offset, std::span<const float> h, std::span<const float> hh,
                              double epsilon, double rho) const override {
     return step_.weighted_sums(side, offset, h, hh, epsilon, rho);
+  }
+  void batch_weighted_sums(Side side, std::span<const WeightedRange> ranges, std::span<const float> h,
+                           std::span<const float> hh, std::span<WeightedSums> out) const override {
+    step_.batch_weighted_sums(side, ranges, h, hh, out);
   }
 
  private:

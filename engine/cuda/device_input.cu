@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "device_buffer.hpp"
 #include "device_input.hpp"
 #include "error.hpp"
+#include "validation.hpp"
 
 namespace flashot::detail {
 namespace cuda {
@@ -203,14 +205,13 @@ __global__ void log_weights_kernel(const float* __restrict__ w, std::size_t n, f
   }
 }
 
-/// detail::weighted_sums (engine/src/sinkhorn.cpp) per block, in fp64 with explicitly rounded operations.
-__global__ void weighted_sums_kernel(const float* __restrict__ w, const float* __restrict__ h,
-                                     const float* __restrict__ hh, std::size_t n, double epsilon, double rho,
-                                     double* __restrict__ partials) {
-  __shared__ double shared[kThreads];
+/// detail::weighted_sums (engine/src/sinkhorn.cpp) for block `block` of `blocks`, in fp64 with explicitly rounded
+/// operations: its (marginal, dual) partial in partials[0..1].
+__device__ void weighted_sums_block(const float* __restrict__ w, const float* __restrict__ h,
+                                    const float* __restrict__ hh, std::size_t n, double epsilon, double rho,
+                                    unsigned block, unsigned blocks, double* shared, double* __restrict__ partials) {
   double marginal = 0, dual = 0;
-  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = std::size_t(block) * blockDim.x + threadIdx.x; i < n; i += std::size_t(blocks) * blockDim.x) {
     const double wi = w[i], hi = h[i];
     if (hh == nullptr) {
       dual = __dadd_rn(dual, rho > 0 ? __dmul_rn(__dmul_rn(wi, rho), __dsub_rn(1.0, exp(__ddiv_rn(-hi, rho))))
@@ -224,15 +225,144 @@ __global__ void weighted_sums_kernel(const float* __restrict__ w, const float* _
   marginal = block_sum(marginal, shared);
   dual = block_sum(dual, shared);
   if (threadIdx.x == 0) {
-    partials[2 * blockIdx.x] = marginal;
-    partials[2 * blockIdx.x + 1] = dual;
+    partials[0] = marginal;
+    partials[1] = dual;
   }
+}
+
+__global__ void weighted_sums_kernel(const float* __restrict__ w, const float* __restrict__ h,
+                                     const float* __restrict__ hh, std::size_t n, double epsilon, double rho,
+                                     double* __restrict__ partials) {
+  __shared__ double shared[kThreads];
+  weighted_sums_block(w, h, hh, n, epsilon, rho, blockIdx.x, gridDim.x, shared, partials + 2 * blockIdx.x);
+}
+
+/// Range blockIdx.y of the table, its block blockIdx.x (blocks past the range's own count return at once).
+__global__ void batch_weighted_sums_kernel(const float* __restrict__ w, const float* __restrict__ h,
+                                           const float* __restrict__ hh, const SumRange* __restrict__ ranges,
+                                           double* __restrict__ partials) {
+  __shared__ double shared[kThreads];
+  const SumRange r = ranges[blockIdx.y];
+  if (int(blockIdx.x) >= r.blocks) return;
+  weighted_sums_block(w + r.offset, h + r.offset, hh != nullptr ? hh + r.offset : nullptr, r.count, r.epsilon, r.rho,
+                      blockIdx.x, unsigned(r.blocks), shared, partials + 2 * (std::size_t(r.first_block) + blockIdx.x));
 }
 
 __global__ void fill_kernel(float* data, std::size_t count, float value) {
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += std::size_t(gridDim.x) * blockDim.x)
     data[i] = value;
+}
+
+// ---- Device batches (solve_batch_on_device): side s = 2q (x of problem q) or 2q + 1 (y). ----------------------------
+
+/// One side of one problem of a device batch as the kernels read it.
+struct BatchSide {
+  const float* points = nullptr;   // the caller's (n × d)
+  const float* weights = nullptr;  // the caller's (n), or null: uniform
+  std::size_t n = 0;
+  std::size_t begin = 0;   // its first row in the concatenation
+  std::size_t padded = 0;  // the rows it owns there (n, then zero padding to the next problem)
+  float uniform = 0;       // float(1/n), the weight of every point when `weights` is null
+};
+
+/// Rows of one side that one block of batch_scan_kernel reads.
+constexpr std::size_t kScanRows = 256;
+
+/// scan_kernel for every side at once: block (blockIdx.x, side blockIdx.y + first) reads rows [blockIdx.x·kScanRows,
+/// +kScanRows) of its side. Virtual threads v < stride (a multiple of d) each own column v % d; per problem, the
+/// finite values' min and max per column (x and y together: the union's box) and, per side, the first row holding a
+/// non-finite value.
+__global__ void batch_scan_kernel(const BatchSide* __restrict__ sides, int first, int d, unsigned* __restrict__ lo,
+                                  unsigned* __restrict__ hi, unsigned long long* __restrict__ bad_row) {
+  const int s = first + int(blockIdx.y);
+  const BatchSide side = sides[s];
+  const std::size_t row0 = std::size_t(blockIdx.x) * kScanRows;
+  if (row0 >= side.n) return;
+  const std::size_t begin = row0 * d, end = std::min(side.n, row0 + kScanRows) * d;
+  const int stride = d <= int(blockDim.x) ? int(blockDim.x) / d * d : d;
+  const int q = s / 2;
+  for (int v = threadIdx.x; v < stride; v += blockDim.x) {
+    float low = INFINITY, high = -INFINITY;
+    unsigned long long bad = ULLONG_MAX;
+    for (std::size_t e = begin + v; e < end; e += stride) {
+      const float value = side.points[e];
+      if (isfinite(value)) {
+        low = fminf(low, value);
+        high = fmaxf(high, value);
+      } else if (bad == ULLONG_MAX) {
+        bad = e / std::size_t(d);
+      }
+    }
+    const int c = v % d;
+    if (low <= high) {
+      atomicMin(lo + std::size_t(q) * d + c, float_key(low));
+      atomicMax(hi + std::size_t(q) * d + c, float_key(high));
+    }
+    if (bad != ULLONG_MAX) atomicMin(bad_row + s, bad);
+  }
+}
+
+/// scan_weights_kernel for every side given weights: side blockIdx.y + first, its block blockIdx.x of
+/// weighted_sum_blocks(n) (blocks past that count, and sides without weights, return at once). Outputs at
+/// [side · widest + block].
+__global__ void batch_scan_weights_kernel(const BatchSide* __restrict__ sides, int first, int widest,
+                                          double* __restrict__ totals, float* __restrict__ smallest,
+                                          unsigned long long* __restrict__ bad) {
+  __shared__ double shared[kThreads];
+  __shared__ unsigned long long first_bad;
+  __shared__ unsigned low_key;
+  const int s = first + int(blockIdx.y);
+  const BatchSide side = sides[s];
+  const unsigned blocks = unsigned(std::min<std::size_t>((side.n + kThreads - 1) / kThreads, 1024));
+  if (side.weights == nullptr || blockIdx.x >= blocks) return;
+  if (threadIdx.x == 0) {
+    first_bad = ULLONG_MAX;
+    low_key = float_key(INFINITY);
+  }
+  __syncthreads();
+  double total = 0;
+  float low = INFINITY;
+  unsigned long long mine = ULLONG_MAX;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < side.n;
+       i += std::size_t(blocks) * blockDim.x) {
+    const float v = side.weights[i];
+    if (!isfinite(v) || v < 0) {
+      if (mine == ULLONG_MAX) mine = i;
+      continue;
+    }
+    total = __dadd_rn(total, double(v));
+    low = fminf(low, v);
+  }
+  if (mine != ULLONG_MAX) atomicMin(&first_bad, mine);
+  atomicMin(&low_key, float_key(low));
+  total = block_sum(total, shared);
+  if (threadIdx.x == 0) {
+    const std::size_t at = std::size_t(s) * widest + blockIdx.x;
+    totals[at] = total;
+    smallest[at] = __uint_as_float((low_key & 0x80000000u) ? (low_key & 0x7fffffffu) : ~low_key);
+    bad[at] = first_bad;
+  }
+}
+
+/// The concatenation: side blockIdx.y + first, its `padded` rows from `begin`: (float)((double)p − centre[q, c]) for
+/// the n real rows (centre_kernel's rounding), zeros after; the weights given, or `uniform`, then zeros.
+__global__ void batch_gather_kernel(const BatchSide* __restrict__ sides, int first, int d,
+                                    const double* __restrict__ centres, float* __restrict__ x, float* __restrict__ y,
+                                    float* __restrict__ a, float* __restrict__ b) {
+  const int s = first + int(blockIdx.y);
+  const BatchSide side = sides[s];
+  const double* centre = centres + std::size_t(s / 2) * d;
+  float* points = (s % 2 == 0 ? x : y) + side.begin * d;
+  float* weights = (s % 2 == 0 ? a : b) + side.begin;
+  const std::size_t real = side.n * d, count = side.padded * d;
+  for (std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+       e += std::size_t(gridDim.x) * blockDim.x) {
+    const std::size_t row = e / std::size_t(d);
+    points[e] = e < real ? __double2float_rn(__dsub_rn(double(side.points[e]), centre[e - row * d])) : 0.0f;
+    if (e < side.padded)
+      weights[e] = e >= side.n ? 0.0f : side.weights != nullptr ? side.weights[e] : side.uniform;
+  }
 }
 
 unsigned grid_for(std::size_t items) {
@@ -311,6 +441,16 @@ void launch_weighted_sums(const float* w, const float* h, const float* hh, std::
   weighted_sums_kernel<<<unsigned(weighted_sum_blocks(n)), kThreads, 0, stream>>>(w, h, hh, n, epsilon, rho,
                                                                                  partials);
   FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+void launch_batch_weighted_sums(const float* w, const float* h, const float* hh, const SumRange* ranges, int count,
+                                int widest, double* partials, cudaStream_t stream) {
+  for (int first = 0; first < count; first += 65535) {  // gridDim.y's limit
+    const int now = std::min(65535, count - first);
+    batch_weighted_sums_kernel<<<dim3(unsigned(widest), unsigned(now)), kThreads, 0, stream>>>(w, h, hh,
+                                                                                             ranges + first, partials);
+    FLASHOT_CUDA_CHECK_LAUNCH();
+  }
 }
 
 void launch_fill(float* data, std::size_t count, float value, cudaStream_t stream) {
@@ -400,6 +540,168 @@ DeviceWeightScan cuda_scan_device_weights(const DeviceWeights& w, const std::str
     FLASHOT_CUDA_CHECK(cudaMemcpy(&scan.bad_value, w.data + first, sizeof(float), cudaMemcpyDeviceToHost));
   }
   return scan;
+}
+
+// A device batch (solve_batch_on_device): every problem's points and weights scanned in one launch each, on the
+// legacy default stream as Problem::on_device's scans (the producers' queued work is waited for); the per-problem
+// bounds, the weights' per-block totals and the first bad rows / indices come back (kilobytes, one synchronisation);
+// the centres are computed here with solve_batch's double arithmetic; one more launch writes the concatenation.
+// Nothing of the points or weights passes through host memory but, on the error path, the offending row or value.
+DeviceBatch cuda_prepare_device_batch(std::span<const DeviceBatchInput> problems, std::size_t rows,
+                                      std::size_t cols, std::size_t d, int device) {
+  using namespace cuda;
+  const std::size_t count = problems.size();
+  const auto prefix = [](std::size_t q) { return "batch problem " + std::to_string(q) + ": "; };
+  for (std::size_t q = 0; q < count; ++q) {
+    const DeviceBatchInput& p = problems[q];
+    require_device_memory(p.x.data, device, prefix(q) + "x");
+    require_device_memory(p.y.data, device, prefix(q) + "y");
+    if (p.a.data != nullptr) require_device_memory(p.a.data, device, prefix(q) + "a");
+    if (p.b.data != nullptr) require_device_memory(p.b.data, device, prefix(q) + "b");
+  }
+  DeviceScope scope(device);
+  const cudaStream_t stream = cudaStreamLegacy;
+  const int n_sides = int(2 * count);
+  std::vector<BatchSide> sides(n_sides);
+  std::size_t widest_rows = 0;
+  int widest_blocks = 1;
+  for (std::size_t q = 0; q < count; ++q) {
+    const DeviceBatchInput& p = problems[q];
+    const std::size_t row_end = q + 1 < count ? problems[q + 1].row_begin : rows;
+    const std::size_t col_end = q + 1 < count ? problems[q + 1].col_begin : cols;
+    sides[2 * q] = {p.x.data, p.a.data, p.x.n, p.row_begin, row_end - p.row_begin,
+                    static_cast<float>(1.0 / static_cast<double>(p.x.n))};
+    sides[2 * q + 1] = {p.y.data, p.b.data, p.y.n, p.col_begin, col_end - p.col_begin,
+                        static_cast<float>(1.0 / static_cast<double>(p.y.n))};
+    for (const BatchSide& side : {sides[2 * q], sides[2 * q + 1]}) {
+      widest_rows = std::max(widest_rows, side.n);
+      if (side.weights != nullptr) widest_blocks = std::max(widest_blocks, weighted_sum_blocks(side.n));
+    }
+  }
+  DeviceBuffer<BatchSide> table(n_sides);
+  table.upload(std::span<const BatchSide>(sides), stream);
+  DeviceBuffer<unsigned> lo(count * d), hi(count * d);
+  DeviceBuffer<unsigned long long> bad_rows(n_sides);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(lo.get(), 0xff, sizeof(unsigned) * count * d, stream));
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(hi.get(), 0, sizeof(unsigned) * count * d, stream));
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(bad_rows.get(), 0xff, sizeof(unsigned long long) * n_sides, stream));
+  const std::size_t slots = std::size_t(n_sides) * widest_blocks;
+  DeviceBuffer<double> totals(slots);
+  DeviceBuffer<float> smallest(slots);
+  DeviceBuffer<unsigned long long> bad_weights(slots);
+  const unsigned scan_blocks = unsigned((widest_rows + kScanRows - 1) / kScanRows);
+  for (int first = 0; first < n_sides; first += 65535) {  // gridDim.y's limit
+    const unsigned now = unsigned(std::min(65535, n_sides - first));
+    batch_scan_kernel<<<dim3(scan_blocks, now), kThreads, 0, stream>>>(table.get(), first, int(d), lo.get(),
+                                                                       hi.get(), bad_rows.get());
+    FLASHOT_CUDA_CHECK_LAUNCH();
+    batch_scan_weights_kernel<<<dim3(unsigned(widest_blocks), now), kThreads, 0, stream>>>(
+        table.get(), first, widest_blocks, totals.get(), smallest.get(), bad_weights.get());
+    FLASHOT_CUDA_CHECK_LAUNCH();
+  }
+  std::vector<unsigned> lo_keys(count * d), hi_keys(count * d);
+  std::vector<unsigned long long> first_bad(n_sides), weight_bad(slots);
+  std::vector<double> host_totals(slots);
+  std::vector<float> host_smallest(slots);
+  lo.download(std::span<unsigned>(lo_keys), stream);
+  hi.download(std::span<unsigned>(hi_keys), stream);
+  bad_rows.download(std::span<unsigned long long>(first_bad), stream);
+  totals.download(std::span<double>(host_totals), stream);
+  smallest.download(std::span<float>(host_smallest), stream);
+  bad_weights.download(std::span<unsigned long long>(weight_bad), stream);
+  FLASHOT_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  DeviceBatch out;
+  out.diameter.resize(count);
+  out.mass_a.resize(count);
+  out.mass_b.resize(count);
+  out.min_a = out.min_b = std::numeric_limits<float>::infinity();
+  // The weights first, problem by problem (a, then b), as solve_batch validates them before it reads the points.
+  for (std::size_t q = 0; q < count; ++q)
+    for (int t = 0; t < 2; ++t) {
+      const BatchSide& side = sides[2 * q + t];
+      const char* name = t == 0 ? "a" : "b";
+      double& mass = t == 0 ? out.mass_a[q] : out.mass_b[q];
+      float& low = t == 0 ? out.min_a : out.min_b;
+      if (side.padded > side.n) low = 0;  // the padding's zero weights
+      if (side.weights == nullptr) {
+        // Uniform: the mass solve_batch sums from its host copy, in the same order.
+        for (std::size_t i = 0; i < side.n; ++i) mass += side.uniform;
+        low = std::min(low, side.uniform);
+        continue;
+      }
+      unsigned long long bad = std::numeric_limits<unsigned long long>::max();
+      float least = std::numeric_limits<float>::infinity();
+      const int blocks = weighted_sum_blocks(side.n);
+      for (int k = 0; k < blocks; ++k) {  // block order: the same total every run
+        const std::size_t at = std::size_t(2 * q + t) * widest_blocks + k;
+        mass += host_totals[at];
+        least = std::min(least, host_smallest[at]);
+        bad = std::min(bad, weight_bad[at]);
+      }
+      if (bad != std::numeric_limits<unsigned long long>::max()) {
+        float value = 0;
+        FLASHOT_CUDA_CHECK(cudaMemcpy(&value, side.weights + bad, sizeof(float), cudaMemcpyDeviceToHost));
+        throw std::invalid_argument(prefix(q) + name + "[" + std::to_string(bad) +
+                                    "] must be a finite weight ≥ 0 (got " + show(value) + ")");
+      }
+      if (!(mass > 0))
+        throw std::invalid_argument(prefix(q) + name + " must have a positive total mass (got " + show(mass) + ")");
+      low = std::min(low, least);
+    }
+  // Then the points: the first problem's first non-finite coordinate (x before y), validate_points' message.
+  std::vector<double> centres(count * d);
+  for (std::size_t q = 0; q < count; ++q) {
+    for (int t = 0; t < 2; ++t) {
+      const unsigned long long row = first_bad[2 * q + t];
+      if (row == std::numeric_limits<unsigned long long>::max()) continue;
+      std::vector<float> values(d);
+      FLASHOT_CUDA_CHECK(cudaMemcpy(values.data(), sides[2 * q + t].points + row * d, sizeof(float) * d,
+                                    cudaMemcpyDeviceToHost));
+      for (std::size_t c = 0; c < d; ++c)
+        if (!std::isfinite(values[c]))
+          throw std::invalid_argument(prefix(q) + non_finite_message(t == 0 ? "x" : "y", row, c, values[c]));
+    }
+    double diam2 = 0;
+    for (std::size_t c = 0; c < d; ++c) {
+      const double low = key_float(lo_keys[q * d + c]), high = key_float(hi_keys[q * d + c]);
+      centres[q * d + c] = 0.5 * (low + high);
+      diam2 += (high - low) * (high - low);
+    }
+    out.diameter[q] = std::sqrt(diam2);
+  }
+
+  // The concatenation, owned by `out.memory` (the backend copies it into its own buffers).
+  struct Memory {
+    DeviceBuffer<float> x, y, a, b;
+  };
+  auto memory = std::make_shared<Memory>();
+  memory->x = DeviceBuffer<float>(rows * d);
+  memory->y = DeviceBuffer<float>(cols * d);
+  memory->a = DeviceBuffer<float>(rows);
+  memory->b = DeviceBuffer<float>(cols);
+  DeviceBuffer<double> centre_table(count * d);
+  centre_table.upload(std::span<const double>(centres), stream);
+  std::size_t widest = 0;
+  for (const BatchSide& side : sides) widest = std::max(widest, side.padded * d);
+  const unsigned gather_blocks = unsigned(std::clamp<std::size_t>((widest + 4 * kThreads - 1) / (4 * kThreads), 1,
+                                                                  65535));
+  for (int first = 0; first < n_sides; first += 65535) {
+    const unsigned now = unsigned(std::min(65535, n_sides - first));
+    batch_gather_kernel<<<dim3(gather_blocks, now), kThreads, 0, stream>>>(
+        table.get(), first, int(d), centre_table.get(), memory->x.get(), memory->y.get(), memory->a.get(),
+        memory->b.get());
+    FLASHOT_CUDA_CHECK_LAUNCH();
+  }
+  // The backend reads the concatenation on its own (non-blocking) stream, and the caller may free its memory once
+  // this returns.
+  FLASHOT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  out.x = memory->x.get();
+  out.y = memory->y.get();
+  out.a = memory->a.get();
+  out.b = memory->b.get();
+  out.memory = memory;
+  return out;
 }
 
 }  // namespace flashot::detail

@@ -51,6 +51,18 @@ int weighted_sum_blocks(std::size_t n);
 void launch_weighted_sums(const float* w, const float* h, const float* hh, std::size_t n, double epsilon, double rho,
                           double* partials, cudaStream_t stream);
 
+/// One range of launch_batch_weighted_sums: points [offset, offset + count) with their ε and ρ, reduced by `blocks`
+/// blocks (weighted_sum_blocks(count)) whose partials start at partials[2·first_block].
+struct SumRange {
+  std::size_t offset = 0, count = 0;
+  double epsilon = 0, rho = 0;
+  int first_block = 0, blocks = 0;
+};
+/// launch_weighted_sums for `count` ranges (device table) in one launch (grid widest × count): each range's partials
+/// are those its own launch_weighted_sums would give, bit for bit.
+void launch_batch_weighted_sums(const float* w, const float* h, const float* hh, const SumRange* ranges, int count,
+                                int widest, double* partials, cudaStream_t stream);
+
 /// fills `count` floats with `value`.
 void launch_fill(float* data, std::size_t count, float value, cudaStream_t stream);
 

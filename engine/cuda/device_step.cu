@@ -117,9 +117,11 @@ class DeviceStep::Impl {
   void apply_points(const PlanParams& p, Side rows, bool normalized, std::span<float> out) const;
   void map_resident(const PlanParams& p, Side from, PointsView q, std::span<float> out) const;
   void points_gradient(const PlanParams& p, Side wrt, std::span<float> out) const;
-  double resident_primal_cost(const PlanParams& p) const;
+  void resident_primal_terms(const PlanParams& p, std::span<double> terms) const;
   WeightedSums weighted_sums(Side side, std::size_t offset, std::span<const float> h, std::span<const float> hh,
                              double epsilon, double rho) const;
+  void batch_weighted_sums(Side side, std::span<const WeightedRange> ranges, std::span<const float> h,
+                           std::span<const float> hh, std::span<WeightedSums> out) const;
 
   void set_pattern(std::shared_ptr<const BlockPattern> pattern);
 
@@ -143,6 +145,11 @@ class DeviceStep::Impl {
   void block_softmin(const PlanParams& p, Side rows, std::span<float> out) const;
   void block_apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k, bool normalized,
                    std::span<float> out) const;
+  /// block_apply with V and out in device memory (apply_resident under a pattern: a device batch's primal cost).
+  void block_apply_resident(const PlanParams& p, Side rows, const float* v, std::size_t k, bool normalized,
+                            float* out) const;
+  /// The plan shift of block_apply: lse_ (count of the rows' side) from the listed pairs, segments uploaded.
+  BlockLists block_shift(const PlanParams& p, bool source) const;
   void block_top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,
                    std::span<float> values) const;
   std::shared_ptr<const BlockPattern> pattern_;
@@ -298,6 +305,7 @@ class DeviceStep::Impl {
   mutable DeviceBuffer<double> rterms_;
   mutable DeviceBuffer<float> wsum_h_, wsum_hh_;  // weighted_sums: the potentials and their transforms
   mutable DeviceBuffer<double> wsum_partials_;
+  mutable DeviceBuffer<SumRange> wsum_ranges_;  // batch_weighted_sums' table
   mutable CTransformScratch ct_scratch_;  // the hard c-transform's (c_transform.cu)
   int sms_ = 0;
 };
@@ -983,9 +991,11 @@ void DeviceStep::Impl::upload(const ProblemData& data, HostSide& hx, HostSide& h
   if (data.on_device()) {
     // The caller's memory is read by the centring kernels only: it is ready, Problem::on_device's scan
     // synchronized the legacy default stream after the producers' work.
+    // An empty centre: the points are centred already (a device batch's concatenation) and copied as they are.
     centre.upload(data.centre, stream_);
-    launch_centre_points(data.device_x, n_, d_, centre.get(), x_.get(), xn_.get(), bounds.get(), stream_);
-    launch_centre_points(data.device_y, m_, d_, centre.get(), y_.get(), yn_.get(), bounds.get() + 2, stream_);
+    const double* by = data.centre.empty() ? nullptr : centre.get();
+    launch_centre_points(data.device_x, n_, d_, by, x_.get(), xn_.get(), bounds.get(), stream_);
+    launch_centre_points(data.device_y, m_, d_, by, y_.get(), yn_.get(), bounds.get() + 2, stream_);
   } else {
     // Host inputs: one copy of the caller's centred points (pageable: a batch of 64 × 4096 points in d = 64 is
     // 134 MB, ~10 ms at the staged copy's rate; pinning them first would cost about as much), norms on the device.
@@ -1036,6 +1046,7 @@ void DeviceStep::Impl::upload(const ProblemData& data, HostSide& hx, HostSide& h
 void DeviceStep::Impl::apply_resident(const PlanParams& p, Side rows, const float* v, std::size_t k, bool normalized,
                                       float* out) const {
   if (k == 0) return;
+  if (pattern_) return block_apply_resident(p, rows, v, k, normalized, out);
   const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
   const bool source = rows == Side::kSource;
   const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
@@ -1147,22 +1158,57 @@ WeightedSums DeviceStep::Impl::weighted_sums(Side side, std::size_t offset, std:
   return sums;
 }
 
-double DeviceStep::Impl::resident_primal_cost(const PlanParams& p) const {
+void DeviceStep::Impl::batch_weighted_sums(Side side, std::span<const WeightedRange> ranges, std::span<const float> h,
+                                           std::span<const float> hh, std::span<WeightedSums> out) const {
+  const std::size_t total = side == Side::kSource ? std::size_t(n_) : std::size_t(m_);
+  if (h.size() != total || (!hh.empty() && hh.size() != total) || out.size() != ranges.size())
+    throw std::invalid_argument("batch_weighted_sums: h must span the side's " + std::to_string(total) +
+                                " points (got " + std::to_string(h.size()) + ")");
+  // Each range reduced by weighted_sum_blocks(count) blocks as its one-range call, partials in range order.
+  std::vector<SumRange> table;
+  int widest = 0, blocks = 0;
+  for (const WeightedRange& r : ranges) {
+    if (r.offset > total || r.count > total - r.offset)
+      throw std::invalid_argument("batch_weighted_sums: points [" + std::to_string(r.offset) + ", " +
+                                  std::to_string(r.offset + r.count) + ") of a side of " + std::to_string(total));
+    const int b = r.count == 0 ? 0 : weighted_sum_blocks(r.count);
+    table.push_back({r.offset, r.count, r.epsilon, r.rho, blocks, b});
+    blocks += b;
+    widest = std::max(widest, b);
+  }
+  std::fill(out.begin(), out.end(), WeightedSums{});
+  if (blocks == 0) return;
+  DeviceScope scope(device_);
+  wsum_h_.upload(h, stream_);
+  if (!hh.empty()) wsum_hh_.upload(hh, stream_);
+  wsum_ranges_.upload(std::span<const SumRange>(table), stream_);
+  wsum_partials_.reserve(2 * std::size_t(blocks));
+  launch_batch_weighted_sums(side == Side::kSource ? a_.get() : b_.get(), wsum_h_.get(),
+                             hh.empty() ? nullptr : wsum_hh_.get(), wsum_ranges_.get(), int(table.size()), widest,
+                             wsum_partials_.get(), stream_);
+  std::vector<double> partials(2 * std::size_t(blocks));
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(partials.data(), wsum_partials_.get(), sizeof(double) * partials.size(),
+                                     cudaMemcpyDeviceToHost, stream_));
+  sync();
+  for (std::size_t q = 0; q < table.size(); ++q)
+    for (int k = table[q].first_block; k < table[q].first_block + table[q].blocks; ++k) {  // block order
+      out[q].marginal += partials[2 * std::size_t(k)];
+      out[q].dual += partials[2 * std::size_t(k) + 1];
+    }
+}
+
+void DeviceStep::Impl::resident_primal_terms(const PlanParams& p, std::span<double> terms) const {
   DeviceScope scope(device_);
   const std::size_t k = std::size_t(d_) + 2;
-  // V = [y | ‖y‖² | 1] in rmass_, the pass into rout_, the per-row terms summed here.
+  // V = [y | ‖y‖² | 1] in rmass_, the pass into rout_, the per-row terms to the caller.
   rmass_.reserve(std::size_t(m_) * k);
   rout_.reserve(std::size_t(n_) * k);
   rterms_.reserve(n_);
   launch_moment_values(y_.get(), yn_.get(), m_, d_, rmass_.get(), stream_);
   apply_resident(p, Side::kSource, rmass_.get(), k, false, rout_.get());
   launch_primal_terms(x_.get(), rout_.get(), n_, d_, rterms_.get(), stream_);
-  std::vector<double> terms(n_);
-  rterms_.download(std::span<double>(terms), stream_);
+  rterms_.download(terms.first(std::size_t(n_)), stream_);
   sync();
-  double cost = 0;
-  for (const double t : terms) cost += t;  // row order, as the host path sums
-  return p.cost_scale * cost;
 }
 
 void DeviceStep::Impl::c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
@@ -1262,7 +1308,13 @@ void DeviceStep::map_resident(const PlanParams& p, Side from, PointsView q, std:
 void DeviceStep::points_gradient(const PlanParams& p, Side wrt, std::span<float> out) const {
   impl_->points_gradient(p, wrt, out);
 }
-double DeviceStep::resident_primal_cost(const PlanParams& p) const { return impl_->resident_primal_cost(p); }
+void DeviceStep::resident_primal_terms(const PlanParams& p, std::span<double> terms) const {
+  impl_->resident_primal_terms(p, terms);
+}
+void DeviceStep::batch_weighted_sums(Side side, std::span<const WeightedRange> ranges, std::span<const float> h,
+                                     std::span<const float> hh, std::span<WeightedSums> out) const {
+  impl_->batch_weighted_sums(side, ranges, h, hh, out);
+}
 WeightedSums DeviceStep::weighted_sums(Side side, std::size_t offset, std::span<const float> h,
                                        std::span<const float> hh, double epsilon, double rho) const {
   return impl_->weighted_sums(side, offset, h, hh, epsilon, rho);
@@ -1419,15 +1471,11 @@ void DeviceStep::Impl::block_softmin(const PlanParams& p, Side rows, std::span<f
   sync();
 }
 
-void DeviceStep::Impl::block_apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k,
-                                   bool normalized, std::span<float> out) const {
-  DeviceScope scope(device_);
+BlockLists DeviceStep::Impl::block_shift(const PlanParams& p, bool source) const {
   upload_segments(p.segments, SegmentParams{p.epsilon, p.cost_scale, 1, 1});
-  const bool source = rows == Side::kSource;
   const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
   const BlockLists lists = block_lists(source);
   const float* h = source ? g_.get() : f_.get();
-  const float* pot = source ? f_.get() : g_.get();
   const int splits = source ? pat_splits_rows_ : pat_splits_cols_;
   part_ops_.reserve(std::size_t(splits) * r.count);
   lse_.reserve(r.count);
@@ -1435,6 +1483,48 @@ void DeviceStep::Impl::block_apply(const PlanParams& p, Side rows, std::span<con
   launch_block_lse(r, c, h, d_, lists, seg_.get(), splits, part_ops_.get(), stream_);
   launch_block_finalize(Finalize::kLse2, part_ops_.get(), splits, r, lists, seg_.get(), source, lse_.get(), nullptr,
                         stream_);
+  return lists;
+}
+
+void DeviceStep::Impl::block_apply_resident(const PlanParams& p, Side rows, const float* v, std::size_t k,
+                                            bool normalized, float* out) const {
+  const bool source = rows == Side::kSource;
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const BlockLists lists = block_shift(p, source);
+  const float* h = source ? g_.get() : f_.get();
+  const float* pot = source ? f_.get() : g_.get();
+  // block_apply's passes, with the column chunks of V and out copied on the device (apply_resident's).
+  const std::size_t kc = apply_columns_per_pass(std::size_t(r.count), std::size_t(c.count), k);
+  for (std::size_t c0 = 0; c0 < k; c0 += kc) {
+    const std::size_t width = std::min(kc, k - c0);
+    const float* vpass = v;
+    float* opass = out;
+    if (width < k) {
+      vin_.reserve(std::size_t(c.count) * width);
+      FLASHOT_CUDA_CHECK(cudaMemcpy2DAsync(vin_.get(), width * sizeof(float), v + c0, k * sizeof(float),
+                                           width * sizeof(float), c.count, cudaMemcpyDeviceToDevice, stream_));
+      vpass = vin_.get();
+      out_.reserve(std::size_t(r.count) * width);
+      opass = out_.get();
+    }
+    launch_block_apply(r, c, h, d_, lists, seg_.get(), lse_.get(), vpass, static_cast<int>(width), opass,
+                       wsum_.get(), stream_);
+    launch_block_apply_scale(r, lists, seg_.get(), pot, lse_.get(), wsum_.get(), static_cast<int>(width), normalized,
+                             opass, stream_);
+    if (width < k)
+      FLASHOT_CUDA_CHECK(cudaMemcpy2DAsync(out + c0, k * sizeof(float), opass, width * sizeof(float),
+                                           width * sizeof(float), r.count, cudaMemcpyDeviceToDevice, stream_));
+  }
+}
+
+void DeviceStep::Impl::block_apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k,
+                                   bool normalized, std::span<float> out) const {
+  DeviceScope scope(device_);
+  const bool source = rows == Side::kSource;
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const BlockLists lists = block_shift(p, source);
+  const float* h = source ? g_.get() : f_.get();
+  const float* pot = source ? f_.get() : g_.get();
   // The lists transpose the sides, so each side's rows own their sums: no atomics, no shard sums. V in chunks that
   // keep V and the output under kApplyBytes.
   const std::size_t kc = apply_columns_per_pass(std::size_t(r.count), std::size_t(c.count), k);

@@ -94,14 +94,17 @@ class DeviceStep {
   /// This shard's rows.
   void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns, std::span<float> values) const;
   /// Backend's operations over the resident points (device inputs; one device): apply_points, map_resident,
-  /// points_gradient, resident_primal_cost.
+  /// points_gradient, resident_primal_terms.
   void apply_points(const PlanParams& p, Side rows, bool normalized, std::span<float> out) const;
   void map_resident(const PlanParams& p, Side from, PointsView q, std::span<float> out) const;
   void points_gradient(const PlanParams& p, Side wrt, std::span<float> out) const;
-  double resident_primal_cost(const PlanParams& p) const;
+  void resident_primal_terms(const PlanParams& p, std::span<double> terms) const;
   /// Backend::weighted_sums over the resident weights (one device: this shard's rows of x, all of y).
   WeightedSums weighted_sums(Side side, std::size_t offset, std::span<const float> h, std::span<const float> hh,
                              double epsilon, double rho) const;
+  /// Backend::batch_weighted_sums: every range in one launch.
+  void batch_weighted_sums(Side side, std::span<const WeightedRange> ranges, std::span<const float> h,
+                           std::span<const float> hh, std::span<WeightedSums> out) const;
 
   class Impl;
 

@@ -29,7 +29,9 @@ struct ProblemData {
   std::span<const float> b;    // (m)
   // Device-resident inputs (Problem::on_device): x and y above carry only n and d (empty data); the points are the
   // caller's device memory on `device`, not yet centred; the backend centres them on the device with `centre` (d
-  // values, the same arithmetic as the host path) into its own buffers. Null on the host path.
+  // values, the same arithmetic as the host path) into its own buffers. `centre` empty: the points are centred
+  // already (a batch's device concatenation, solve_batch_on_device) and are copied as they are. Null on the host
+  // path.
   const float* device_x = nullptr;
   const float* device_y = nullptr;
   int device = -1;
@@ -55,12 +57,47 @@ struct DeviceWeightScan {
 /// w.n values on the device (engine/cuda/device_input.cu). Throws std::runtime_error in a build without CUDA.
 DeviceWeightScan scan_device_weights(const DeviceWeights& w, const std::string& name);
 
+/// One problem of a device batch (solve_batch_on_device) as the device preparation reads it: the caller's memory,
+/// and where its rows and columns start in the concatenation (BatchLayout).
+struct DeviceBatchInput {
+  DevicePointsView x, y;
+  DeviceWeights a, b;  // data null: uniform
+  std::size_t row_begin = 0, col_begin = 0;
+};
+/// The device concatenation of a batch, as solve_batch builds it on the host: each problem centred on its own
+/// bounding box's middle and padded to whole blocks with zero points, weights given or uniform (float(1/n)) with
+/// zero padding. Owns the device buffers (freed with the last copy of `memory`).
+struct DeviceBatch {
+  const float* x = nullptr;  // (rows × d) on `device`
+  const float* y = nullptr;  // (cols × d)
+  const float* a = nullptr;  // (rows)
+  const float* b = nullptr;  // (cols)
+  std::shared_ptr<void> memory;
+  std::vector<double> diameter;        // per problem: its bounding box's diagonal (as solve_batch's)
+  std::vector<double> mass_a, mass_b;  // per problem: its total weights (fp64)
+  float min_a = 0, min_b = 0;          // the smallest weight of each concatenated side, padding included
+};
+/// Checks that every pointer is device memory on `device`, scans every problem's points and given weights on the
+/// device in one kernel each (engine/cuda/device_input.cu) and builds the concatenation. Throws
+/// std::invalid_argument naming the problem, the input and (for a non-finite coordinate or a bad weight) the row,
+/// column or index and value, the first problem's error first; std::runtime_error in a build without CUDA.
+DeviceBatch prepare_device_batch(std::span<const DeviceBatchInput> problems, std::size_t rows, std::size_t cols,
+                                 std::size_t d, int device);
+DeviceBatch cuda_prepare_device_batch(std::span<const DeviceBatchInput> problems, std::size_t rows,
+                                      std::size_t cols, std::size_t d, int device);
+
 /// One side's sums over its weights w for potentials h and their soft c-transforms hh (the Sinkhorn loop's
 /// reductions, engine/src/sinkhorn.cpp): marginal = Σ_{w_i > 0} |w_i·e^{(h_i − hh_i)/ε} − w_i·e^{−h_i/ρ}| (the
 /// target w_i when ρ = 0), dual = Σ_i w_i·h_i (ρ = 0) or Σ_i w_i·ρ(1 − e^{−h_i/ρ}).
 struct WeightedSums {
   double marginal = 0;
   double dual = 0;
+};
+/// One range of Backend::weighted_sums' batched form: the points [offset, offset + count) of a side, with their ε
+/// and ρ (a batch's problem).
+struct WeightedRange {
+  std::size_t offset = 0, count = 0;
+  double epsilon = 0, rho = 0;
 };
 
 /// Per-column bounds of the finite coordinates of a device point set, and the first row holding a non-finite one.
@@ -189,6 +226,12 @@ class Backend {
   /// std::logic_error naming the backend.
   virtual WeightedSums weighted_sums(Side side, std::size_t offset, std::span<const float> h,
                                      std::span<const float> hh, double epsilon, double rho) const;
+  /// The same for several ranges at once (a batch's problems): out[k] = weighted_sums(side, r.offset,
+  /// h[r.offset, +r.count), hh likewise, r.epsilon, r.rho) with r = ranges[k]; h and hh (empty: dual sums) span the
+  /// whole side. The default calls the one-range form per range; the CUDA backend reduces every range in one launch
+  /// with one upload and one download, each range's sums bit for bit those of its one-range call.
+  virtual void batch_weighted_sums(Side side, std::span<const WeightedRange> ranges, std::span<const float> h,
+                                   std::span<const float> hh, std::span<WeightedSums> out) const;
 
   /// What the adaptive kernels did so far (Problem::statistics); zero where there is nothing adaptive.
   virtual EngineStatistics statistics() const { return {}; }
@@ -202,8 +245,10 @@ class Backend {
   virtual void map_resident(const PlanParams& p, Side from, PointsView q, std::span<float> out) const;
   /// out (count(wrt) × d) = 2s·r_i·(p_i − T_i), Problem::gradient with the resident points p and T = apply_points.
   virtual void points_gradient(const PlanParams& p, Side wrt, std::span<float> out) const;
-  /// ⟨P, C⟩ of the resident potentials, as Problem's host primal cost (the variance form over V = [y | ‖y‖² | 1]).
-  virtual double resident_primal_cost(const PlanParams& p) const;
+  /// The per-row terms of ⟨P, C⟩ of the resident potentials, before the cost scale: terms (n) = r_i·(‖x_i − T_i‖² +
+  /// max(0, E_i − ‖T_i‖²)) as Problem's host primal cost computes them (the variance form over V = [y | ‖y‖² | 1]),
+  /// 0 where r_i ≤ 0; the caller sums them in row order (a batch: each problem's rows, with its segment's scale).
+  virtual void resident_primal_terms(const PlanParams& p, std::span<double> terms) const;
 
  protected:
   std::shared_ptr<const BlockPattern> pattern_;  // null: dense

@@ -16,6 +16,8 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <omp.h>
@@ -72,6 +74,31 @@ void centred(const PointsView& p, const std::vector<double>& centre, std::span<f
   for (std::size_t i = 0; i < p.n; ++i, v += d, o += d)
     for (std::size_t c = 0; c < d; ++c) o[c] = static_cast<float>(static_cast<double>(v[c]) - m[c]);
   std::fill(out.begin() + p.n * d, out.end(), 0.0f);
+}
+
+/// The batch's primal costs ⟨P, C⟩ from per-row terms (the backend's rows; `terms` fills them when some problem
+/// asks for diagnostics), each problem's rows summed in order and scaled by its cost scale: results[q].primal_cost,
+/// NaN where not asked for or non-finite.
+template <class Terms>
+void add_primal_costs(const detail::BatchLayout& layout, std::span<const std::size_t> n,
+                      const std::vector<bool>& diagnostics, std::vector<SolveResult>& results, Terms&& terms) {
+  bool any = false;
+  std::vector<detail::SegmentParams> seg(results.size());
+  for (std::size_t q = 0; q < results.size(); ++q) {
+    results[q].primal_cost = std::numeric_limits<double>::quiet_NaN();
+    seg[q] = {results[q].epsilon, detail::cost_scale(results[q].cost), 1, 1};
+    any |= diagnostics[q] && results[q].reason != StopReason::kNonFinite;
+  }
+  if (!any) return;
+  detail::PlanParams pp{seg[0].epsilon, seg[0].cost_scale};
+  pp.segments = seg;
+  const std::vector<double> t = terms(pp);
+  for (std::size_t q = 0; q < results.size(); ++q) {
+    if (!diagnostics[q] || results[q].reason == StopReason::kNonFinite) continue;
+    double cost = 0;
+    for (std::size_t i = layout.row_begin[q]; i < layout.row_begin[q] + n[q]; ++i) cost += t[i];
+    results[q].primal_cost = seg[q].cost_scale * cost;
+  }
 }
 
 }  // namespace
@@ -187,16 +214,13 @@ std::vector<SolveResult> solve_batch(std::span<const BatchProblem> problems, con
   std::vector<SolveResult> results = detail::run_sinkhorn_batch(*backend, inputs, opts, &layout);
 
   // Primal costs ⟨P, C⟩ of the problems that ask for diagnostics, in one pass: V = [y | ‖y‖² | 1] (Problem's).
-  bool any = false;
-  std::vector<detail::SegmentParams> seg(count);
+  std::vector<std::size_t> rows_of(count);
+  std::vector<bool> diagnostics(count);
   for (std::size_t q = 0; q < count; ++q) {
-    results[q].primal_cost = std::numeric_limits<double>::quiet_NaN();
-    seg[q] = {results[q].epsilon, detail::cost_scale(results[q].cost), 1, 1};
-    any |= problems[q].options.diagnostics && results[q].reason != StopReason::kNonFinite;
+    rows_of[q] = problems[q].x.n;
+    diagnostics[q] = problems[q].options.diagnostics;
   }
-  if (any) {
-    std::vector<float> F(layout.rows), G(layout.cols);
-    backend->get_potentials(F, G);
+  add_primal_costs(layout, rows_of, diagnostics, results, [&](const detail::PlanParams& pp) {
     const std::size_t k = d + 2;
     std::vector<float> v(layout.cols * k, 0.0f);
     for (std::size_t j = 0; j < layout.cols; ++j) {
@@ -209,26 +233,122 @@ std::vector<SolveResult> solve_batch(std::span<const BatchProblem> problems, con
       v[j * k + d + 1] = 1.0f;
     }
     std::vector<float> out(layout.rows * k);
-    detail::PlanParams pp{seg[0].epsilon, seg[0].cost_scale};
-    pp.segments = seg;
     backend->apply(pp, Side::kSource, v, k, false, out);
-    for (std::size_t q = 0; q < count; ++q) {
-      if (!problems[q].options.diagnostics || results[q].reason == StopReason::kNonFinite) continue;
-      double cost = 0;
-      for (std::size_t i = layout.row_begin[q]; i < layout.row_begin[q] + problems[q].x.n; ++i) {
-        const double r = out[i * k + d + 1];
-        if (!(r > 0)) continue;
-        double dist = 0, tnorm = 0;
-        for (std::size_t c = 0; c < d; ++c) {
-          const double t = out[i * k + c] / r;
-          dist += (x[i * d + c] - t) * (x[i * d + c] - t);
-          tnorm += t * t;
-        }
-        cost += r * (dist + std::max(0.0, out[i * k + d] / r - tnorm));
+    std::vector<double> terms(layout.rows, 0.0);
+    for (std::size_t i = 0; i < layout.rows; ++i) {
+      const double r = out[i * k + d + 1];
+      if (!(r > 0)) continue;
+      double dist = 0, tnorm = 0;
+      for (std::size_t c = 0; c < d; ++c) {
+        const double t = out[i * k + c] / r;
+        dist += (x[i * d + c] - t) * (x[i * d + c] - t);
+        tnorm += t * t;
       }
-      results[q].primal_cost = seg[q].cost_scale * cost;
+      terms[i] = r * (dist + std::max(0.0, out[i * k + d] / r - tnorm));
     }
+    return terms;
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (SolveResult& r : results) r.seconds = seconds;
+  return results;
+}
+
+std::vector<SolveResult> solve_batch_on_device(std::span<const DeviceBatchProblem> problems,
+                                               const BackendOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  if (problems.empty()) throw std::invalid_argument("solve_batch_on_device needs at least one problem (got none)");
+  const std::size_t count = problems.size();
+  const std::size_t d = problems[0].x.d;
+  const int device = problems[0].x.device;
+  // Shapes, pointers and devices first, with no device call (Problem::on_device's checks, solve_batch's messages).
+  detail::BatchLayout layout;
+  layout.row_blocks.push_back(0);
+  layout.col_blocks.push_back(0);
+  for (std::size_t q = 0; q < count; ++q) {
+    const DeviceBatchProblem& p = problems[q];
+    if (p.x.n == 0 || p.y.n == 0)
+      throw std::invalid_argument("batch problem " + std::to_string(q) + " is empty: its source has " +
+                                  std::to_string(p.x.n) + " points and its target " + std::to_string(p.y.n) +
+                                  " (every problem needs at least one point on each side)");
+    if (p.x.d != d || p.y.d != d || d == 0)
+      throw std::invalid_argument("batch problem " + std::to_string(q) + " has dimension x.d = " +
+                                  std::to_string(p.x.d) + ", y.d = " + std::to_string(p.y.d) +
+                                  " but problem 0 has d = " + std::to_string(d) + " (a batch shares one d ≥ 1)");
+    for_problem(q, [&] {
+      for (const auto& [view, name] : {std::pair{&p.x, "x"}, std::pair{&p.y, "y"}})
+        if (view->data == nullptr)
+          throw std::invalid_argument(std::string(name) + ".data must point to " + name + ".n·" + name + ".d = " +
+                                      std::to_string(view->n * view->d) + " values on the device (got a null "
+                                      "pointer)");
+      for (const auto& [w, n, name, points] : {std::tuple{&p.a, p.x.n, "a", "x"}, std::tuple{&p.b, p.y.n, "b", "y"}})
+        if (w->data != nullptr && w->n != n)
+          throw std::invalid_argument(std::string(name) + " must be empty (uniform) or hold " + points + ".n = " +
+                                      std::to_string(n) + " weights (got " + std::to_string(w->n) + ")");
+    });
+    const auto on = [](int dev) { return "cuda:" + std::to_string(dev); };
+    for (const auto& [where, name] : {std::pair{p.x.device, "x"}, std::pair{p.y.device, "y"},
+                                      std::pair{p.a.data != nullptr ? p.a.device : device, "a"},
+                                      std::pair{p.b.data != nullptr ? p.b.device : device, "b"}})
+      if (where != device)
+        throw std::invalid_argument("batch problem " + std::to_string(q) + ": " + name + " is on " + on(where) +
+                                    " but problem 0's x on " + on(device) + " (a batch runs on one device)");
+    if (p.options.scheme != problems[0].options.scheme)
+      throw std::invalid_argument("batch problem " + std::to_string(q) + " asks for the " +
+                                  to_string(p.options.scheme) + " scheme but problem 0 for " +
+                                  to_string(problems[0].options.scheme) + " (a batch shares one scheme)");
+    layout.row_begin.push_back(layout.rows);
+    layout.col_begin.push_back(layout.cols);
+    layout.rows += round_up(p.x.n);
+    layout.cols += round_up(p.y.n);
+    layout.row_blocks.push_back(static_cast<std::int32_t>(layout.rows / detail::kBlockSize));
+    layout.col_blocks.push_back(static_cast<std::int32_t>(layout.cols / detail::kBlockSize));
   }
+  if (options.backend == BackendKind::kCpu)
+    throw std::runtime_error("solve_batch_on_device needs the CUDA backend (the batch is on cuda:" +
+                             std::to_string(device) + "); solve_batch takes host arrays for the CPU backend");
+  // Several devices, shards or ranks, a build without CUDA, no device, another BackendOptions::device.
+  detail::refuse_device_input(options, device);
+
+  // Validation, bounds, centring and the padded concatenation on the device (engine/cuda/device_input.cu).
+  std::vector<detail::DeviceBatchInput> in(count);
+  for (std::size_t q = 0; q < count; ++q)
+    in[q] = {problems[q].x, problems[q].y, problems[q].a, problems[q].b, layout.row_begin[q], layout.col_begin[q]};
+  detail::DeviceBatch batch = detail::prepare_device_batch(in, layout.rows, layout.cols, d, device);
+  // The weights live on the backend only: the loop's sums are Backend::batch_weighted_sums (SolveInputs::resident).
+  std::vector<detail::SolveInputs> inputs(count);
+  for (std::size_t q = 0; q < count; ++q) {
+    const DeviceBatchProblem& p = problems[q];
+    inputs[q] = {{}, {}, batch.diameter[q], true, p.x.n, p.y.n, batch.mass_a[q]};
+    for_problem(q, [&] {
+      detail::validate_solve_options(p.options, p.x.n, p.y.n, batch.mass_a[q], batch.mass_b[q], batch.diameter[q]);
+    });
+  }
+  detail::ProblemData data{{{}, layout.rows, d}, {{}, layout.cols, d}, {}, {}};
+  data.device_x = batch.x;
+  data.device_y = batch.y;
+  data.device = device;
+  data.device_a = batch.a;
+  data.device_b = batch.b;
+  data.min_a = batch.min_a;
+  data.min_b = batch.min_b;
+  const std::unique_ptr<detail::Backend> backend = detail::make_backend(options, data);
+  batch.memory.reset();  // the backend holds its own copy
+  std::vector<const SolveOptions*> opts(count);
+  for (std::size_t q = 0; q < count; ++q) opts[q] = &problems[q].options;
+  std::vector<SolveResult> results = detail::run_sinkhorn_batch(*backend, inputs, opts, &layout);
+
+  // Primal costs from the resident points (Backend::resident_primal_terms: V = [y | ‖y‖² | 1] built on the device).
+  std::vector<std::size_t> rows_of(count);
+  std::vector<bool> diagnostics(count);
+  for (std::size_t q = 0; q < count; ++q) {
+    rows_of[q] = problems[q].x.n;
+    diagnostics[q] = problems[q].options.diagnostics;
+  }
+  add_primal_costs(layout, rows_of, diagnostics, results, [&](const detail::PlanParams& pp) {
+    std::vector<double> terms(layout.rows);
+    backend->resident_primal_terms(pp, terms);
+    return terms;
+  });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (SolveResult& r : results) r.seconds = seconds;
   return results;

@@ -92,7 +92,13 @@ struct Problem::Impl {
   /// ⟨P, C⟩ = s·Σ_i r_i·(‖x_i − T_i‖² + E_i‖y‖² − ‖T_i‖²), T_i = (PY)_i / r_i and E_i‖y‖² = (P‖y‖²)_i / r_i:
   /// one pass with V = [y | ‖y‖² | 1]. The variance form keeps the cancellation to the spread of each row.
   double primal_cost(const detail::PlanParams& p) const {
-    if (device_input) return backend->resident_primal_cost(p);
+    if (device_input) {
+      std::vector<double> terms(n);
+      backend->resident_primal_terms(p, terms);
+      double cost = 0;
+      for (const double t : terms) cost += t;  // row order, as below
+      return p.cost_scale * cost;
+    }
     const std::size_t k = d + 2;
     std::vector<float> v(m * k);
     for (std::size_t j = 0; j < m; ++j) {

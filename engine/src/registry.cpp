@@ -104,6 +104,15 @@ DeviceWeightScan scan_device_weights(const DeviceWeights& w, const std::string& 
   }
 }
 
+DeviceBatch prepare_device_batch(std::span<const DeviceBatchInput> problems, std::size_t rows, std::size_t cols,
+                                 std::size_t d, int device) {
+  if constexpr (kCudaCompiled) {
+    return cuda_prepare_device_batch(problems, rows, cols, d, device);
+  } else {
+    throw std::runtime_error("a device batch is on a CUDA device, but flashot was built without CUDA");
+  }
+}
+
 void Backend::apply_points(const PlanParams&, Side, bool, std::span<float>) const { no_resident_points("apply_points"); }
 void Backend::map_resident(const PlanParams&, Side, PointsView, std::span<float>) const {
   no_resident_points("map_resident");
@@ -111,7 +120,17 @@ void Backend::map_resident(const PlanParams&, Side, PointsView, std::span<float>
 void Backend::points_gradient(const PlanParams&, Side, std::span<float>) const {
   no_resident_points("points_gradient");
 }
-double Backend::resident_primal_cost(const PlanParams&) const { no_resident_points("resident_primal_cost"); }
+void Backend::resident_primal_terms(const PlanParams&, std::span<double>) const {
+  no_resident_points("resident_primal_terms");
+}
+void Backend::batch_weighted_sums(Side side, std::span<const WeightedRange> ranges, std::span<const float> h,
+                                  std::span<const float> hh, std::span<WeightedSums> out) const {
+  for (std::size_t k = 0; k < ranges.size(); ++k) {
+    const WeightedRange& r = ranges[k];
+    out[k] = weighted_sums(side, r.offset, h.subspan(r.offset, r.count),
+                           hh.empty() ? hh : hh.subspan(r.offset, r.count), r.epsilon, r.rho);
+  }
+}
 WeightedSums Backend::weighted_sums(Side, std::size_t, std::span<const float>, std::span<const float>, double,
                                     double) const {
   throw std::logic_error("the " + name() + " backend keeps no weights of its own for the Sinkhorn loop's sums "

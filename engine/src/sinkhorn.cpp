@@ -35,12 +35,10 @@ double marginal_error(const Backend& backend, const SolveInputs& in, std::size_t
          mass_a;
 }
 
-/// SolveResult::dual_cost: dual_term of each side, from the backend's weights when they are resident.
-double dual_cost(const Backend& backend, const SolveInputs& in, std::size_t r0, std::size_t c0,
-                 std::span<const float> f, std::span<const float> g, double rho_x, double rho_y) {
-  if (in.resident)
-    return backend.weighted_sums(Side::kSource, r0, f, {}, 0, rho_x).dual +
-           backend.weighted_sums(Side::kTarget, c0, g, {}, 0, rho_y).dual;
+/// SolveResult::dual_cost from host weights: dual_term of each side (resident weights: run_sinkhorn_batch's
+/// Backend::batch_weighted_sums).
+double dual_cost(const SolveInputs& in, std::span<const float> f, std::span<const float> g, double rho_x,
+                 double rho_y) {
   return dual_term(in.a, f, rho_x) + dual_term(in.b, g, rho_y);
 }
 
@@ -187,8 +185,6 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
   const std::size_t count = inputs.size();
   if (count != options.size() || count == 0 || (layout == nullptr && count != 1))
     throw std::logic_error("run_sinkhorn_batch: inconsistent problems and layout");
-  if (inputs[0].resident && layout != nullptr)
-    throw std::logic_error("run_sinkhorn_batch: resident weights serve a single problem only");
   const auto n_of = [](const SolveInputs& in) { return in.resident ? in.n : in.a.size(); };
   const auto m_of = [](const SolveInputs& in) { return in.resident ? in.m : in.b.size(); };
   const std::size_t rows = layout ? layout->rows : n_of(inputs[0]);
@@ -253,6 +249,31 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
   };
   std::vector<SegmentParams> segments(count);
   std::vector<float> fh(rows), gh(cols);
+  // The marginal errors of `list` at ε eps_of(run), from F, G, fh, gh: on the host from host weights, and for the
+  // problems whose weights are resident (a device batch, Problem::on_device) from the backend's, every such problem
+  // in one Backend::batch_weighted_sums call per side.
+  const auto marginal_errors = [&](const std::vector<Run*>& list, const std::function<double(const Run&)>& eps_of) {
+    std::vector<double> out(list.size());
+    std::vector<WeightedRange> xr, yr;
+    std::vector<std::size_t> at;
+    for (std::size_t k = 0; k < list.size(); ++k) {
+      const Run& u = *list[k];
+      if (u.in->resident) {
+        xr.push_back({u.r0, u.n, eps_of(u), u.rho_x});
+        yr.push_back({u.c0, u.m, eps_of(u), u.rho_y});
+        at.push_back(k);
+      } else {
+        out[k] = marginal_error(backend, *u.in, u.r0, u.c0, u.f_of(F), u.f_of(fh), u.g_of(G), u.g_of(gh), eps_of(u),
+                                u.rho_x, u.rho_y, u.mass_a);
+      }
+    }
+    if (at.empty()) return out;
+    std::vector<WeightedSums> sx(at.size()), sy(at.size());
+    backend.batch_weighted_sums(Side::kSource, xr, F, fh, sx);
+    backend.batch_weighted_sums(Side::kTarget, yr, G, gh, sy);
+    for (std::size_t i = 0; i < at.size(); ++i) out[at[i]] = (sx[i].marginal + sy[i].marginal) / list[at[i]]->mass_a;
+    return out;
+  };
   // Soft c-transforms of every listed problem at the ε of stage stage_of(q), one pass per side for all of them.
   const auto transforms = [&](const std::function<int(std::size_t)>& stage_of) {
     for (std::size_t q = 0; q < count; ++q) segments[q] = runs[q].params(stage_of(q));
@@ -345,12 +366,13 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
     if (to_check.empty()) continue;
     backend.get_potentials(F, G);
     transforms([&](std::size_t q) { return runs[q].k; });
-    for (Run* u : to_check) {
+    const std::vector<double> errors = marginal_errors(to_check, [](const Run& u) { return u.eps[u.k]; });
+    for (std::size_t c = 0; c < to_check.size(); ++c) {
+      Run* u = to_check[c];
       SolveResult& r = u->r;
       const SolveOptions& o = *u->o;
       const int k = u->k;
-      r.marginal_error = marginal_error(backend, *u->in, u->r0, u->c0, u->f_of(F), u->f_of(fh), u->g_of(G),
-                                        u->g_of(gh), u->eps[k], u->rho_x, u->rho_y, u->mass_a);
+      r.marginal_error = errors[c];
       u->error_current = true;
       r.checks.push_back(MarginalCheck{r.iterations, u->eps[k], r.marginal_error, u->relax.omega()});
       u->relax.observe(u->in_stage - u->last_check, r.marginal_error);
@@ -407,14 +429,29 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
   if (any_need) {
     relist(need);
     transforms([&](std::size_t q) { return runs[q].reached; });
-    for (std::size_t q = 0; q < count; ++q) {
-      if (!need[q]) continue;
-      Run& u = runs[q];
-      u.r.marginal_error = marginal_error(backend, *u.in, u.r0, u.c0, u.f_of(F), u.f_of(fh), u.g_of(G),
-                                          u.g_of(gh), u.r.epsilon, u.rho_x, u.rho_y, u.mass_a);
+    std::vector<Run*> list;
+    for (std::size_t q = 0; q < count; ++q)
+      if (need[q]) list.push_back(&runs[q]);
+    const std::vector<double> errors = marginal_errors(list, [](const Run& u) { return u.r.epsilon; });
+    for (std::size_t c = 0; c < list.size(); ++c) {
+      Run& u = *list[c];
+      u.r.marginal_error = errors[c];
       if (!std::isfinite(u.r.marginal_error)) u.non_finite(u.reached);
     }
   }
+  // The dual costs of the problems whose weights are resident, every one in one call per side (dual_cost's).
+  std::vector<WeightedRange> xr, yr;
+  for (const Run& u : runs)
+    if (u.in->resident) {
+      xr.push_back({u.r0, u.n, 0, u.rho_x});
+      yr.push_back({u.c0, u.m, 0, u.rho_y});
+    }
+  std::vector<WeightedSums> dual_x(xr.size()), dual_y(yr.size());
+  if (!xr.empty()) {
+    backend.batch_weighted_sums(Side::kSource, xr, F, {}, dual_x);
+    backend.batch_weighted_sums(Side::kTarget, yr, G, {}, dual_y);
+  }
+  std::size_t resident_index = 0;
   relist(std::vector<bool>(count, true));  // plan operations on the batch see every problem
   std::vector<SolveResult> out;
   out.reserve(count);
@@ -426,7 +463,12 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
                   show(u.o->tolerance) + " after max_iterations = " + std::to_string(u.o->max_iterations) +
                   " at the final ε = " + show(r.epsilon);
     const std::span<const float> f = u.f_of(F), g = u.g_of(G);
-    r.dual_cost = dual_cost(backend, *u.in, u.r0, u.c0, f, g, u.rho_x, u.rho_y);
+    if (u.in->resident) {
+      r.dual_cost = dual_x[resident_index].dual + dual_y[resident_index].dual;
+      ++resident_index;
+    } else {
+      r.dual_cost = dual_cost(*u.in, f, g, u.rho_x, u.rho_y);
+    }
     r.overrelaxation = u.reached == u.stage_count - 1 ? u.relax.omega() : 1.0;
     r.f.assign(f.begin(), f.end());
     r.g.assign(g.begin(), g.end());

@@ -34,7 +34,8 @@ struct SolveInputs {
   double diameter = 0;       // of the union of both clouds' bounding box, for the ε schedule
   /// The weights live only on the backend (a device-input Problem): a and b are empty, n, m and mass_a (a's total)
   /// say what they would, and the loop's weighted reductions (marginal error, dual cost) are the backend's
-  /// Backend::weighted_sums. Only run_sinkhorn's single problem takes it (not a batch, not the multiscale loop).
+  /// Backend::batch_weighted_sums. A device-input Problem and a device batch (solve_batch_on_device) take it; the
+  /// multiscale loop does not.
   bool resident = false;
   std::size_t n = 0, m = 0;
   double mass_a = 0;

@@ -8,6 +8,7 @@ names; ``flashot.read`` / ``flashot.write`` use flashot's C++ readers and writer
 
 from ._flashot import (  # noqa: F401
     BackendOptions,
+    BatchResults,
     DivergenceResult,
     LabelTransfer,
     Problem,
@@ -27,6 +28,7 @@ from ._flashot import (  # noqa: F401
     rank_options,
     sinkhorn_divergence,
     sinkhorn_divergence_gradient,
+    solve_batch,
     version,
 )
 from ._progress import ProgressBar  # noqa: F401

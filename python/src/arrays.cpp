@@ -22,6 +22,7 @@ std::string shape_text(const nb::object& array) { return text_of(array.attr("sha
 
 std::string expected_text(int ndim, std::size_t width) {
   if (ndim == 1) return "a 1-D array";
+  if (ndim == 3) return "a 3-D array (problems, rows, dimensions)";
   if (ndim < 0) return "a 1-D or 2-D array";
   return width > 0 ? "a 2-D array (rows, " + std::to_string(width) + ")" : "a 2-D array (rows, dimensions)";
 }
@@ -57,7 +58,6 @@ bool cuda_copies() {
 }
 
 #if defined(FLASHOT_PYTHON_CUDA)
-namespace {
 /// Waits for the work queued on `device` (the producer's pending writes to an array), keeping the current device.
 void synchronize_device(int device, const char* name) {
   int previous = 0;
@@ -67,14 +67,16 @@ void synchronize_device(int device, const char* name) {
   cudaSetDevice(previous);
   cuda_check(status, (std::string("waiting for ") + name + "'s producer on the device").c_str());
 }
-}  // namespace
+#else
+void synchronize_device(int, const char*) {}
 #endif
 
 void FloatInput::stage_on_host(const char* name) {
   if (device_data_ == nullptr) return;
 #if defined(FLASHOT_PYTHON_CUDA)
-  owned_.resize(rows_ * cols_);
+  owned_.resize(rows_ * cols_ * depth_);
   if (!owned_.empty()) {
+    synchronize_device(device_, name);  // a deferred wait (from(…, synchronize = false)) happens here at the latest
     int previous = 0;
     cuda_check(cudaGetDevice(&previous), "cudaGetDevice");
     cuda_check(cudaSetDevice(device_), "cudaSetDevice");
@@ -91,15 +93,18 @@ void FloatInput::stage_on_host(const char* name) {
 #endif
 }
 
-FloatInput FloatInput::from(nb::handle object, const char* name, int ndim, std::size_t width, bool on_device) {
+FloatInput FloatInput::from(nb::handle object, const char* name, int ndim, std::size_t width, bool on_device,
+                            bool synchronize) {
   FloatInput in;
-  const auto check_shape = [&](std::size_t got_ndim, std::size_t rows, std::size_t cols, const std::string& shape) {
+  const auto check_shape = [&](std::size_t got_ndim, std::size_t rows, std::size_t cols, std::size_t depth,
+                               const std::string& shape) {
     const bool ndim_ok = ndim < 0 ? (got_ndim == 1 || got_ndim == 2) : int(got_ndim) == ndim;
     if (!ndim_ok || (got_ndim == 2 && width > 0 && cols != width))
       throw std::invalid_argument(std::string(name) + " must be " + expected_text(ndim, width) + " (got shape " +
                                   shape + ")");
     in.rows_ = rows;
-    in.cols_ = got_ndim == 2 ? cols : 1;
+    in.cols_ = got_ndim >= 2 ? cols : 1;
+    in.depth_ = got_ndim == 3 ? depth : 1;
     in.ndim_ = int(got_ndim);
   };
   const auto device = dlpack_device(object);
@@ -113,14 +118,19 @@ FloatInput FloatInput::from(nb::handle object, const char* name, int ndim, std::
     if (array.dtype() != nb::dtype<float>())
       throw std::invalid_argument(std::string(name) + " is a CUDA array of another dtype than float32: convert it "
                                   "on the device first (e.g. tensor.float())");
-    // C order: the last axis has stride 1 and the first the row length (or the array is empty / one row).
+    // C order: every axis of length > 1 has the stride of the axes after it (or the array is empty).
     const std::size_t got_ndim = array.ndim();
     const std::size_t rows = got_ndim >= 1 ? array.shape(0) : 0;
     const std::size_t cols = got_ndim >= 2 ? array.shape(1) : 1;
-    check_shape(got_ndim, rows, cols, shape_text(as_object));
-    const bool contiguous = rows * cols == 0 || (got_ndim == 1 ? (array.stride(0) == 1 || rows == 1)
-                                                               : (array.stride(1) == 1 || cols == 1) &&
-                                                                     (array.stride(0) == std::int64_t(cols) || rows == 1));
+    const std::size_t depth = got_ndim >= 3 ? array.shape(2) : 1;
+    check_shape(got_ndim, rows, cols, depth, shape_text(as_object));
+    bool contiguous = true;
+    std::int64_t expected = 1;
+    for (std::size_t k = got_ndim; k-- > 0;) {
+      if (array.shape(k) > 1 && array.stride(k) != expected) contiguous = false;
+      expected *= std::int64_t(array.shape(k));
+    }
+    contiguous = contiguous || rows * cols * depth == 0;
     if (!contiguous)
       throw std::invalid_argument(std::string(name) + " is a CUDA array that is not C-contiguous: make it so on "
                                   "the device first (e.g. tensor.contiguous())");
@@ -129,14 +139,16 @@ FloatInput FloatInput::from(nb::handle object, const char* name, int ndim, std::
     // (Problem::on_device), after the producer's pending work on that device. Otherwise, or when the caller then
     // finds it cannot use device memory (stage_on_host), one explicit device-to-host copy (docs/python.md,
     // "CUDA arrays").
-    synchronize_device(device->second, name);
+    if (synchronize && on_device) synchronize_device(device->second, name);  // stage_on_host waits by itself
     in.device_array_ = array;
     in.device_data_ = static_cast<const float*>(array.data());
     in.device_ = device->second;
     in.keep_ = as_object;
-    if (!on_device || rows * cols == 0) in.stage_on_host(name);
+    if (!on_device || rows * cols * depth == 0) in.stage_on_host(name);
     return in;
 #else
+    (void)on_device;
+    (void)synchronize;
     throw std::runtime_error(std::string(name) + " is on a CUDA device, but this flashot module was built without "
                              "CUDA: move it to the host first (e.g. tensor.cpu())");
 #endif
@@ -164,8 +176,8 @@ FloatInput FloatInput::from(nb::handle object, const char* name, int ndim, std::
   }
   const std::size_t got_ndim = array.ndim();
   check_shape(got_ndim, got_ndim >= 1 ? array.shape(0) : 0, got_ndim >= 2 ? array.shape(1) : 1,
-              shape_text(in.keep_));
-  in.values_ = std::span<const float>(array.data(), in.rows_ * in.cols_);
+              got_ndim >= 3 ? array.shape(2) : 1, shape_text(in.keep_));
+  in.values_ = std::span<const float>(array.data(), in.rows_ * in.cols_ * in.depth_);
   return in;
 }
 

@@ -30,8 +30,11 @@ namespace nb = nanobind;
 class FloatInput {
  public:
   FloatInput() = default;
-  /// `ndim` 1 or 2 (or −1: either); `name` is used in messages ("x", "a", ...). `width` > 0 requires that many columns (2-D).
-  static FloatInput from(nb::handle object, const char* name, int ndim, std::size_t width = 0, bool on_device = false);
+  /// `ndim` 1, 2 or 3 (or −1: 1 or 2); `name` is used in messages ("x", "a", ...). `width` > 0 requires that many
+  /// columns (2-D). A CUDA array is waited for (its device synchronized) unless `synchronize` is false and it is kept
+  /// on the device: the caller then calls synchronize_device once for several arrays (a batch).
+  static FloatInput from(nb::handle object, const char* name, int ndim, std::size_t width = 0, bool on_device = false,
+                         bool synchronize = true);
   /// A CUDA array kept on its device (from(..., on_device = true)): its memory, and the device ordinal; null / −1
   /// otherwise (values() is then empty until stage_on_host()).
   const float* device_data() const { return device_data_; }
@@ -43,6 +46,8 @@ class FloatInput {
   std::span<const float> values() const { return values_; }
   std::size_t rows() const { return rows_; }
   std::size_t cols() const { return cols_; }
+  /// The third axis of a 3-D array (1 otherwise): a (problems, rows, dimensions) batch is rows() × cols() × depth().
+  std::size_t depth() const { return depth_; }
   int ndim() const { return ndim_; }
   PointsView points() const { return {values_, rows_, cols_}; }
   /// Whether the values are the caller's own memory (no copy was made).
@@ -57,11 +62,15 @@ class FloatInput {
   const float* device_data_ = nullptr;
   int device_ = -1;
   std::span<const float> values_;
-  std::size_t rows_ = 0, cols_ = 0;
+  std::size_t rows_ = 0, cols_ = 0, depth_ = 1;
   int ndim_ = 0;
   bool borrowed_ = false;
   std::string origin_ = "host";
 };
+
+/// Waits for the work queued on CUDA device `device` (a producer's pending writes); nothing without CUDA. `name`
+/// names the array in the error message.
+void synchronize_device(int device, const char* name);
 
 /// int32 labels (1-D), converted from any integer array.
 std::vector<std::int32_t> int_labels(nb::handle object, const char* name);

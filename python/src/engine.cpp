@@ -6,12 +6,14 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <deque>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
 
 #include "arrays.hpp"
 #include "bindings.hpp"
+#include "flashot/batch.hpp"
 #include "flashot/distributed.hpp"
 
 namespace flashot::python {
@@ -65,6 +67,81 @@ FloatInput optional_weights(nb::handle w, const char* name, bool on_device = fal
   if (w.is_none()) return {};
   return FloatInput::from(w, name, 1, 0, on_device);
 }
+
+/// One argument of solve_batch (x, y, a or b): a stacked array — (B, n, d) points, (B, n) weights — read as one
+/// array (a CUDA one kept on its device, problem q at offset q·n·d), or a sequence of per-problem arrays ((n_q, d) or
+/// (n_q); None entries: uniform weights), or None (weights only: all uniform). CUDA arrays are not waited for here:
+/// solve_batch synchronizes each device once.
+class BatchArgument {
+ public:
+  static BatchArgument from(nb::handle object, const char* name, bool weights) {
+    BatchArgument out;
+    out.name_ = name;
+    out.weights_ = weights;
+    if (object.is_none()) {
+      if (!weights) throw std::invalid_argument(std::string(name) + " must be a (problems, rows, dimensions) array or "
+                                                "a sequence of (rows, dimensions) arrays (got None)");
+      out.none_ = true;
+      return out;
+    }
+    if (!nb::isinstance<nb::list>(object) && !nb::isinstance<nb::tuple>(object) && nb::hasattr(object, "shape")) {
+      out.whole_ = FloatInput::from(object, name, weights ? 2 : 3, 0, true, false);
+      out.stacked_ = true;
+      return out;
+    }
+    std::size_t q = 0;
+    for (nb::handle item : nb::iter(object)) {
+      out.names_.push_back(std::string(name) + "[" + std::to_string(q++) + "]");
+      if (weights && item.is_none())
+        out.parts_.emplace_back();
+      else
+        out.parts_.push_back(FloatInput::from(item, out.names_.back().c_str(), weights ? 1 : 2, 0, true, false));
+    }
+    return out;
+  }
+  bool none() const { return none_; }
+  std::size_t count() const { return stacked_ ? whole_.rows() : parts_.size(); }
+  /// Problem q's rows (points) or values (weights); 0 for uniform weights.
+  std::size_t rows(std::size_t q) const {
+    if (none_) return 0;
+    return stacked_ ? whole_.cols() : parts_[q].rows();
+  }
+  std::size_t dims(std::size_t q) const { return stacked_ ? whole_.depth() : parts_[q].cols(); }
+  std::size_t size(std::size_t q) const { return weights_ ? rows(q) : rows(q) * dims(q); }
+  /// Problem q's values on its CUDA device (null: on the host, or uniform weights) and that device.
+  const float* device_data(std::size_t q) const {
+    if (none_ || rows(q) == 0) return nullptr;
+    const FloatInput& in = stacked_ ? whole_ : parts_[q];
+    if (in.device_data() == nullptr) return nullptr;
+    return in.device_data() + (stacked_ ? q * size(q) : 0);
+  }
+  int device(std::size_t q) const {
+    if (none_) return -1;
+    return (stacked_ ? whole_ : parts_[q]).device();
+  }
+  std::span<const float> values(std::size_t q) const {
+    if (none_ || rows(q) == 0) return {};
+    return stacked_ ? whole_.values().subspan(q * size(q), size(q)) : parts_[q].values();
+  }
+  void stage_on_host() {
+    whole_.stage_on_host(name_);
+    for (std::size_t q = 0; q < parts_.size(); ++q) parts_[q].stage_on_host(names_[q].c_str());
+  }
+
+ private:
+  const char* name_ = "";
+  bool weights_ = false, none_ = false, stacked_ = false;
+  FloatInput whole_;
+  std::vector<FloatInput> parts_;
+  std::deque<std::string> names_;  // the parts' names (messages), stable addresses
+};
+
+/// solve_batch's results: a sequence of SolveResult, and the route the inputs took.
+struct PyBatchResults {
+  nb::list results;
+  bool on_device = false;
+  std::string input_device = "host";
+};
 
 std::string repr_result(const SolveResult& r) {
   std::ostringstream out;
@@ -613,6 +690,108 @@ void bind_engine(nb::module_& m) {
       "backend_options"_a.none() = nb::none(), "kwargs"_a,
       "Debiased Sinkhorn divergence S = OT(x,y) − ½OT(x,x) − ½OT(y,y), three solves. Keyword arguments are "
       "SolveOptions or BackendOptions fields.");
+
+  nb::class_<PyBatchResults>(m, "BatchResults",
+                              "What solve_batch returns: a sequence of SolveResult (one per problem, in order) and "
+                              "the route its inputs took.")
+      .def("__len__", [](const PyBatchResults& r) { return nb::len(r.results); })
+      .def("__getitem__", [](const PyBatchResults& r, nb::handle i) { return r.results.attr("__getitem__")(i); })
+      .def("__iter__", [](const PyBatchResults& r) { return r.results.attr("__iter__")(); })
+      .def_ro("on_device", &PyBatchResults::on_device,
+              "True when the batch was solved from CUDA arrays in place (zero-copy, solve_batch_on_device)")
+      .def_ro("input_device", &PyBatchResults::input_device, "where x came from: 'host' or 'cuda:N'")
+      .def("__repr__", [](const PyBatchResults& r) {
+        return "BatchResults(" + std::to_string(nb::len(r.results)) + " problems, on_device=" +
+               (r.on_device ? "True" : "False") + ")";
+      });
+
+  m.def(
+      "solve_batch",
+      [](nb::handle x, nb::handle y, nb::handle a, nb::handle b, nb::handle options, const PyBackendOptions* backend,
+         nb::kwargs kwargs) {
+        BatchArgument xs = BatchArgument::from(x, "x", false);
+        BatchArgument ys = BatchArgument::from(y, "y", false);
+        BatchArgument as = BatchArgument::from(a, "a", true);
+        BatchArgument bs = BatchArgument::from(b, "b", true);
+        const std::size_t count = xs.count();
+        if (ys.count() != count)
+          throw std::invalid_argument("x holds " + std::to_string(count) + " problems but y holds " +
+                                      std::to_string(ys.count()) + " (one target per source)");
+        for (const auto& [w, name] : {std::pair{&as, "a"}, std::pair{&bs, "b"}})
+          if (!w->none() && w->count() != count)
+            throw std::invalid_argument(std::string(name) + " holds " + std::to_string(w->count()) +
+                                        " weight vectors for " + std::to_string(count) + " problems (None = uniform)");
+        // Per-problem options: one SolveOptions for all, or a sequence of them; keyword arguments apply to each.
+        PyBackendOptions bo = backend != nullptr ? *backend : PyBackendOptions{};
+        std::vector<PySolveOptions> so(count);
+        const bool listed = !options.is_none() && !nb::isinstance<PySolveOptions>(options);
+        if (listed && nb::len(options) != count)
+          throw std::invalid_argument("options holds " + std::to_string(nb::len(options)) + " SolveOptions for " +
+                                      std::to_string(count) + " problems (or give one for all)");
+        for (std::size_t q = 0; q < count; ++q) {
+          if (listed)
+            so[q] = nb::cast<PySolveOptions>(options[q]);
+          else if (!options.is_none())
+            so[q] = nb::cast<PySolveOptions>(options);
+          route_kwargs(kwargs, nb::cast(&so[q], nb::rv_policy::reference), nb::cast(&bo, nb::rv_policy::reference));
+        }
+        if (count == 0) route_kwargs(kwargs, nb::cast(PySolveOptions{}), nb::cast(&bo, nb::rv_policy::reference));
+        BackendOptions engine_backend = bo.engine();
+        // CUDA arrays on one device, every weight given there too, one GPU: in place (solve_batch_on_device);
+        // anything else is read on the host (solve_batch), as Problem routes its inputs.
+        const int device = count > 0 ? xs.device(0) : -1;
+        bool on_device = count > 0 && engine_backend.backend != BackendKind::kCpu &&
+                         engine_backend.devices.size() <= 1 && engine_backend.shards <= 1 && engine_backend.ranks == 1;
+        for (std::size_t q = 0; q < count && on_device; ++q) {
+          on_device = xs.device_data(q) != nullptr && ys.device_data(q) != nullptr && xs.device(q) == device &&
+                      ys.device(q) == device;
+          for (const BatchArgument* w : {&as, &bs})
+            if (w->rows(q) > 0 && (w->device_data(q) == nullptr || w->device(q) != device)) on_device = false;
+        }
+        std::vector<std::unique_ptr<SolveWatch>> watches;
+        std::vector<SolveOptions> engine(count);
+        for (std::size_t q = 0; q < count; ++q) {
+          watches.push_back(std::make_unique<SolveWatch>(so[q].progress_fn, so[q]));
+          engine[q] = engine_options(so[q], *watches.back());
+        }
+        PyBatchResults out;
+        out.on_device = on_device;
+        out.input_device = device >= 0 ? "cuda:" + std::to_string(device) : "host";
+        std::vector<SolveResult> results;
+        if (on_device) {
+          engine_backend.device = device;
+          synchronize_device(device, "x");  // the producers' pending writes, once for the whole batch
+          std::vector<DeviceBatchProblem> problems(count);
+          for (std::size_t q = 0; q < count; ++q) {
+            const std::size_t d = xs.dims(q);
+            problems[q] = {{xs.device_data(q), xs.rows(q), d, device}, {ys.device_data(q), ys.rows(q), ys.dims(q), device},
+                           {as.device_data(q), as.rows(q), device}, {bs.device_data(q), bs.rows(q), device},
+                           engine[q]};
+          }
+          nb::gil_scoped_release release;
+          results = solve_batch_on_device(problems, engine_backend);
+        } else {
+          for (BatchArgument* arg : {&xs, &ys, &as, &bs}) arg->stage_on_host();
+          std::vector<BatchProblem> problems(count);
+          for (std::size_t q = 0; q < count; ++q)
+            problems[q] = {{xs.values(q), xs.rows(q), xs.dims(q)}, {ys.values(q), ys.rows(q), ys.dims(q)},
+                           as.values(q), bs.values(q), engine[q]};
+          nb::gil_scoped_release release;
+          results = solve_batch(problems, engine_backend);
+        }
+        for (auto& watch : watches) watch->finish();
+        for (SolveResult& r : results) out.results.append(nb::cast(std::move(r)));
+        return out;
+      },
+      "x"_a, "y"_a, "a"_a.none() = nb::none(), "b"_a.none() = nb::none(), "options"_a.none() = nb::none(),
+      "backend_options"_a.none() = nb::none(), "kwargs"_a,
+      "Solves B independent problems in one call (flashot::solve_batch, docs/python.md \"Batches\"). x, y: (B, n, d) "
+      "and (B, m, d) arrays, or sequences of (n_q, d) and (m_q, d) arrays (ragged sizes); a, b: None (uniform), "
+      "(B, n) / (B, m) arrays, or sequences of 1-D arrays or None. options: one SolveOptions for every problem or a "
+      "sequence of them; keyword arguments are SolveOptions fields (applied to every problem) or BackendOptions "
+      "fields. float32 C-order CUDA tensors on one device (and weights there or None) are taken in place "
+      "(solve_batch_on_device: validated, centred and concatenated on the device); anything else is read on the "
+      "host. Returns a BatchResults sequence of SolveResult.");
 
   m.def("available_backends", &available_backends, "'cpu', and 'cuda' when a device answers");
   m.def("cuda_available", &cuda_available, "CUDA compiled in and a device present");
