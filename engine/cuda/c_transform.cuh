@@ -5,7 +5,7 @@
 // s‖q_j‖², maximised) with their columns, and the best score of every other column (CtList). A merge combines the
 // splits; a row whose best beats that "rest" score by more than twice the scores' error bound is decided from its
 // candidates alone (fp64 direct differences); the others (kCtCand + 1 near ties) are listed, and a refinement pass
-// re-scans their whole row. The cascade (d > 16 on warpgroups): pass 1 takes the hi·hi product alone, and only the
+// re-scans their whole row. The cascade (on warpgroups): pass 1 takes the hi·hi product alone, and only the
 // rows its looser bound leaves undecided are scored again with the three split products, then merged as above.
 
 #include <cmath>
@@ -49,7 +49,7 @@ struct CTransformScratch {
 
 /// Kernel choices of one c-transform (CudaTuning's c_transform_* fields).
 struct CTransformChoices {
-  bool cascade = true;  // d > 16 on warpgroups: the hi·hi pass first, the split products for its undecided rows
+  bool cascade = true;  // on warpgroups: the hi·hi pass first, the split products for its undecided rows
   int columns = 1;      // the register pass (d ≤ 4): columns per test of the candidate lists (1, 2 or 4)
 };
 

@@ -353,8 +353,8 @@ std::vector<Variant> cuda_variants(std::size_t d) {
   else if (d <= 16)
     v.push_back({ScoreKernel::kRegister, true, true, 0});
   if (d <= 128) {
-    v.push_back({ScoreKernel::kTensor, true, true, 0});  // the cascade on warpgroups (a Hopper GPU, d > 16)
-    if (d > 16) v.push_back({ScoreKernel::kTensor, true, false, 0});  // the three products on warpgroups
+    v.push_back({ScoreKernel::kTensor, true, true, 0});   // the cascade on warpgroups (a Hopper GPU)
+    v.push_back({ScoreKernel::kTensor, true, false, 0});  // the three products on warpgroups
     v.push_back({ScoreKernel::kTensor, false, true, 0});  // mma.sync
   }
   return v;

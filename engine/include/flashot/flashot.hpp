@@ -119,7 +119,7 @@ struct CudaTuning {
   /// Forces a score kernel family (benchmarks and the dispatch table: `flashot bench --kernel`); kAuto, the
   /// measured choice, everywhere else. A family that cannot serve d makes the Problem throw std::invalid_argument.
   ScoreKernel kernel = ScoreKernel::kAuto;
-  /// The hard c-transform (Problem::c_transform) at d > 16 on the warpgroup kernels: true scores every pair with one
+  /// The hard c-transform (Problem::c_transform) on the warpgroup kernels: true scores every pair with one
   /// fp16 product first and scores again, with the three split products, only the rows that product's error bound
   /// leaves undecided; false scores every pair with the three products (comparisons). The argmins are exact either
   /// way (docs/engine.md, "Hard c-transform"). Ignored elsewhere.
