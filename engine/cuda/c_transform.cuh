@@ -5,7 +5,8 @@
 // s‖q_j‖², maximised) with their columns, and the best score of every other column (CtList). A merge combines the
 // splits; a row whose best beats that "rest" score by more than twice the scores' error bound is decided from its
 // candidates alone (fp64 direct differences); the others (kCtCand + 1 near ties) are listed, and a refinement pass
-// re-scans their whole row.
+// re-scans their whole row. The cascade (on warpgroups): pass 1 takes the hi·hi product alone, and only the
+// rows its looser bound leaves undecided are scored again with the three split products, then merged as above.
 
 #include <cmath>
 #include <cstddef>
@@ -34,21 +35,40 @@ struct CTransformSides {
 constexpr int kCtCand = 3;
 
 /// Scratch of run_c_transform, grown on demand and kept by the caller between calls. best: (splits, kCtCand + 1,
-/// nrows) scores, arg: (splits, kCtCand, nrows) their columns (CtList::store); index: the argmins.
+/// nrows) scores, arg: (splits, kCtCand, nrows) their columns (CtList::store); index: the argmins; top: the best
+/// score of each re-scanned row (the refinement's floor); list: the rows pass 1 left undecided, rescan: the rows
+/// the refinement re-scans; counters: [0] rows in list, [1] rows in rescan, [2] rows the cascade's second pass
+/// scored (CTransformCounts); hi, lo: the listed rows' operands (the cascade's second pass).
 struct CTransformScratch {
-  DeviceBuffer<float> h, best, bias;  // bias: the warpgroup pass's column biases (c_transform_wg.cu)
-  DeviceBuffer<int> arg, index, list, counters;
+  DeviceBuffer<float> h, best, bias, top;  // bias: the warpgroup pass's column biases (c_transform_wg.cu)
+  DeviceBuffer<int> arg, index, list, rescan, counters;
   DeviceBuffer<unsigned> maxima;
   DeviceBuffer<double> values;
+  DeviceBuffer<std::uint16_t> hi, lo;
 };
+
+/// Kernel choices of one c-transform (CudaTuning's c_transform_* fields).
+struct CTransformChoices {
+  bool cascade = true;  // on warpgroups: the hi·hi pass first, the split products for its undecided rows
+  int columns = 1;      // the register pass (d ≤ 4): columns per test of the candidate lists (1, 2 or 4)
+};
+
+/// Rows of the last run_c_transform by how they were decided (CTransformScratch::counters).
+struct CTransformCounts {
+  long long rescored = 0;   // scored again by the cascade's second pass
+  long long rescanned = 0;  // re-scanned over all columns by the refinement
+};
+/// Reads the counts of the last run on `stream` (synchronizes it); zeros before any run.
+CTransformCounts c_transform_counts(const CTransformScratch& scratch, cudaStream_t stream);
 
 /// Fills values (nrows) and index (nrows, column indices) on the host; h (ncols) is the column potential (host).
 /// sms: the device's multiprocessors (the column splits fill them). rop, cop: the rows' and columns' split-fp16
 /// tensor-core operands (null: fp32 scores); used where c_transform_mma_serves them and d > 16. Synchronizes
 /// `stream`.
 void run_c_transform(const CTransformSides& sides, std::span<const float> h, double cost_scale, int sms,
-                     const MmaOperands* rop, const MmaOperands* cop, std::span<double> values,
-                     std::span<std::int32_t> index, CTransformScratch& scratch, cudaStream_t stream);
+                     const MmaOperands* rop, const MmaOperands* cop, const CTransformChoices& choices,
+                     std::span<double> values, std::span<std::int32_t> index, CTransformScratch& scratch,
+                     cudaStream_t stream);
 
 /// Whether the tensor-core pass (c_transform_mma.cu) serves these operands: split fp16, 16 ≤ padded d ≤ 128.
 bool c_transform_mma_serves(const MmaOperands& rop, const MmaOperands& cop);
@@ -63,10 +83,30 @@ constexpr int kCtWgMaxKs = 8;
 /// Whether the warpgroup pass serves these operands: c_transform_mma_serves, and the column side has its warpgroup
 /// tiles (MmaOperands::tiles: a Hopper GPU running an sm_90a build), padded d ≤ 16·kCtWgMaxKs.
 bool c_transform_wg_serves(const MmaOperands& rop, const MmaOperands& cop);
-/// The first pass on warpgroups (wgmma): as launch_c_transform_mma (scratch.bias holds the column biases).
+/// The first pass on warpgroups (wgmma): as launch_c_transform_mma (scratch.bias holds the column biases). single:
+/// the hi·hi product alone (the cascade's first pass), else the three split products.
 void launch_c_transform_wg(const CTransformSides& sides, const MmaOperands& rop, const MmaOperands& cop,
-                           const float* h, float s, int sms, CTransformScratch& scratch, int& splits,
+                           const float* h, float s, int sms, bool single, CTransformScratch& scratch, int& splits,
                            cudaStream_t stream);
+/// The cascade's second pass: the rows scratch.list names (scratch.counters[0] of them, counted on the device; at
+/// most sides.nrows) are gathered into scratch.hi / lo and scored with the three split products against every
+/// column; their candidate lists go to scratch.best / arg as (splits, k, count) at compact row w (the w-th listed
+/// row), splits = ct_listed_splits(count) (the merge computes the same). Needs launch_c_transform_wg's column biases
+/// in scratch.bias (the same call's first pass). Writes nothing the host waits for.
+void launch_c_transform_wg_listed(const CTransformSides& sides, const MmaOperands& rop, const MmaOperands& cop,
+                                  float s, int sms, CTransformScratch& scratch, cudaStream_t stream);
+/// Grows the scratch for launch_c_transform_wg_listed; called before the call's first launch (a buffer that grows
+/// loses what earlier launches wrote).
+void reserve_c_transform_wg_listed(const CTransformSides& sides, const MmaOperands& rop, int sms,
+                                   CTransformScratch& scratch);
+/// Column splits of the cascade's second pass over `blocks` row blocks of kWgBlockRows: enough that `slots` blocks
+/// run (slots: the device's resident blocks), at most one per column tile. Host and device.
+__host__ __device__ inline int ct_listed_splits(int blocks, int tiles, int slots) {
+  const int want = blocks > 0 ? (slots + blocks - 1) / blocks : 1;
+  return want < 1 ? 1 : (want > tiles ? (tiles < 1 ? 1 : tiles) : want);
+}
+/// The grid (1-D) of the second pass: covers every count ≤ nrows (blocks·splits ≤ slots + blocks).
+inline int ct_listed_grid(int nrows, int slots) { return slots + (nrows + 255) / 256; }
 
 #ifdef __CUDACC__
 /// A row's candidate list: s[0] ≥ … ≥ s[K − 1] the best scores seen, a[k] their columns, s[K] the best score of every

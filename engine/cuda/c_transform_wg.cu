@@ -1,10 +1,14 @@
 // The hard c-transform's first pass on warpgroups (wgmma, sm_90a; c_transform.cuh, docs/engine.md "Hard
 // c-transform"): the dense LSE pass's tile pipeline (WgTileCore of wg_tile.cuh: 256 rows per block, the column tiles
-// arriving by bulk copies in the warpgroup layout DeviceStep already holds, hi·hi + hi·lo + lo·hi from wgmma) with
-// the candidate-list epilogue of the mma.sync pass (c_transform_mma.cu) instead of the log-sum-exp. The products are
-// the same split-fp16 products with fp32 accumulation as the mma.sync pass's, so the same error bound holds
-// (c_transform.cu). Used where the column side has its warpgroup tiles (MmaOperands::tiles: a Hopper GPU and an
-// sm_90a build); elsewhere the mma.sync pass serves.
+// arriving by bulk copies in the warpgroup layout DeviceStep already holds) with the candidate-list epilogue of the
+// mma.sync pass (c_transform_mma.cu) instead of the log-sum-exp. Two products: SINGLE, hi·hi alone (WgTileCore's
+// screened product with HI_ONLY, the cascade's first pass: a third of the tensor-core work and half the tile copies,
+// a looser error bound); otherwise
+// hi·hi + hi·lo + lo·hi, the mma.sync pass's split products with fp32 accumulation and the same error bound
+// (c_transform.cu derives both). The cascade's second pass runs the three products over the rows the first left
+// undecided: gathered on the device into a compact operand (ct_gather_rows_kernel), the grid sized for every row and
+// each block finding its role from the count on the device (no host round trip). Used where the column side has its
+// warpgroup tiles (MmaOperands::tiles: a Hopper GPU and an sm_90a build); elsewhere the mma.sync pass serves.
 
 #include <algorithm>
 
@@ -22,14 +26,43 @@ __global__ void ct_wg_bias_kernel(const float* __restrict__ h, const float* __re
   if (j < padded) bias[j] = j < ncols ? h[j] - s * norm2[j] : -INFINITY;
 }
 
-template <int KS, int MT>
+/// Compact operands of the listed rows: row w of hi / lo = row list[w] of rop (w < *count), padded_d halves each.
+__global__ void ct_gather_rows_kernel(const std::uint16_t* __restrict__ hi, const std::uint16_t* __restrict__ lo,
+                                      int padded_d, const int* __restrict__ list, const int* __restrict__ count,
+                                      std::uint16_t* __restrict__ out_hi, std::uint16_t* __restrict__ out_lo) {
+  const int rows = *count;
+  const int words = padded_d / 2;  // 32-bit words per row (padded_d is a multiple of 16)
+  const std::size_t total = std::size_t(rows) * words;
+  for (std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += std::size_t(gridDim.x) * blockDim.x) {
+    const std::size_t w = e / words, k = e % words, from = std::size_t(list[w]) * words + k;
+    reinterpret_cast<std::uint32_t*>(out_hi)[e] = reinterpret_cast<const std::uint32_t*>(hi)[from];
+    reinterpret_cast<std::uint32_t*>(out_lo)[e] = reinterpret_cast<const std::uint32_t*>(lo)[from];
+  }
+}
+
+/// count == nullptr: rows 0 .. nrows − 1 of rop, row block blockIdx.x, column split blockIdx.y of cols_per_split
+/// columns. Otherwise (the cascade's second pass) the first *count rows of rop (compact, gathered), a 1-D grid: block
+/// b takes row block b % blocks and split b / blocks of ct_listed_splits(blocks, tiles, slots) (blocks past them
+/// return), and stores its lists with the row stride *count.
+template <int KS, int MT, bool SINGLE>
 __global__ void __launch_bounds__(kWgThreads / MT, MT)
-    ct_wg_kernel(int nrows, MmaOperands rop, MmaOperands cop, float alpha, int ncols, int cols_per_split,
-                 float* __restrict__ best, int* __restrict__ arg) {
-  using Core = WgTileCore<KS, false, MT>;
+    ct_wg_kernel(int nrows, const int* __restrict__ count, int slots, MmaOperands rop, MmaOperands cop, float alpha,
+                 int ncols, int cols_per_split, float* __restrict__ best, int* __restrict__ arg) {
+  using Core = WgTileCore<KS, SINGLE, MT, SINGLE>;
   extern __shared__ __align__(128) std::uint8_t wg_smem[];
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int block_row0 = blockIdx.x * kWgBlockRows;
+  int row_block = blockIdx.x, split = blockIdx.y;
+  if (count != nullptr) {
+    nrows = *count;
+    const int blocks = (nrows + kWgBlockRows - 1) / kWgBlockRows, tiles_all = column_tiles(ncols);
+    const int splits = ct_listed_splits(blocks, tiles_all, slots);
+    if (int(blockIdx.x) >= blocks * splits) return;
+    row_block = blockIdx.x % blocks;
+    split = blockIdx.x / blocks;
+    cols_per_split = (tiles_all + splits - 1) / splits * kMmaTile;
+  }
+  const int block_row0 = row_block * kWgBlockRows;
   Core core;
   core.load_rows(wg_smem, rop, block_row0, nrows);
   CtList list[MT][2];  // (m16 subtile, row g / g + 8)
@@ -37,7 +70,7 @@ __global__ void __launch_bounds__(kWgThreads / MT, MT)
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) list[mt][hh].init();
-  const int j_begin = blockIdx.y * cols_per_split;
+  const int j_begin = split * cols_per_split;
   const int j_end = min(ncols, j_begin + cols_per_split);
   const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
   const auto tile_start = [&](int it) { return j_begin + it * kMmaTile; };
@@ -81,16 +114,36 @@ __global__ void __launch_bounds__(kWgThreads / MT, MT)
 #pragma unroll
       for (int offset = 1; offset < 4; offset *= 2) list[mt][hh].merge_lane(offset);
       const int r = block_row0 + Core::subtile_row(mt) + g + hh * 8;
-      if (t == 0 && r < nrows) list[mt][hh].store(best, arg, blockIdx.y, nrows, r);
+      if (t == 0 && r < nrows) list[mt][hh].store(best, arg, split, nrows, r);
     }
 }
 
-template <int KS>
-void launch_wg_ks(dim3 grid, cudaStream_t stream, int nrows, const MmaOperands& rop, const MmaOperands& cop,
-                  float alpha, int ncols, int per, CTransformScratch& sc) {
+template <int KS, bool SINGLE>
+void launch_wg_ks(dim3 grid, cudaStream_t stream, int nrows, const int* count, int slots, const MmaOperands& rop,
+                  const MmaOperands& cop, float alpha, int ncols, int per, CTransformScratch& sc) {
   constexpr int kMt = wg_subtiles(KS);
-  launch_kernel<ct_wg_kernel<KS, kMt>>(grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes, stream,
-                                       nrows, rop, cop, alpha, ncols, per, sc.best.get(), sc.arg.get());
+  launch_kernel<ct_wg_kernel<KS, kMt, SINGLE>>(grid, kWgThreads / kMt, WgTileCore<KS, SINGLE, kMt, SINGLE>::kSharedBytes,
+                                               stream, nrows, count, slots, rop, cop, alpha, ncols, per,
+                                               sc.best.get(), sc.arg.get());
+}
+
+template <bool SINGLE>
+void launch_wg(int ks, dim3 grid, cudaStream_t stream, int nrows, const int* count, int slots,
+               const MmaOperands& rop, const MmaOperands& cop, float alpha, int ncols, int per,
+               CTransformScratch& sc) {
+  switch (ks) {
+    case 1: launch_wg_ks<1, SINGLE>(grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
+    case 2: launch_wg_ks<2, SINGLE>(grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
+    case 3: launch_wg_ks<3, SINGLE>(grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
+    case 4: launch_wg_ks<4, SINGLE>(grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
+    case 5: launch_wg_ks<5, SINGLE>(grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
+    case 6: launch_wg_ks<6, SINGLE>(grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
+    case 7: launch_wg_ks<7, SINGLE>(grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
+    case 8: launch_wg_ks<8, SINGLE>(grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
+    default:
+      throw std::invalid_argument("c_transform: no warpgroup kernel for padded d = " + std::to_string(16 * ks));
+  }
+  FLASHOT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -101,7 +154,7 @@ bool c_transform_wg_serves(const MmaOperands& rop, const MmaOperands& cop) {
 }
 
 void launch_c_transform_wg(const CTransformSides& sd, const MmaOperands& rop, const MmaOperands& cop,
-                           const float* h, float s, int sms, CTransformScratch& sc, int& splits,
+                           const float* h, float s, int sms, bool single, CTransformScratch& sc, int& splits,
                            cudaStream_t stream) {
   const int ks = rop.padded_d / 16;
   const int per_sm = wg_subtiles(ks);  // blocks per SM
@@ -122,19 +175,39 @@ void launch_c_transform_wg(const CTransformSides& sd, const MmaOperands& rop, co
   // The operands hold scale·p: ⟨p, q⟩ = ⟨P, Q⟩ / (scale_rows·scale_cols).
   const float alpha = 2.f * s / (rop.scale * cop.scale);
   const dim3 grid(blocks, splits);
-  switch (ks) {
-    case 1: launch_wg_ks<1>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
-    case 2: launch_wg_ks<2>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
-    case 3: launch_wg_ks<3>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
-    case 4: launch_wg_ks<4>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
-    case 5: launch_wg_ks<5>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
-    case 6: launch_wg_ks<6>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
-    case 7: launch_wg_ks<7>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
-    case 8: launch_wg_ks<8>(grid, stream, sd.nrows, rop, columns, alpha, sd.ncols, per, sc); break;
-    default:
-      throw std::invalid_argument("c_transform: no warpgroup kernel for padded d = " + std::to_string(rop.padded_d));
-  }
+  if (single)
+    launch_wg<true>(ks, grid, stream, sd.nrows, nullptr, 0, rop, columns, alpha, sd.ncols, per, sc);
+  else
+    launch_wg<false>(ks, grid, stream, sd.nrows, nullptr, 0, rop, columns, alpha, sd.ncols, per, sc);
+}
+
+void reserve_c_transform_wg_listed(const CTransformSides& sd, const MmaOperands& rop, int sms,
+                                   CTransformScratch& sc) {
+  const int grid = ct_listed_grid(sd.nrows, wg_subtiles(rop.padded_d / 16) * sms);
+  // blocks·splits ≤ grid blocks of kWgBlockRows rows each: the lists of every count fit.
+  sc.best.reserve(std::size_t(grid) * kWgBlockRows * (kCtCand + 1));
+  sc.arg.reserve(std::size_t(grid) * kWgBlockRows * kCtCand);
+  sc.hi.reserve(std::size_t(sd.nrows) * rop.padded_d);
+  sc.lo.reserve(std::size_t(sd.nrows) * rop.padded_d);
+}
+
+void launch_c_transform_wg_listed(const CTransformSides& sd, const MmaOperands& rop, const MmaOperands& cop,
+                                  float s, int sms, CTransformScratch& sc, cudaStream_t stream) {
+  const int ks = rop.padded_d / 16;
+  const int slots = wg_subtiles(ks) * sms;
+  const int grid = ct_listed_grid(sd.nrows, slots);
+  const std::size_t halves = std::size_t(sd.nrows) * rop.padded_d;
+  ct_gather_rows_kernel<<<std::max(1, std::min(4 * sms, div_up(int(std::min<std::size_t>(halves / 2, 1 << 30)), 256))),
+                          256, 0, stream>>>(rop.hi, rop.lo, rop.padded_d, sc.list.get(), sc.counters.get(),
+                                            sc.hi.get(), sc.lo.get());
   FLASHOT_CUDA_CHECK_LAUNCH();
+  MmaOperands rows = rop;
+  rows.hi = sc.hi.get();
+  rows.lo = sc.lo.get();
+  MmaOperands columns = cop;
+  columns.bias = sc.bias.get();
+  const float alpha = 2.f * s / (rop.scale * cop.scale);
+  launch_wg<false>(ks, dim3(grid), stream, sd.nrows, sc.counters.get(), slots, rows, columns, alpha, sd.ncols, 0, sc);
 }
 
 }  // namespace flashot::detail::cuda

@@ -307,6 +307,7 @@ class DeviceStep::Impl {
   mutable DeviceBuffer<double> wsum_partials_;
   mutable DeviceBuffer<SumRange> wsum_ranges_;  // batch_weighted_sums' table
   mutable CTransformScratch ct_scratch_;  // the hard c-transform's (c_transform.cu)
+  CTransformChoices ct_choices_;          // CudaTuning's c_transform_* fields
   int sms_ = 0;
 };
 
@@ -325,6 +326,8 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
       d_(static_cast<int>(data.x.d)),
       kernel_(choose_kernel(d_, static_cast<std::int64_t>(rows_total), m_, options.precision, options.cuda.kernel)) {
   capture_ = link_ == nullptr;
+  ct_choices_.cascade = options.cuda.c_transform_cascade;
+  ct_choices_.columns = options.cuda.c_transform_columns == 0 ? 1 : options.cuda.c_transform_columns;
   const int devices = cuda_device_count();
   if (device_ < 0 || device_ >= devices) {
     throw std::runtime_error("CUDA device " + std::to_string(device_) + " asked for, but " +
@@ -1221,7 +1224,7 @@ void DeviceStep::Impl::c_transform(double cost_scale, Side rows, std::span<const
   // The tensor-core operands where the problem's soft c-transforms use them (split fp16), else fp32 scores.
   const MmaOperands* rop = use_mma_ ? (source ? &xop_ : &yop_) : nullptr;
   const MmaOperands* cop = use_mma_ ? (source ? &yop_ : &xop_) : nullptr;
-  run_c_transform(sides, h, cost_scale, sms_, rop, cop, values, index, ct_scratch_, stream_);
+  run_c_transform(sides, h, cost_scale, sms_, rop, cop, ct_choices_, values, index, ct_scratch_, stream_);
 }
 
 EngineStatistics DeviceStep::Impl::statistics() const {
@@ -1230,8 +1233,11 @@ EngineStatistics DeviceStep::Impl::statistics() const {
   out.shifted_steps = tally_.shifted;
   out.skipped_steps = tally_.skipped;
   out.redone_steps = tally_.redone;
-  if (screen_.size() == 0) return out;
   DeviceScope scope(device_);
+  const CTransformCounts ct = c_transform_counts(ct_scratch_, stream_);
+  out.c_transform_rescored = ct.rescored;
+  out.c_transform_rescanned = ct.rescanned;
+  if (screen_.size() == 0) return out;
   ScreenState sites[3];
   FLASHOT_CUDA_CHECK(cudaMemcpyAsync(sites, screen_.get(), sizeof sites, cudaMemcpyDeviceToHost, stream_));
   sync();

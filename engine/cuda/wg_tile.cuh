@@ -29,13 +29,19 @@ namespace {
 /// mma.sync cross products (rows' lo from shared memory); otherwise (the dense kernels) all three products by
 /// wgmma, the rows' lo halves in registers.
 ///
+/// HI_ONLY (SCREEN only; the hard c-transform's cascade, c_transform_wg.cu): the hi·hi product and nothing else, so
+/// each tile's bulk copy brings its hi half alone (the stage's lo half stays unwritten) and the rows' lo halves are
+/// not loaded: half the L2 → shared-memory traffic of a screened tile.
+///
 /// MT: m64 subtiles per warpgroup (issue 21). Every block has kWgBlockRows rows; with MT = 2 it has half the warps
 /// (two warpgroups of 128 rows, each warp 2 × 16 rows: rows mt·64 + (warp % 4)·16 of its warpgroup's 128), so that
 /// a lane sums four rows per column before the column transpose-sum and a tile's fixed costs (its arrival, the
 /// wgmma fence and wait, the stage count) serve 64 entries per lane instead of 32, and two blocks share an SM.
-template <int KS, bool SCREEN, int MT = 1>
+template <int KS, bool SCREEN, int MT = 1, bool HI_ONLY = false>
 struct WgTileCore {
   static_assert(MT == 1 || MT == 2, "one or two m64 subtiles per warpgroup");
+  static_assert(SCREEN || !HI_ONLY, "HI_ONLY is the screen's product alone");
+  static constexpr bool kRowsLo = SCREEN && !HI_ONLY;                // the rows' lo halves in shared memory
   static constexpr int kThreads = kWgThreads / MT;                    // the block's threads
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kChunks = 2 * KS;                              // 16-byte chunks per point
@@ -44,7 +50,8 @@ struct WgTileCore {
   static constexpr int kStages = 4;
   static constexpr int kRowsLoBytes = kWgBlockRows * kChunks * 16;     // the block's rows' lo halves
   static constexpr int kRowsLoAt = kStages * kStageBytes;              // after the stages (SCREEN)
-  static constexpr int kBarriersAt = kRowsLoAt + (SCREEN ? kRowsLoBytes : 0);  // one shared barrier per stage
+  static constexpr int kBarriersAt = kRowsLoAt + (kRowsLo ? kRowsLoBytes : 0);  // one shared barrier per stage
+  static constexpr int kCopiedBytes = HI_ONLY ? kArrayBytes : 2 * kArrayBytes;  // of a tile's operands, per stage
   static constexpr int kCountersAt = kBarriersAt + 8 * kStages;                // warps done with each stage
   static constexpr int kSharedBytes = kCountersAt + 4 * kStages;
   static_assert(2 * kArrayBytes == int(tile_bytes(16 * KS)), "a stage holds one tile of launch_tile_operands");
@@ -74,7 +81,7 @@ struct WgTileCore {
           if constexpr (!SCREEN)
             a_lo[mt][ks][q] = r < count ? *reinterpret_cast<const std::uint32_t*>(rop.lo + at) : 0u;
         }
-    if constexpr (SCREEN) {
+    if constexpr (kRowsLo) {
       constexpr int kQuads = (kChunks + 3) / 4, kUnits = (kWgBlockRows / 8) * kQuads;
       for (int u = threadIdx.x / 32; u < kUnits; u += kWarps) {
         const int p = (u / kQuads) * 8 + lane % 8, c = (u % kQuads) * 4 + lane / 8, r = block_row0 + p;
@@ -173,8 +180,8 @@ struct WgTileCore {
     const auto fetch = [&](int it) {
       const int j0 = tile_start(it), s = it % kStages;
       const std::uint32_t stage = smem_address + s * kStageBytes, bar = barrier_of(s);
-      wgmma::arrive_expect_bytes(bar, 2 * kArrayBytes + kMmaTile * 4);
-      wgmma::bulk_copy(stage, cop.tiles + std::size_t(j0 / kMmaTile) * (2 * kArrayBytes), 2 * kArrayBytes, bar);
+      wgmma::arrive_expect_bytes(bar, kCopiedBytes + kMmaTile * 4);
+      wgmma::bulk_copy(stage, cop.tiles + std::size_t(j0 / kMmaTile) * (2 * kArrayBytes), kCopiedBytes, bar);
       wgmma::bulk_copy(stage + 2 * kArrayBytes, cop.bias + j0, kMmaTile * 4, bar);
     };
     if (threadIdx.x == 0)

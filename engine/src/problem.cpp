@@ -141,6 +141,7 @@ Problem::Problem(PointsView x, PointsView y, std::span<const float> a, std::span
   if (options.threads < 0)
     throw std::invalid_argument("threads must be ≥ 0, 0 = all hardware threads (got " +
                                 std::to_string(options.threads) + ")");
+  detail::validate_cuda_tuning(options.cuda);
   Impl& p = *impl_;
   p.n = x.n;
   p.m = y.n;
@@ -212,6 +213,7 @@ Problem Problem::on_device(DevicePointsView x, DevicePointsView y, DeviceWeights
   if (options.threads < 0)
     throw std::invalid_argument("threads must be ≥ 0, 0 = all hardware threads (got " +
                                 std::to_string(options.threads) + ")");
+  detail::validate_cuda_tuning(options.cuda);
   // Refusals that need no device (the CPU backend, several GPUs, a build without CUDA) come before any device call.
   detail::refuse_device_input(options, x.device);
 

@@ -480,6 +480,8 @@ void add_screening(EngineStatistics& into, const EngineStatistics& more) {
   add(into.rows_lse, more.rows_lse);
   add(into.columns_lse, more.columns_lse);
   add(into.sums, more.sums);
+  into.c_transform_rescored += more.c_transform_rescored;
+  into.c_transform_rescanned += more.c_transform_rescanned;
 }
 
 std::unique_ptr<Backend> make_sharded_backend(const BackendOptions& options, const ProblemData& data,

@@ -56,6 +56,13 @@ void validate_weights(std::span<const float> w, std::size_t n, const std::string
   if (!(total > 0)) throw std::invalid_argument(name + " must have a positive total mass (got " + show(total) + ")");
 }
 
+void validate_cuda_tuning(const CudaTuning& t) {
+  const int c = t.c_transform_columns;
+  if (c != 0 && c != 1 && c != 2 && c != 4)
+    throw std::invalid_argument("cuda.c_transform_columns must be 0 (default), 1, 2 or 4 (got " + std::to_string(c) +
+                                ")");
+}
+
 std::vector<float> weights_or_uniform(std::span<const float> w, std::size_t n) {
   if (!w.empty()) return {w.begin(), w.end()};
   return std::vector<float>(n, static_cast<float>(1.0 / static_cast<double>(n)));

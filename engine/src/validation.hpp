@@ -24,6 +24,8 @@ void validate_point_shape(const PointsView& p, const std::string& name);
 std::string non_finite_message(const std::string& name, std::size_t row, std::size_t column, double value);
 /// Weights: empty (uniform) or one finite non-negative value per point of `points` (n of them), positive total.
 void validate_weights(std::span<const float> w, std::size_t n, const std::string& name, const std::string& points);
+/// CudaTuning's values (checked on every backend, so that a bad value fails the same everywhere).
+void validate_cuda_tuning(const CudaTuning& t);
 /// The weights as given, or uniform 1/n when empty (validate first).
 std::vector<float> weights_or_uniform(std::span<const float> w, std::size_t n);
 

@@ -535,11 +535,14 @@ void bind_engine(nb::module_& m) {
             out["rows_lse"] = site(s.rows_lse);
             out["columns_lse"] = site(s.columns_lse);
             out["sums"] = site(s.sums);
+            out["c_transform_rescored"] = s.c_transform_rescored;
+            out["c_transform_rescanned"] = s.c_transform_rescanned;
             return out;
           },
           "What the engine did so far (flashot::EngineStatistics) as a dict: input_host_bytes (bytes of x, y and "
           "the given weights that passed through host memory: 0 for CUDA arrays taken in place), the one-pass "
-          "step counts and the screened tiles of the CUDA backend")
+          "step counts, the screened tiles and the last hard c-transform's rescored / re-scanned rows of the CUDA "
+          "backend")
       .def(
           "solve",
           [](PyProblem& p, const PySolveOptions* options, nb::kwargs kwargs) {

@@ -2,9 +2,13 @@
 // (LabelCostProblem::solve) on the problem tests/bench/peers/ctransform_label_peers.py gives FlashSinkhorn:
 // x, y ~ N(0, 1) (n = m), random weights, ψ ~ 0.1·N(0, 1); labels uniform in [0, L), W = 1 − δ, fixed ε, fixed
 // iterations (no convergence checks, no diagnostics). Warm-up, then the median of --rep runs. Prints figures (one
-// CSV line per run: method,n,m,d,eps,iters,median_ms), asserts nothing.
+// CSV line per run: method,n,m,d,eps,iters,median_ms), asserts nothing. The c-transform's kernel choices
+// (CudaTuning): --ct-cascade 0|1 (c_transform_cascade), --ct-columns 1|2|4 (c_transform_columns); --copies C makes
+// every target point appear C times (near ties: C ≥ 4 sends rows to the full re-scan). stderr tells how many rows the
+// cascade scored again and how many were re-scanned (EngineStatistics).
 //   flashot_ctransform_label_bench --mode ctransform|label [--n N] [--d D] [--classes L] [--lambda λ] [--eps E]
 //                                  [--iters K] [--rep R] [--backend cpu|cuda|auto] [--threads T]
+//                                  [--ct-cascade 0|1] [--ct-columns C] [--copies C]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -55,6 +59,7 @@ int main(int argc, char** argv) {
   std::size_t n = 100000, d = 3, classes = 10;
   double lambda = 1.0, eps = 0.1;
   int iters = 10, rep = 10;
+  std::size_t copies = 1;
   flashot::BackendOptions bo;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -68,18 +73,33 @@ int main(int argc, char** argv) {
     else if (k == "--rep") rep = std::stoi(v);
     else if (k == "--backend") bo.backend = flashot::parse_backend(v);
     else if (k == "--threads") bo.threads = std::stoi(v);
+    else if (k == "--ct-cascade") bo.cuda.c_transform_cascade = std::stoi(v) != 0;
+    else if (k == "--ct-columns") bo.cuda.c_transform_columns = std::stoi(v);
+    else if (k == "--copies") copies = std::stoull(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
     }
   }
-  const std::vector<float> x = normal(n * d, 1), y = normal(n * d, 2);
+  if (copies < 1 || copies > n) {
+    std::fprintf(stderr, "--copies must be in [1, n] (got %zu)\n", copies);
+    return 2;
+  }
+  const std::vector<float> x = normal(n * d, 1);
+  std::vector<float> y = normal(n * d, 2);
+  for (std::size_t j = 0; j < n; ++j)  // point j repeats point j % (n / copies)
+    std::copy_n(y.begin() + static_cast<std::ptrdiff_t>(j % (n / copies) * d), d,
+                y.begin() + static_cast<std::ptrdiff_t>(j * d));
   const std::vector<float> a = weights(n, 3), b = weights(n, 4);
   if (mode == "ctransform") {
-    const std::vector<float> psi = normal(n, 5, 0.1);
+    std::vector<float> psi = normal(n, 5, 0.1);
+    for (std::size_t j = 0; j < n; ++j) psi[j] = psi[j % (n / copies)];  // copies tie exactly
     flashot::Problem problem({x, n, d}, {y, n, d}, a, b, bo);
     const double ms = median_ms([&] { (void)problem.c_transform(flashot::Side::kSource, psi); }, rep);
-    std::fprintf(stderr, "# %s, %s\n", problem.backend_name().c_str(), problem.device_name().c_str());
+    const flashot::EngineStatistics st = problem.statistics();
+    std::fprintf(stderr, "# %s, %s; cascade %d, columns %d, copies %zu: rows rescored %lld, re-scanned %lld of %zu\n",
+                 problem.backend_name().c_str(), problem.device_name().c_str(), int(bo.cuda.c_transform_cascade),
+                 bo.cuda.c_transform_columns, copies, st.c_transform_rescored, st.c_transform_rescanned, n);
     std::printf("flashot_ctransform,%zu,%zu,%zu,0,0,%.4f\n", n, n, d, ms);
     return 0;
   }

@@ -254,6 +254,227 @@ TEST_P(CTransformTest, DuplicatedTargetsResolveToTheLowestIndexThroughCandidates
   }
 }
 
+/// Point layouts for the variant tests: random, duplicated columns, a lattice with exact ties, tight clusters.
+enum class Layout { kRandom, kDuplicated, kLattice, kClustered };
+
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::kRandom: return "random";
+    case Layout::kDuplicated: return "duplicated";
+    case Layout::kLattice: return "lattice";
+    case Layout::kClustered: return "clustered";
+  }
+  return "?";
+}
+
+struct Cloud {
+  std::vector<float> x, y, g;
+  bool exact_ties = false;  // every near tie is an exact one (the lowest index is the only right answer)
+};
+
+/// n rows, m columns in d dimensions. kDuplicated: m/3 distinct points, each 3 or 4 times (4: beyond the K = 3
+/// candidates, the full re-scan) at shuffled places, equal potentials. kLattice: integer coordinates in [−2, 2]
+/// (columns repeat at small d), rows at half-integers, zero potentials: rows equidistant from several columns.
+/// kClustered: m/8 centres, 8 columns within 0.01·N(0, 1) of each, rows within 0.3·N(0, 1) of a centre: at d = 64
+/// a row's scores of its cluster's columns differ by ~2⟨p − c, q_j − q_k⟩ ≈ 0.05, well within twice the hi·hi
+/// product's error bound (≈ 0.36) but mostly beyond twice the split products' (≈ 0.02): the cascade's second pass
+/// decides them.
+Cloud make_cloud(Layout layout, std::size_t n, std::size_t m, std::size_t d, std::uint64_t seed) {
+  Cloud c;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  c.x.resize(n * d);
+  c.y.resize(m * d);
+  c.g.resize(m);
+  switch (layout) {
+    case Layout::kRandom: {
+      for (float& v : c.x) v = normal(rng);
+      for (float& v : c.y) v = normal(rng);
+      c.g = random_potential(m, seed + 1, 0.2 * static_cast<double>(d));
+      break;
+    }
+    case Layout::kDuplicated: {
+      const std::size_t base = std::max<std::size_t>(1, m / 3);
+      std::vector<float> pts(base * d);
+      for (float& v : pts) v = normal(rng);
+      const std::vector<float> gb = random_potential(base, seed + 2, 0.2 * static_cast<double>(d));
+      std::vector<std::size_t> order(m);
+      for (std::size_t j = 0; j < m; ++j) order[j] = j % base;
+      std::shuffle(order.begin(), order.end(), rng);
+      for (std::size_t j = 0; j < m; ++j) {
+        std::copy_n(pts.begin() + static_cast<std::ptrdiff_t>(order[j] * d), d,
+                    c.y.begin() + static_cast<std::ptrdiff_t>(j * d));
+        c.g[j] = gb[order[j]];
+      }
+      for (float& v : c.x) v = normal(rng);
+      break;
+    }
+    case Layout::kLattice: {
+      std::uniform_int_distribution<int> coord(-2, 2);
+      for (float& v : c.y) v = static_cast<float>(coord(rng));
+      for (float& v : c.x) v = static_cast<float>(coord(rng)) + 0.5f;
+      std::fill(c.g.begin(), c.g.end(), 0.f);
+      c.exact_ties = true;
+      break;
+    }
+    case Layout::kClustered: {
+      const std::size_t centres = std::max<std::size_t>(1, m / 8);
+      std::vector<float> ctr(centres * d);
+      for (float& v : ctr) v = normal(rng);
+      std::uniform_int_distribution<std::size_t> pick(0, centres - 1);
+      for (std::size_t j = 0; j < m; ++j)
+        for (std::size_t k = 0; k < d; ++k) c.y[j * d + k] = ctr[(j % centres) * d + k] + 0.01f * normal(rng);
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t at = pick(rng);
+        for (std::size_t k = 0; k < d; ++k) c.x[i * d + k] = ctr[at * d + k] + 0.3f * normal(rng);
+      }
+      c.g = random_potential(m, seed + 3, 0.001);
+      break;
+    }
+  }
+  return c;
+}
+
+/// One CUDA kernel choice of the c-transform.
+struct Variant {
+  ScoreKernel family = ScoreKernel::kAuto;
+  bool warpgroup = true, cascade = true;
+  int columns = 0;
+  std::string name() const {
+    return std::string(to_string(family)) + (warpgroup ? "" : " mma.sync") + (cascade ? "" : " no-cascade") +
+           (columns != 0 ? " columns=" + std::to_string(columns) : "");
+  }
+};
+
+std::vector<Variant> cuda_variants(std::size_t d) {
+  std::vector<Variant> v = {{ScoreKernel::kAuto, true, true, 0}, {ScoreKernel::kTiled, true, true, 0}};
+  if (d <= 4)  // the register pass's column groupings (R = 8 rows per thread)
+    for (const int columns : {1, 2, 4}) v.push_back({ScoreKernel::kRegister, true, true, columns});
+  else if (d <= 16)
+    v.push_back({ScoreKernel::kRegister, true, true, 0});
+  if (d <= 128) {
+    v.push_back({ScoreKernel::kTensor, true, true, 0});   // the cascade on warpgroups (a Hopper GPU)
+    v.push_back({ScoreKernel::kTensor, true, false, 0});  // the three products on warpgroups
+    v.push_back({ScoreKernel::kTensor, false, true, 0});  // mma.sync
+  }
+  return v;
+}
+
+TEST_P(CTransformTest, EveryVariantGivesTheSameExactArgminsOnNearTies) {
+  if (GetParam() != "cuda") GTEST_SKIP() << "the kernel variants are the CUDA backend's";
+  // Every variant decides each row in fp64 among candidates certified to hold the exact argmin (or over all columns),
+  // so all variants agree bit for bit, and with the fp64 brute force up to the centring's rounding (exactly, where
+  // every near tie is an exact one). A certification that let the true argmin slip (a bound too small) would show as
+  // a variant that differs, on these tie-heavy layouts most of all. Ragged sizes: neither a multiple of a tile.
+  for (const Layout layout : {Layout::kRandom, Layout::kDuplicated, Layout::kLattice, Layout::kClustered})
+    for (const std::size_t d : {3, 16, 64, 100})
+      for (const auto& [n, m] : {std::pair<std::size_t, std::size_t>{333, 1001}, {1030, 517}}) {
+        const Cloud c = make_cloud(layout, n, m, d, 1000 * d + n + static_cast<std::size_t>(layout));
+        const Brute ref = brute_force(c.x, n, c.y, m, d, c.g, 1.0);
+        const std::string where = std::string(layout_name(layout)) + " d=" + std::to_string(d) +
+                                  " n=" + std::to_string(n) + " m=" + std::to_string(m);
+        CTransform first;
+        std::string first_name;
+        for (const Variant& v : cuda_variants(d)) {
+          BackendOptions o = options();
+          o.cuda.kernel = v.family;
+          o.cuda.warpgroup_kernels = v.warpgroup;
+          o.cuda.c_transform_cascade = v.cascade;
+          o.cuda.c_transform_columns = v.columns;
+          Problem problem({c.x, n, d}, {c.y, m, d}, {}, {}, o);
+          const CTransform t = problem.c_transform(Side::kSource, c.g);
+          const std::string what = where + " " + v.name();
+          ASSERT_EQ(t.index.size(), n) << what;
+          if (c.exact_ties) {
+            for (std::size_t i = 0; i < n; ++i) {
+              ASSERT_EQ(t.index[i], ref.index[i]) << what << " row " << i;
+              ASSERT_EQ(t.values[i], static_cast<float>(ref.values[i])) << what << " row " << i;
+            }
+          } else {
+            expect_matches(t, ref, c.x, c.y, d, c.g, 1.0, what);
+          }
+          if (first.index.empty()) {
+            first = t;
+            first_name = v.name();
+            continue;
+          }
+          for (std::size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(t.index[i], first.index[i]) << what << " row " << i << " vs " << first_name;
+            ASSERT_EQ(t.values[i], first.values[i]) << what << " row " << i << " vs " << first_name;
+          }
+        }
+      }
+}
+
+TEST_P(CTransformTest, TheCascadeDecidesMostRowsInItsFirstPassAndTheRestExactly) {
+  if (GetParam() != "cuda") GTEST_SKIP() << "the cascade is the CUDA backend's";
+  // d = 64 on warpgroups (a Hopper GPU; elsewhere the cascade does not run and the counts are zero): random data
+  // leaves few rows to the second pass; clustered data (columns within the hi·hi bound of each other) sends most
+  // rows there, and the second pass decides nearly all of them without the full re-scan; four copies of every
+  // column send every row to the re-scan. Every argmin is checked against the brute force in each case.
+  const std::size_t n = 1500, m = 2400, d = 64;
+  for (const Layout layout : {Layout::kRandom, Layout::kClustered, Layout::kDuplicated}) {
+    Cloud c = make_cloud(layout, n, m, d, 77 + static_cast<std::size_t>(layout));
+    if (layout == Layout::kDuplicated) {  // exactly four copies of every point: beyond the K = 3 candidates
+      const std::size_t base = m / 4;
+      for (std::size_t j = base; j < m; ++j) {
+        std::copy_n(c.y.begin() + static_cast<std::ptrdiff_t>((j % base) * d), d,
+                    c.y.begin() + static_cast<std::ptrdiff_t>(j * d));
+        c.g[j] = c.g[j % base];
+      }
+    }
+    const Brute ref = brute_force(c.x, n, c.y, m, d, c.g, 1.0);
+    BackendOptions o = options();
+    o.cuda.kernel = ScoreKernel::kTensor;
+    Problem problem({c.x, n, d}, {c.y, m, d}, {}, {}, o);
+    const CTransform t = problem.c_transform(Side::kSource, c.g);
+    const std::string what = std::string(layout_name(layout)) + " " + problem.device_name();
+    const int differing = expect_matches(t, ref, c.x, c.y, d, c.g, 1.0, what);
+    EXPECT_LE(differing, 2) << what;
+    if (layout == Layout::kDuplicated) {
+      for (std::size_t i = 0; i < n; ++i)
+        EXPECT_LT(t.index[i], static_cast<std::int32_t>(m / 4)) << what << " row " << i << ": not the first copy";
+    }
+    const EngineStatistics st = problem.statistics();
+    if (problem.device_name().find("sm_90") == std::string::npos) {
+      EXPECT_EQ(st.c_transform_rescored, 0) << what << ": no warpgroup kernels, no cascade";
+      continue;
+    }
+    const long long rows = static_cast<long long>(n);
+    if (layout == Layout::kRandom) {
+      EXPECT_LE(st.c_transform_rescored, rows / 20) << what;
+      EXPECT_LE(st.c_transform_rescanned, st.c_transform_rescored) << what;
+    } else if (layout == Layout::kClustered) {
+      EXPECT_GE(st.c_transform_rescored, rows / 2) << what << ": the clusters should defeat the hi·hi bound";
+      EXPECT_LE(st.c_transform_rescanned, rows / 10) << what << ": the split products should decide the clusters";
+    } else {
+      EXPECT_EQ(st.c_transform_rescored, rows) << what;
+      EXPECT_EQ(st.c_transform_rescanned, rows) << what;
+    }
+    // The same answers without the cascade, and then no second pass.
+    o.cuda.c_transform_cascade = false;
+    Problem plain({c.x, n, d}, {c.y, m, d}, {}, {}, o);
+    const CTransform u = plain.c_transform(Side::kSource, c.g);
+    EXPECT_EQ(u.index, t.index) << what;
+    EXPECT_EQ(u.values, t.values) << what;
+    EXPECT_EQ(plain.statistics().c_transform_rescored, 0) << what;
+  }
+}
+
+TEST_P(CTransformTest, RefusesAnUnknownColumnGrouping) {
+  const TestProblem pr = make_problem({.n = 10, .m = 12, .d = 2, .seed = 1});
+  BackendOptions o = options();
+  o.cuda.c_transform_columns = 3;
+  try {
+    Problem problem(pr.xv(), pr.yv(), {}, {}, o);
+    FAIL() << "c_transform_columns = 3 must throw";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("c_transform_columns"), std::string::npos) << what;
+    EXPECT_NE(what.find("got 3"), std::string::npos) << what;
+  }
+}
+
 TEST_P(CTransformTest, ShardsGiveTheOneDeviceResultExactly) {
   const TestProblem pr = make_problem({.n = 301, .m = 230, .d = 5, .seed = 3});
   const std::vector<float> g = random_potential(pr.m, 1, 1.0), f = random_potential(pr.n, 2, 1.0);

@@ -119,6 +119,14 @@ struct CudaTuning {
   /// Forces a score kernel family (benchmarks and the dispatch table: `flashot bench --kernel`); kAuto, the
   /// measured choice, everywhere else. A family that cannot serve d makes the Problem throw std::invalid_argument.
   ScoreKernel kernel = ScoreKernel::kAuto;
+  /// The hard c-transform (Problem::c_transform) on the warpgroup kernels: true scores every pair with one
+  /// fp16 product first and scores again, with the three split products, only the rows that product's error bound
+  /// leaves undecided; false scores every pair with the three products (comparisons). The argmins are exact either
+  /// way (docs/engine.md, "Hard c-transform"). Ignored elsewhere.
+  bool c_transform_cascade = true;
+  /// The hard c-transform's register pass at d ≤ 4: columns scored per test of the rows' candidate lists, 1, 2 or
+  /// 4; 0 = the default (1). Results are identical whatever is chosen. Ignored elsewhere.
+  int c_transform_columns = 0;
 };
 
 /// Where the problem lives and how it computes. Fixed when the Problem is built.
@@ -320,6 +328,10 @@ struct EngineStatistics {
   /// by a scan kernel and the Sinkhorn loop's weighted sums are taken on the device (docs/engine.md,
   /// "Device-resident inputs"). Counted on every backend.
   unsigned long long input_host_bytes = 0;
+  /// The last hard c-transform (Problem::c_transform) on the CUDA backend, summed over shards: rows scored again by
+  /// the cascade's second pass (CudaTuning::c_transform_cascade), rows re-scanned over all columns (near ties that
+  /// the candidate lists could not decide). Zero on the CPU backend and before any c-transform.
+  long long c_transform_rescored = 0, c_transform_rescanned = 0;
 };
 
 /// Class mass per point after transporting labels through the plan.

@@ -1,0 +1,70 @@
+#pragma once
+// Error bounds of the hard c-transform's fp32 scores t_ij = 2s⟨p_i, q_j⟩ + bias_j, bias_j = fp32(h_j − s‖q_j‖²)
+// (engine/cuda/c_transform.cu's header derives them; docs/engine.md, "Hard c-transform"). Written once for the host
+// and the device, and unit-tested on the host against emulated fp16 products (tests/engine/ct_bound_test.cpp).
+//
+// Every score of a pass is within E_i of its exact value, with M_q = max_j ‖q_j‖ and M_b = max_j |bias_j|:
+//   E_i = 1.01·(dot·2s‖p_i‖·M_q + sub·2s·(‖p_i‖·sub_p + M_q·sub_q) + unit·2s + bias·M_b + norm·s·M_q²)
+// (the 1% covers the rounding of E_i's own evaluation in fp32).
+
+#include <math.h>
+
+#if defined(__CUDACC__)
+#define FLASHOT_CT_HOST_DEVICE __host__ __device__
+#else
+#define FLASHOT_CT_HOST_DEVICE
+#endif
+
+namespace flashot::detail::ct {
+
+/// The coefficients of E_i (above) of one kind of score.
+struct ScoreBound {
+  float dot = 0, sub = 0, sub_p = 0, sub_q = 0, unit = 0, bias = 0, norm = 0;
+};
+
+/// The bias's rounding: ‖q‖² is rounded from fp64 to fp32 (2^−24 of it), s·‖q‖² (2^−24) and the difference
+/// (2^−24 of |bias|); the first two are relative to s‖q‖², not to the bias, which cancels it when h_j ≈ s‖q_j‖².
+inline constexpr float kNormTerm = 0x1p-22f;
+
+/// fp32 FMA scores over d coordinates (the register, tiled and refinement passes): twice γ_{d+2} of the dot product,
+/// the scaled coordinates and the bias.
+inline ScoreBound fp32_bound(int d) {
+  ScoreBound b;
+  b.dot = b.bias = float(d + 4) * 0x1p-23f;
+  b.norm = kNormTerm;
+  return b;
+}
+
+/// Split-fp16 tensor-core scores (hi·hi + hi·lo + lo·hi, fp32 accumulation of 3d products) of operands P = row_scale·p,
+/// Q = col_scale·q (powers of two), each held as hi + lo with |P − hi − lo| ≤ 2^−22|P| + 2^−25.
+inline ScoreBound split_fp16_bound(int d, float row_scale, float col_scale) {
+  ScoreBound b = fp32_bound(d);
+  b.dot = float(3 * d + 8) * 0x1p-22f;
+  b.sub = 0x1p-25f * sqrtf(float(d));
+  b.sub_p = 1.f / col_scale;
+  b.sub_q = 1.f / row_scale;
+  return b;
+}
+
+/// Scores of the hi·hi product alone (the cascade's first pass): hi = fp16(P), |P − hi| ≤ 2^−11|P| + 2^−25, the d
+/// products exact in fp32 and accumulated in fp32: per coordinate |PQ − hi_P hi_Q| ≤ (2^−10 + 2^−22)|P||Q| +
+/// (1 + 2^−11)·2^−25(|P| + |Q|) + 2^−50, the accumulation d·2^−22 of Σ|hi_P hi_Q|, the final FMA 2^−24.
+inline ScoreBound hi_fp16_bound(int d, float row_scale, float col_scale) {
+  ScoreBound b = fp32_bound(d);
+  b.dot = 0x1p-10f + float(d + 8) * 0x1p-22f;
+  b.sub = 1.001f * 0x1p-25f * sqrtf(float(d));
+  b.sub_p = 1.f / col_scale;
+  b.sub_q = 1.f / row_scale;
+  b.unit = 1.001f * float(d) * 0x1p-50f / (row_scale * col_scale);
+  return b;
+}
+
+/// E_i of a row of norm norm_p, scale s (the cost's factor), M_q = max_norm_q, M_b = max_bias.
+FLASHOT_CT_HOST_DEVICE inline float score_bound(const ScoreBound& b, float s, float norm_p, float max_norm_q,
+                                                float max_bias) {
+  const float two_s = 2.f * s;
+  return 1.01f * (b.dot * two_s * norm_p * max_norm_q + b.sub * two_s * (norm_p * b.sub_p + max_norm_q * b.sub_q) +
+                  b.unit * two_s + b.bias * max_bias + b.norm * s * max_norm_q * max_norm_q);
+}
+
+}  // namespace flashot::detail::ct
