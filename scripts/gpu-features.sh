@@ -8,6 +8,7 @@
 # cp312 wheel built with FLASHOT_IO=OFF, FLASHOT_CUDA=ON: docs/python.md, with libsleef.so.3 beside it; the Python
 # step needs nothing else, so it may run in a call of its own when everything together exceeds the carry limit).
 # usage (GPU machine, repository root): OUT=dir [STEPS="tests mpi batch ctl multiscale python gw sanitize"]
+#        (sanitize_new instead of sanitize: only the memcheck of the kernels beyond the dense ones)
 #        scripts/gpu-features.sh
 set -uo pipefail
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
@@ -70,9 +71,10 @@ if has gw; then
   timeout ${T_GW:-60} $B/tests/bench/flashot_gw_bench --n 100000 --m 100000 --e 50 --backend cuda > $L/gw.log 2>&1
   echo "gw exit $?"; tail -12 $L/gw.log
 fi
-if has sanitize; then
+if has sanitize || has sanitize_new; then
   el "compute-sanitizer"
-  BUILD=$B GPUS=$GPUS OUT=$L/s STEPS="sanitize" bash scripts/gpu-scaling.sh 2>&1 | tail -12
+  # sanitize_new: only the kernels beyond the dense ones (below), when the dense set is unchanged.
+  has sanitize && BUILD=$B GPUS=$GPUS OUT=$L/s STEPS="sanitize" bash scripts/gpu-scaling.sh 2>&1 | tail -12
   # The kernels beyond the dense ones: block-sparse lists, batches, the hard c-transform, device inputs.
   FLASHOT_REQUIRE_CUDA=1 timeout ${T_SAN:-100} compute-sanitizer --tool memcheck --error-exitcode 3 \
     $B/tests/engine/flashot_engine_tests --gtest_filter="${SAN_FILTER:-Backends/BlockBackend.*cuda*:Backends/BatchTest.*cuda*:*CTransform*cuda*:DeviceInput.*}" \
