@@ -206,6 +206,97 @@ __global__ void __launch_bounds__(kBlockSmallThreads) block_lse_small_kernel(Poi
   }
 }
 
+/// P·V for d ≤ 4 and k ≤ 4 (the barycentric projection of 3-D points: k = 3), on the register kernel's layout: one
+/// row block per thread block, 64 threads × 4 rows in registers, a column block of coordinates, biases and V rows in
+/// shared memory; each entry is its score, one exponential against the row's log-normaliser and k + 1 FMAs. (The
+/// tiled kernel below multiplies a 64-wide chunk of V, which at k = 3 is 21 times the work.)
+template <int D>
+__global__ void __launch_bounds__(kBlockSmallThreads) block_apply_small_kernel(PointSet rows, PointSet cols,
+                                                                               const float* __restrict__ h,
+                                                                               BlockLists lists,
+                                                                               const SegmentScale* __restrict__ seg,
+                                                                               const float* __restrict__ lse2,
+                                                                               const float* __restrict__ v, int k,
+                                                                               float* __restrict__ out,
+                                                                               float* __restrict__ wsum) {
+  static_assert(D >= 1 && D <= 4, "register block kernel: d ≤ 4");
+  __shared__ float4 tile[kPatternBlock];  // (BN): (q0, q1, q2, bias) for D ≤ 3, (q0..q3) for D = 4
+  __shared__ float vtile[kPatternBlock];  // (BN): bias for D = 4
+  __shared__ float4 vals[kPatternBlock];  // (BN, 4): the columns' rows of V, zeros past k
+  const int rb = blockIdx.x;
+  const SegmentScale sc = seg[lists.segment[rb]];
+  const int i_base = rb * kPatternBlock + threadIdx.x;
+  float xr[kBlockSmallRows][D], shift[kBlockSmallRows], total[kBlockSmallRows];
+  float4 acc[kBlockSmallRows];
+#pragma unroll
+  for (int r = 0; r < kBlockSmallRows; ++r) {
+    const int i = i_base + r * kBlockSmallThreads;
+#pragma unroll
+    for (int c = 0; c < D; ++c) xr[r][c] = i < rows.count ? sc.alpha * rows.points[std::size_t(i) * D + c] : 0.f;
+    shift[r] = i < rows.count ? lse2[i] : INFINITY;
+    total[r] = 0.f;
+    acc[r] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  for (int q = lists.offsets[rb]; q < lists.offsets[rb + 1]; ++q) {
+    const int2 range = lists.ranges[q];
+    for (int cb = range.x; cb < range.y; ++cb) {
+      const int t0 = cb * kPatternBlock, j_end = min(cols.count, t0 + kPatternBlock);
+      __syncthreads();
+      for (int c = threadIdx.x; c < kPatternBlock; c += kBlockSmallThreads) {
+        const int j = t0 + c;
+        float qv[4] = {0.f, 0.f, 0.f, 0.f}, vv[4] = {0.f, 0.f, 0.f, 0.f};
+        float bias = -INFINITY;
+        if (j < j_end) {
+#pragma unroll
+          for (int e = 0; e < D; ++e) qv[e] = cols.points[std::size_t(j) * D + e];
+          bias = bias_of(cols, h, sc, j);
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (e < k) vv[e] = v[std::size_t(j) * k + e];
+        }
+        if constexpr (D <= 3) {
+          tile[c] = make_float4(qv[0], qv[1], qv[2], bias);
+        } else {
+          tile[c] = make_float4(qv[0], qv[1], qv[2], qv[3]);
+          vtile[c] = bias;
+        }
+        vals[c] = make_float4(vv[0], vv[1], vv[2], vv[3]);
+      }
+      __syncthreads();
+      const int ncols = j_end - t0;
+      for (int c = 0; c < ncols; ++c) {
+        const float4 qq = tile[c];
+        const float bias = D <= 3 ? qq.w : vtile[c];
+        const float4 vv = vals[c];
+#pragma unroll
+        for (int r = 0; r < kBlockSmallRows; ++r) {
+          float e = bias - shift[r];
+          e = fmaf(xr[r][0], qq.x, e);
+          if constexpr (D > 1) e = fmaf(xr[r][1], qq.y, e);
+          if constexpr (D > 2) e = fmaf(xr[r][2], qq.z, e);
+          if constexpr (D > 3) e = fmaf(xr[r][3], qq.w, e);
+          const float w = fast_exp2(e);
+          total[r] += w;
+          acc[r].x = fmaf(w, vv.x, acc[r].x);
+          acc[r].y = fmaf(w, vv.y, acc[r].y);
+          acc[r].z = fmaf(w, vv.z, acc[r].z);
+          acc[r].w = fmaf(w, vv.w, acc[r].w);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kBlockSmallRows; ++r) {
+    const int i = i_base + r * kBlockSmallThreads;
+    if (i >= rows.count) continue;
+    const float a[4] = {acc[r].x, acc[r].y, acc[r].z, acc[r].w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      if (c < k) out[std::size_t(i) * k + c] = a[c];
+    wsum[i] = total[r];
+  }
+}
+
 /// One thread per row of an active row block: the splits' shifted partials merged; a sum outside the trusted range
 /// (kSumsMinLog2 .. kSumsMaxLog2 of one_pass.hpp: below it the flushed entries may exceed rounding, above it the
 /// sum nears overflow; NaN too) flags the row's block for the plain kernel. redo is cleared before the pass.
@@ -480,6 +571,17 @@ void launch_block_apply(const PointSet& rows, const PointSet& cols, const float*
                         const SegmentScale* seg, const float* lse2, const float* v, int k, float* out, float* wsum,
                         cudaStream_t stream) {
   if (rows.count == 0 || k == 0) return;
+  if (d <= 4 && k <= 4) {  // the register kernel: one row block per thread block
+    const dim3 small(div_up(rows.count, kPatternBlock));
+    switch (d) {
+      case 1: block_apply_small_kernel<1><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, lse2, v, k, out, wsum); break;
+      case 2: block_apply_small_kernel<2><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, lse2, v, k, out, wsum); break;
+      case 3: block_apply_small_kernel<3><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, lse2, v, k, out, wsum); break;
+      default: block_apply_small_kernel<4><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, lse2, v, k, out, wsum); break;
+    }
+    FLASHOT_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const dim3 grid(div_up(rows.count, kTileRows), 1, div_up(k, kApplyChunk));
   if (d <= 4)
     block_apply_kernel<4><<<grid, kTileThreads, 0, stream>>>(rows, cols, h, d, lists, seg, lse2, v, k, out, wsum);

@@ -220,25 +220,27 @@ TEST_P(BlockBackend, OperationsFollowTheLists) {
   expect_close(fh, ref.softmin(true, s.g), tol, "softmin rows");
   expect_close(gh, ref.softmin(false, s.f), tol, "softmin columns");
 
-  // P·V and Pᵀ·U: unlisted pairs contribute nothing, the inactive rows are zero.
-  const std::size_t k = 5;
-  const std::vector<float> v = random_points(s.p.m, k, 11), u = random_points(s.p.n, k, 12);
-  std::vector<float> pv(s.p.n * k), ptu(s.p.m * k);
-  s.backend->apply(pp, Side::kSource, v, k, false, pv);
-  s.backend->apply(pp, Side::kTarget, u, k, false, ptu);
-  std::vector<double> pv_ref(s.p.n * k, 0.0), ptu_ref(s.p.m * k, 0.0);
-  for (std::size_t i = 0; i < s.p.n; ++i)
-    for (std::size_t j = 0; j < s.p.m; ++j) {
-      const double e = ref.plan(i, j, s.f, s.g);
-      for (std::size_t c = 0; c < k; ++c) {
-        pv_ref[i * k + c] += e * v[j * k + c];
-        ptu_ref[j * k + c] += e * u[i * k + c];
+  // P·V and Pᵀ·U: unlisted pairs contribute nothing, the inactive rows are zero. k = 3 and 1 take the CUDA
+  // register kernel at d ≤ 4 (a barycentric projection's width), k = 5 the tiled one.
+  for (const std::size_t k : {std::size_t{5}, std::size_t{3}, std::size_t{1}}) {
+    const std::vector<float> v = random_points(s.p.m, k, 11), u = random_points(s.p.n, k, 12);
+    std::vector<float> pv(s.p.n * k), ptu(s.p.m * k);
+    s.backend->apply(pp, Side::kSource, v, k, false, pv);
+    s.backend->apply(pp, Side::kTarget, u, k, false, ptu);
+    std::vector<double> pv_ref(s.p.n * k, 0.0), ptu_ref(s.p.m * k, 0.0);
+    for (std::size_t i = 0; i < s.p.n; ++i)
+      for (std::size_t j = 0; j < s.p.m; ++j) {
+        const double e = ref.plan(i, j, s.f, s.g);
+        for (std::size_t c = 0; c < k; ++c) {
+          pv_ref[i * k + c] += e * v[j * k + c];
+          ptu_ref[j * k + c] += e * u[i * k + c];
+        }
       }
-    }
-  expect_close(pv, pv_ref, 1e-4, "P·V");
-  expect_close(ptu, ptu_ref, 1e-4, "Pᵀ·U");
-  for (std::size_t i = 2 * kBlockSize; i < s.p.n; ++i)
-    for (std::size_t c = 0; c < k; ++c) ASSERT_EQ(pv[i * k + c], 0.0f) << "inactive row " << i;
+    expect_close(pv, pv_ref, 1e-4, "P·V, k = " + std::to_string(k));
+    expect_close(ptu, ptu_ref, 1e-4, "Pᵀ·U, k = " + std::to_string(k));
+    for (std::size_t i = 2 * kBlockSize; i < s.p.n; ++i)
+      for (std::size_t c = 0; c < k; ++c) ASSERT_EQ(pv[i * k + c], 0.0f) << "inactive row " << i;
+  }
 
   // Top-k: only listed columns, the reference's entries.
   const std::size_t kk = 4;
