@@ -195,7 +195,7 @@ SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int bl
       // iteration and its check; the solve continues from the trial with the smallest marginal error when it
       // improved on the plateau by more than 3%, else from the furthest one short of the turning point (the
       // error cannot see progress along a plateau). Only the path changes.
-      const bool flat = !check_point.empty() && error_now > 0.97 * check_error && error_now > 10 * tol;
+      const bool flat = !check_point.empty() && error_now > 0.97 * check_error && error_now > 2 * tol;
       if (flat && done + 2 * check_every < budget) {
         std::vector<double> d(len);
         for (std::size_t i = 0; i < len; ++i) d[i] = fallback[i] - check_point[i];
