@@ -79,7 +79,7 @@ bool solve_small(std::vector<double>& g, std::vector<double>& rhs, std::size_t k
 /// the residual grows. The answer is always the engine's own iterate S(z) and its own marginal-error check, so
 /// the acceleration changes the path, never the fixed point or the stopping rule.
 SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int block, bool balanced,
-                           bool drift_jumps) {
+                           bool plateau_search) {
   const std::size_t n = problem.n(), m = problem.m(), len = n + m;
   const double tol = so.tolerance;
   const int budget = so.max_iterations, check_every = so.check_every;
@@ -91,9 +91,9 @@ SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int bl
   double best = std::numeric_limits<double>::infinity();
   double best_check = std::numeric_limits<double>::infinity();
   int stalled = 0, restarts = 0;
-  bool drift = drift_jumps;
-  double kappa = 1, check_error = 0, jump_error = 0;
-  std::vector<double> check_point, jump_from;
+  const bool search = plateau_search;
+  double check_error = 0;
+  std::vector<double> check_point;  // the iterate at the last check, and its error (plateau search)
   bool restart = false;
   int done = 0, since_check = 0;
   SolveResult last;
@@ -184,46 +184,119 @@ SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int bl
     fallback.resize(len);
     for (std::size_t i = 0; i < n; ++i) fallback[i] = last.f[i];
     for (std::size_t j = 0; j < m; ++j) fallback[n + j] = last.g[j];
-    if (check && drift) {
-      // Drift extrapolation (docs/gromov-wasserstein.md §4): a plateau of the marginal error is a slow mode that
-      // moves the potentials of a whole group of points at a constant rate (mass that must cross between cell
-      // types whose costs differ by far more than ε: the group's potentials must shift by that gap, a little per
-      // iteration). Along it the iterates drift in a straight line, so the step from the last check is repeated
-      // κ times, κ doubling while the plateau lasts. A jump that made the error worse is undone and ends the
-      // extrapolation for this solve.
-      bool jumped = false;
-      if (!jump_from.empty() && error_now > 1.5 * jump_error) {
-        z = jump_from;  // undo: back to the iterate before the jump
-        drift = false;
-        check_point.clear();
-        dz.clear();
-        dr.clear();
-        gram.clear();
-        z_prev.clear();
-        jump_from.clear();
-        continue;
-      }
-      jump_from.clear();
-      // A jump needs a check after it inside the budget, so that a bad one is undone before the solve returns.
-      const bool room = done + check_every < budget;
-      if (room && !check_point.empty() && error_now > 0.97 * check_error && error_now > 10 * tol) {
-        jump_from = fallback;
-        jump_error = error_now;
-        for (std::size_t i = 0; i < len; ++i) z[i] = fallback[i] + kappa * (fallback[i] - check_point[i]);
-        kappa = std::min(2 * kappa, 256.0);
-        jumped = true;
-      } else {
-        kappa = 1;
+    if (check && search) {
+      // Plateau search (docs/gromov-wasserstein.md §4, "Plateaus"): a check that improved by less than 3% on the
+      // last one is a slow mode — a group of points whose marginal is off by a fraction δ (cell types sampled in
+      // different proportions on the two sides) must shift its potentials rigidly by a cost gap of ~100ε before
+      // mass can cross to another group, and Sinkhorn moves them by ≈ ε·δ per iteration. Along that mode the
+      // iterates drift on a straight line d (the step since the last check), so the solve searches z + κd: κ
+      // doubles while the Sinkhorn residual still points along d (the dual is concave, so its slope along d
+      // falls monotonically), then bisects the bracket where the slope changes sign. Each trial is one engine
+      // iteration and its check; the solve continues from the trial with the smallest marginal error when it
+      // improved on the plateau by more than 3%, else from the furthest one short of the turning point (the
+      // error cannot see progress along a plateau). Only the path changes.
+      const bool flat = !check_point.empty() && error_now > 0.97 * check_error && error_now > 2 * tol;
+      if (flat && done + 2 * check_every < budget) {
+        std::vector<double> d(len);
+        for (std::size_t i = 0; i < len; ++i) d[i] = fallback[i] - check_point[i];
+        if (balanced) {  // (f + c, g − c) is the same plan: no step along it
+          double c = 0;
+          for (std::size_t i = 0; i < n; ++i) c += d[i];
+          for (std::size_t j = 0; j < m; ++j) c -= d[n + j];
+          c /= static_cast<double>(len);
+          for (std::size_t i = 0; i < n; ++i) d[i] -= c;
+          for (std::size_t j = 0; j < m; ++j) d[n + j] += c;
+        }
+        // The alternating scheme's iterate depends on g alone (f is recomputed from it first).
+        const std::size_t from = so.scheme == Scheme::kAlternating ? n : 0;
+        SolveOptions to = so;
+        to.max_iterations = 1;
+        to.check_every = 1;
+        to.tolerance = tol;
+        const std::vector<double> z0 = fallback;
+        // One trial: the engine's iterate from z0 + κd, its marginal error and the residual's slope along d.
+        const auto trial = [&](double kappa, double& slope) {
+          for (std::size_t i = 0; i < n; ++i) to.initial_f[i] = static_cast<float>(z0[i] + kappa * d[i]);
+          for (std::size_t j = 0; j < m; ++j) to.initial_g[j] = static_cast<float>(z0[n + j] + kappa * d[n + j]);
+          SolveResult t = problem.solve(to);
+          ++done;
+          slope = 0;
+          for (std::size_t i = from; i < len; ++i) {
+            const double out = i < n ? t.f[i] : t.g[i - n];
+            const double in = i < n ? to.initial_f[i] : to.initial_g[i - n];
+            slope += (out - in) * d[i];
+          }
+          if (t.reason == StopReason::kNonFinite || !std::isfinite(t.marginal_error) || !std::isfinite(slope))
+            slope = -std::numeric_limits<double>::infinity();
+          return t;
+        };
+        to.initial_f.resize(n);
+        to.initial_g.resize(m);
+        SolveResult best_trial;
+        double best_error = error_now, lo = 0, hi = 0;
+        SolveResult lo_trial;
+        bool have_best = false, have_lo = false, done_early = false;
+        const auto consider = [&](SolveResult&& t, double kappa, double slope) {
+          if (t.converged) done_early = true;
+          const bool ahead = slope > 0;  // short of the turning point: the residual still points along d
+          if (std::isfinite(t.marginal_error) && t.marginal_error < best_error) {
+            best_error = t.marginal_error;
+            best_trial = t;
+            have_best = true;
+          }
+          if (ahead) {
+            lo = kappa;
+            lo_trial = std::move(t);
+            have_lo = true;
+          } else {
+            hi = kappa;
+          }
+          return ahead;
+        };
+        // Doubling until the slope turns (or the budget leaves room for one check after the search).
+        for (double kappa = 2; !done_early && done + check_every < budget && kappa <= 65536; kappa *= 2) {
+          double slope = 0;
+          SolveResult t = trial(kappa, slope);
+          if (!consider(std::move(t), kappa, slope)) break;
+        }
+        // Bisection of [lo, hi] to 1/32 of its width.
+        for (int b = 0; b < 5 && hi > 0 && !done_early && done + check_every < budget; ++b) {
+          const double mid = 0.5 * (lo + hi);
+          double slope = 0;
+          SolveResult t = trial(mid, slope);
+          consider(std::move(t), mid, slope);
+        }
+        // The trial with the smallest error when it improved on the plateau by more than 3%, else the furthest
+        // one still short of the turning point (the error cannot see progress along a plateau).
+        SolveResult* pick = nullptr;
+        if (have_best && (done_early || best_error < 0.97 * error_now || !have_lo)) pick = &best_trial;
+        else if (have_lo) pick = &lo_trial;
+        if (pick) {
+          pick->iterations = done;
+          if (pick->converged) {
+            pick->message = "converged: marginal error " + show(pick->marginal_error) + " ≤ tolerance " +
+                            show(tol) + " after " + std::to_string(done) + " iterations (plateau search)";
+            return std::move(*pick);
+          }
+          for (std::size_t i = 0; i < n; ++i) fallback[i] = pick->f[i];
+          for (std::size_t j = 0; j < m; ++j) fallback[n + j] = pick->g[j];
+          last = std::move(*pick);
+          since_check = 0;
+          check_point = fallback;
+          check_error = last.marginal_error;
+          best_check = std::min(best_check, last.marginal_error);
+          stalled = 0;
+          z = fallback;
+          dz.clear();
+          dr.clear();
+          gram.clear();
+          z_prev.clear();
+          best = std::numeric_limits<double>::infinity();
+          continue;
+        }
       }
       check_point = fallback;
       check_error = error_now;
-      if (jumped) {
-        dz.clear();
-        dr.clear();
-        gram.clear();
-        z_prev.clear();
-        continue;
-      }
     }
     if (memory <= 0) {
       z = fallback;
@@ -733,7 +806,7 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
     }
     SolveResult s = (o.anderson_memory >= 0 && tol_t > 0)
                         ? anderson_solve(*p.problem, so, o.anderson_memory, o.anderson_block, rho_x == 0 && rho_y == 0,
-                                         o.drift_jumps)
+                                         o.plateau_search)
                         : p.problem->solve(so);
     result.inner_iterations += s.iterations;
     result.outer_iterations = t;

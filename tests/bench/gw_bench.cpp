@@ -4,7 +4,7 @@
 //                    [--outer-tol T] [--inner-tol T] [--anderson MEMORY] [--block B] [--overrelaxation W] [--adaptive C]
 //                    [--first-tol T] [--anneal R] [--anneal-factor F] [--anneal-tol T] [--anneal-iters K]
 //                    [--scheme symmetric|alternating] [--max-inner N] [--check-every K] [--coarse N]
-//                    [--coarse-factor F] [--rotation DEG] [--dump DIR]
+//                    [--coarse-factor F] [--rotation DEG] [--plateau 0|1] [--checks 0|1] [--dump DIR]
 // Every outer iteration is printed (and flushed) as it finishes; then the totals and the recovery of the known
 // rotation, translation and cell types. --dump writes the normalized inputs to DIR (tests/bench/gw_pot_bench.py).
 // Coordinates and embedding are normalized as `flashot align --spatial` does (workflow/spatial.cpp): ε = blur².
@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   int max_inner = defaults.inner_max_iterations, anneal_iters = 0, anderson = defaults.anderson_memory,
       block = defaults.anderson_block, coarse = defaults.coarse_points, check_every = defaults.check_every;
   double coarse_factor = defaults.coarse_factor, rotation = 30, overrelaxation = defaults.overrelaxation;
-  int checks = 0, drift = defaults.drift_jumps;  // 1: print every marginal-error check of the inner solves
+  int checks = 0, plateau = defaults.plateau_search;  // 1: print every marginal-error check of the inner solves
   std::string scheme = "alternating", dump;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     else if (k == "--coarse-factor") coarse_factor = std::stod(v);
     else if (k == "--rotation") rotation = std::stod(v);
     else if (k == "--checks") checks = std::stoi(v);
-    else if (k == "--drift") drift = std::stoi(v);
+    else if (k == "--plateau") plateau = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
   o.first_tolerance = first_tol;
   o.inner_max_iterations = max_inner;
   o.check_every = check_every;
-  o.drift_jumps = drift != 0;
+  o.plateau_search = plateau != 0;
   o.coarse_points = coarse;
   o.coarse_factor = coarse_factor;
   o.scheme = scheme == "symmetric" ? flashot::Scheme::kSymmetric : flashot::Scheme::kAlternating;

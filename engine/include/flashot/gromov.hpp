@@ -109,11 +109,12 @@ struct GromovOptions {
   /// each plain inner solve (anderson_memory = −1); with Anderson acceleration every engine call is one block
   /// without two checks, so auto leaves those plain and only a fixed ω in (1, 2) changes them.
   double overrelaxation = kOverrelaxationAuto;
-  /// Inner solves: at a marginal-error check that improved less than 3% on the last one (a plateau: a slow mode
-  /// drifting the potentials of a group of points at a constant rate), jump along the drift since that check,
-  /// κ times, κ doubling while the plateau lasts (docs/gromov-wasserstein.md §4). Changes the path only. Off by
-  /// default: measured, not yet shown safe on every sample.
-  bool drift_jumps = false;
+  /// Inner solves with Anderson acceleration (anderson_memory ≥ 0): at a marginal-error check that improved less
+  /// than 3% on the last one (a plateau: a group of points whose potentials must shift rigidly across a cost gap
+  /// before mass can cross to another group), search along the drift since the last check for the furthest
+  /// point short of the turning point of the dual (docs/gromov-wasserstein.md §4, "Plateaus"). Changes the path
+  /// only: the answer is still the engine's iterate and its own check.
+  bool plateau_search = true;
   /// > 0: inexact inner solves. The first is solved to `first_tolerance`, each later one to
   /// max(inner_tolerance, min(previous tolerance, adaptive_tolerance · last relative objective change)); the outer
   /// loop stops only after a solve at inner_tolerance. 0: every solve at inner_tolerance.
