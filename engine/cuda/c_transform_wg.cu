@@ -183,7 +183,7 @@ void launch_c_transform_wg(const CTransformSides& sd, const MmaOperands& rop, co
 
 void reserve_c_transform_wg_listed(const CTransformSides& sd, const MmaOperands& rop, int sms,
                                    CTransformScratch& sc) {
-  const int grid = ct_listed_grid(sd.nrows, wg_subtiles(rop.padded_d / 16) * sms);
+  const int grid = ct_listed_grid(sd.nrows, wg_subtiles(rop.padded_d / 16) * sms, kWgBlockRows);
   // blocks·splits ≤ grid blocks of kWgBlockRows rows each: the lists of every count fit.
   sc.best.reserve(std::size_t(grid) * kWgBlockRows * (kCtCand + 1));
   sc.arg.reserve(std::size_t(grid) * kWgBlockRows * kCtCand);
@@ -195,7 +195,7 @@ void launch_c_transform_wg_listed(const CTransformSides& sd, const MmaOperands& 
                                   float s, int sms, CTransformScratch& sc, cudaStream_t stream) {
   const int ks = rop.padded_d / 16;
   const int slots = wg_subtiles(ks) * sms;
-  const int grid = ct_listed_grid(sd.nrows, slots);
+  const int grid = ct_listed_grid(sd.nrows, slots, kWgBlockRows);
   const std::size_t halves = std::size_t(sd.nrows) * rop.padded_d;
   ct_gather_rows_kernel<<<std::max(1, std::min(4 * sms, div_up(int(std::min<std::size_t>(halves / 2, 1 << 30)), 256))),
                           256, 0, stream>>>(rop.hi, rop.lo, rop.padded_d, sc.list.get(), sc.counters.get(),
