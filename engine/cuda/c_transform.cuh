@@ -51,7 +51,7 @@ struct CTransformScratch {
 /// Kernel choices of one c-transform (CudaTuning's c_transform_* fields).
 struct CTransformChoices {
   bool cascade = true;  // on warpgroups: the hi·hi pass first, the split products for its undecided rows
-  int columns = 1;      // the register pass (d ≤ 4): columns per test of the candidate lists (1, 2 or 4)
+  int columns = 2;      // the register pass (d ≤ 4): columns per test of the candidate lists (1, 2 or 4)
 };
 
 /// Rows of the last run_c_transform by how they were decided (CTransformScratch::counters).
