@@ -33,7 +33,7 @@
 // score is ≥ best − 3E_i are evaluated as s·‖p_i − q_j‖² − h_j in fp64 and the smallest wins, the lowest index on an
 // exact tie (merge kernel). Otherwise (K + 1 scores within 2E_i: exact ties, duplicated points) the row is
 // re-decided over all its columns: every column whose fp32 score (refine kernel, error ≤ the fp32 E_i ≤ E_i) is
-// ≥ best − 3E_i is evaluated the same way (one block per listed row, columns spread over its threads). The value of
+// ≥ best − 3E_i is evaluated the same way (four listed rows per block, column tiles through shared memory). The value of
 // every row is that fp64 direct difference at its argmin; so the argmins and values do not depend on which pass
 // (or variant) decided a row. The refinement's floor is best − 3E_i with the bound of the pass that gave `best` (the
 // split or fp32 one; both ≥ the refinement's own fp32 error). With K = 1 this is a best/second test, which on
@@ -55,7 +55,11 @@ namespace {
 
 constexpr int kCtThreads = 128;
 constexpr int kCtTile = 256;  // columns per shared-memory tile of the register kernel
-constexpr int kRefineThreads = 256;
+constexpr int kRefineThreads = 256;  // the refinement's columns per tile (one per thread)
+constexpr int kRefineRows = 4;       // listed rows per refinement block: a column tile is read once for them
+/// Floats per column in the refinement's shared-memory stage of C coordinates: 16-byte rows whose float4 reads by
+/// 8 consecutive threads (one shared-memory phase) fall in 8 distinct 4-bank groups.
+constexpr int ct_refine_stride(int c) { return c % 8 == 0 ? c + 4 : c; }
 
 /// U: columns per test of the lists. U = 1: per column the R scores and one test whether any beats its row's rest.
 /// U = 2, 4: the scores of U columns, per row their maximum, one test for the U·R scores; the columns past the split
@@ -276,10 +280,15 @@ __global__ void ct_merge_listed_kernel(CTransformSides sd, const float* __restri
   }
 }
 
-/// One block per listed row (grid-stride over the list): every column whose fp32 score is within 3E of the row's
-/// best is evaluated in fp64, the smallest value wins (the lowest column on an exact tie). Consecutive threads take
-/// consecutive columns, so a block reads the columns' coordinates in whole cache lines. top[i]: the row's best
-/// score in the pass whose bound sb is (E ≥ the fp32 E of the scores here).
+/// kRefineRows listed rows per block (grid-stride over the list): every column whose fp32 score is within 3E of its
+/// row's best is evaluated in fp64, the smallest value wins (the lowest column on an exact tie). The columns come in
+/// tiles of kRefineThreads (one per thread) and chunks of C coordinates (4, 8, 16 or 32: d's, up to 32) through
+/// shared memory, read from global memory in whole cache lines and once for all the block's rows; each thread
+/// scores its column for every row (fp32 FMA in coordinate order, as the register pass: error ≤ the fp32 E_i). Before, one block per row had
+/// each thread read its own column's coordinates (a cache line per lane per load) for one row: 2.5 s for 100k
+/// re-scanned rows at n = m = 100k, d = 64 (H200, every target point four times). top[i]: the row's best score in the
+/// pass whose bound sb is (E ≥ the fp32 E of the scores here).
+template <int C>
 __global__ void __launch_bounds__(kRefineThreads) ct_refine_kernel(CTransformSides sd, const float* __restrict__ h,
                                                                    float s, ScoreBound sb,
                                                                    const unsigned* __restrict__ maxima,
@@ -288,40 +297,87 @@ __global__ void __launch_bounds__(kRefineThreads) ct_refine_kernel(CTransformSid
                                                                    const int* __restrict__ count,
                                                                    double* __restrict__ values,
                                                                    int* __restrict__ index) {
-  __shared__ double red_v[kRefineThreads / 32];
-  __shared__ int red_j[kRefineThreads / 32];
+  __shared__ __align__(16) float tile[kRefineThreads][ct_refine_stride(C)];  // (columns, coordinates of the chunk)
+  __shared__ __align__(16) float prow[kRefineRows][C];                      // 2s·p of the block's rows, this chunk
+  __shared__ int rowi[kRefineRows];
+  __shared__ double red_v[kRefineRows][kRefineThreads / 32];
+  __shared__ int red_j[kRefineRows][kRefineThreads / 32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const float two_s = 2.f * s;
   const int rows = *count;
-  for (int w = blockIdx.x; w < rows; w += gridDim.x) {
-    const int i = list[w];
-    const float floor = top[i] - 3.f * ct_bound(sd, maxima, s, i, sb);
-    const float* p = sd.rows + std::size_t(i) * sd.d;
-    double v_best = INFINITY;
-    int j_best = 0x7fffffff;
-    for (int j = threadIdx.x; j < sd.ncols; j += kRefineThreads) {
-      const float* q = sd.cols + std::size_t(j) * sd.d;
-      float t = h[j] - s * sd.cols_norm2[j];
-      for (int k = 0; k < sd.d; ++k) t = fmaf(two_s * p[k], q[k], t);
-      if (!(t >= floor)) continue;
-      const double v = ct_direct(sd, h, s, i, j);
-      if (v < v_best) v_best = v, j_best = j;  // columns rise within a thread: the first of a tie stays
+  for (int w0 = blockIdx.x * kRefineRows; w0 < rows; w0 += gridDim.x * kRefineRows) {
+    const int here = min(kRefineRows, rows - w0);
+    __syncthreads();  // rowi and red_* of the previous group are read
+    if (threadIdx.x < kRefineRows) rowi[threadIdx.x] = list[w0 + min(int(threadIdx.x), here - 1)];
+    __syncthreads();
+    float floor[kRefineRows];
+    double v_best[kRefineRows];
+    int j_best[kRefineRows];
+#pragma unroll
+    for (int r = 0; r < kRefineRows; ++r) {
+      floor[r] = top[rowi[r]] - 3.f * ct_bound(sd, maxima, s, rowi[r], sb);
+      v_best[r] = INFINITY;
+      j_best[r] = 0x7fffffff;
+    }
+    for (int j0 = 0; j0 < sd.ncols; j0 += kRefineThreads) {
+      const int j = j0 + threadIdx.x;
+      const float bias = j < sd.ncols ? h[j] - s * sd.cols_norm2[j] : -INFINITY;
+      float t[kRefineRows];
+#pragma unroll
+      for (int r = 0; r < kRefineRows; ++r) t[r] = bias;
+      for (int k0 = 0; k0 < sd.d; k0 += C) {
+        __syncthreads();  // the previous chunk's reads are done
+        // Consecutive threads read consecutive coordinates of consecutive columns: whole cache lines.
+        for (int e = threadIdx.x; e < kRefineThreads * C; e += kRefineThreads) {
+          const int jj = e / C, k = e % C, jc = j0 + jj, kc = k0 + k;
+          tile[jj][k] = (jc < sd.ncols && kc < sd.d) ? sd.cols[std::size_t(jc) * sd.d + kc] : 0.f;
+        }
+        if (threadIdx.x < kRefineRows * C) {
+          const int r = threadIdx.x / C, k = threadIdx.x % C, kc = k0 + k;
+          prow[r][k] = kc < sd.d ? two_s * sd.rows[std::size_t(rowi[r]) * sd.d + kc] : 0.f;
+        }
+        __syncthreads();
+        // Coordinates past d are 0 in both: their FMAs leave t unchanged.
+#pragma unroll
+        for (int k = 0; k < C; k += 4) {
+          const float4 q = *reinterpret_cast<const float4*>(&tile[threadIdx.x][k]);
+#pragma unroll
+          for (int r = 0; r < kRefineRows; ++r) {
+            const float4 p = *reinterpret_cast<const float4*>(&prow[r][k]);
+            t[r] = fmaf(p.x, q.x, t[r]);
+            t[r] = fmaf(p.y, q.y, t[r]);
+            t[r] = fmaf(p.z, q.z, t[r]);
+            t[r] = fmaf(p.w, q.w, t[r]);
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRefineRows; ++r) {
+        if (r >= here || !(t[r] >= floor[r])) continue;
+        const double v = ct_direct(sd, h, s, rowi[r], j);
+        if (v < v_best[r]) v_best[r] = v, j_best[r] = j;  // columns rise within a thread: the first of a tie stays
+      }
     }
 #pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const double ov = __shfl_xor_sync(0xffffffffu, v_best, offset);
-      const int oj = __shfl_xor_sync(0xffffffffu, j_best, offset);
-      if (ov < v_best || (ov == v_best && oj < j_best)) v_best = ov, j_best = oj;
+    for (int r = 0; r < kRefineRows; ++r) {
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) {
+        const double ov = __shfl_xor_sync(0xffffffffu, v_best[r], offset);
+        const int oj = __shfl_xor_sync(0xffffffffu, j_best[r], offset);
+        if (ov < v_best[r] || (ov == v_best[r] && oj < j_best[r])) v_best[r] = ov, j_best[r] = oj;
+      }
+      if (lane == 0) red_v[r][warp] = v_best[r], red_j[r][warp] = j_best[r];
     }
-    if (lane == 0) red_v[warp] = v_best, red_j[warp] = j_best;
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x < here) {
+      const int r = threadIdx.x;
+      double vb = red_v[r][0];
+      int jb = red_j[r][0];
       for (int o = 1; o < kRefineThreads / 32; ++o)
-        if (red_v[o] < v_best || (red_v[o] == v_best && red_j[o] < j_best)) v_best = red_v[o], j_best = red_j[o];
-      values[i] = v_best;
-      index[i] = j_best;
+        if (red_v[r][o] < vb || (red_v[r][o] == vb && red_j[r][o] < jb)) vb = red_v[r][o], jb = red_j[r][o];
+      values[rowi[r]] = vb;
+      index[rowi[r]] = jb;
     }
-    __syncthreads();  // red_* are reused by the next row
   }
 }
 
@@ -487,11 +543,20 @@ void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, d
         sc.counters.get(), sc.top.get(), sc.values.get(), sc.index.get(), sc.rescan.get(), sc.counters.get() + 1);
     FLASHOT_CUDA_CHECK_LAUNCH();
   }
-  ct_refine_kernel<<<std::max(1, 4 * sms), kRefineThreads, 0, stream>>>(sd, sc.h.get(), s, sb, sc.maxima.get(),
-                                                                        sc.top.get(), sc.rescan.get(),
-                                                                        sc.counters.get() + 1, sc.values.get(),
-                                                                        sc.index.get());
-  FLASHOT_CUDA_CHECK_LAUNCH();
+  const auto refine = [&](auto kernel) {
+    kernel<<<std::max(1, 4 * sms), kRefineThreads, 0, stream>>>(sd, sc.h.get(), s, sb, sc.maxima.get(), sc.top.get(),
+                                                               sc.rescan.get(), sc.counters.get() + 1,
+                                                               sc.values.get(), sc.index.get());
+    FLASHOT_CUDA_CHECK_LAUNCH();
+  };
+  if (sd.d <= 4)
+    refine(ct_refine_kernel<4>);
+  else if (sd.d <= 8)
+    refine(ct_refine_kernel<8>);
+  else if (sd.d <= 16)
+    refine(ct_refine_kernel<16>);
+  else
+    refine(ct_refine_kernel<32>);
   sc.values.download(values.first(sd.nrows), stream);
   FLASHOT_CUDA_CHECK(cudaMemcpyAsync(index.data(), sc.index.get(), sizeof(std::int32_t) * sd.nrows,
                                      cudaMemcpyDeviceToHost, stream));

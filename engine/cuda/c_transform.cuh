@@ -15,6 +15,7 @@
 
 #include <cuda_runtime.h>
 
+#include "ct_bound.hpp"
 #include "device_buffer.hpp"
 #include "mma.cuh"
 
@@ -50,7 +51,7 @@ struct CTransformScratch {
 /// Kernel choices of one c-transform (CudaTuning's c_transform_* fields).
 struct CTransformChoices {
   bool cascade = true;  // on warpgroups: the hi·hi pass first, the split products for its undecided rows
-  int columns = 1;      // the register pass (d ≤ 4): columns per test of the candidate lists (1, 2 or 4)
+  int columns = 2;      // the register pass (d ≤ 4): columns per test of the candidate lists (1, 2 or 4)
 };
 
 /// Rows of the last run_c_transform by how they were decided (CTransformScratch::counters).
@@ -99,14 +100,8 @@ void launch_c_transform_wg_listed(const CTransformSides& sides, const MmaOperand
 /// loses what earlier launches wrote).
 void reserve_c_transform_wg_listed(const CTransformSides& sides, const MmaOperands& rop, int sms,
                                    CTransformScratch& scratch);
-/// Column splits of the cascade's second pass over `blocks` row blocks of kWgBlockRows: enough that `slots` blocks
-/// run (slots: the device's resident blocks), at most one per column tile. Host and device.
-__host__ __device__ inline int ct_listed_splits(int blocks, int tiles, int slots) {
-  const int want = blocks > 0 ? (slots + blocks - 1) / blocks : 1;
-  return want < 1 ? 1 : (want > tiles ? (tiles < 1 ? 1 : tiles) : want);
-}
-/// The grid (1-D) of the second pass: covers every count ≤ nrows (blocks·splits ≤ slots + blocks).
-inline int ct_listed_grid(int nrows, int slots) { return slots + (nrows + 255) / 256; }
+using ct::ct_listed_splits;  // the second pass's plan (engine/src/ct_bound.hpp)
+using ct::ct_listed_grid;
 
 #ifdef __CUDACC__
 /// A row's candidate list: s[0] ≥ … ≥ s[K − 1] the best scores seen, a[k] their columns, s[K] the best score of every

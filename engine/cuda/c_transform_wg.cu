@@ -103,9 +103,12 @@ __global__ void __launch_bounds__(kWgThreads / MT, MT)
       }
     }
   };
-  // No overlapped next product: the epilogue has no exponentials to hide it behind, and a second accumulator with
-  // the candidate lists would not fit the registers.
-  core.template run<false>(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
+  // SINGLE with one subtile: the next tile's hi·hi product is issued before this tile's epilogue (run's OVERLAP; the
+  // second accumulator fits: 78 registers without it, 113 with it at KS = 4, 128 allowed at 512 threads). Without
+  // it the whole n = m = 100k, d = 64 call took 5.78 ms on the H200, where the pass's hi·hi products at the tensor
+  // cores' peak and its epilogue's instructions at the issue rate would take some 1.3 and 1.1 ms (estimates):
+  // latency. The three products: no overlap (a second accumulator with the lists would not fit).
+  core.template run<SINGLE && MT == 1>(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
   // The 4 lanes of a quad share a row: merge their lists.
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -183,7 +186,7 @@ void launch_c_transform_wg(const CTransformSides& sd, const MmaOperands& rop, co
 
 void reserve_c_transform_wg_listed(const CTransformSides& sd, const MmaOperands& rop, int sms,
                                    CTransformScratch& sc) {
-  const int grid = ct_listed_grid(sd.nrows, wg_subtiles(rop.padded_d / 16) * sms);
+  const int grid = ct_listed_grid(sd.nrows, wg_subtiles(rop.padded_d / 16) * sms, kWgBlockRows);
   // blocks·splits ≤ grid blocks of kWgBlockRows rows each: the lists of every count fit.
   sc.best.reserve(std::size_t(grid) * kWgBlockRows * (kCtCand + 1));
   sc.arg.reserve(std::size_t(grid) * kWgBlockRows * kCtCand);
@@ -195,7 +198,7 @@ void launch_c_transform_wg_listed(const CTransformSides& sd, const MmaOperands& 
                                   float s, int sms, CTransformScratch& sc, cudaStream_t stream) {
   const int ks = rop.padded_d / 16;
   const int slots = wg_subtiles(ks) * sms;
-  const int grid = ct_listed_grid(sd.nrows, slots);
+  const int grid = ct_listed_grid(sd.nrows, slots, kWgBlockRows);
   const std::size_t halves = std::size_t(sd.nrows) * rop.padded_d;
   ct_gather_rows_kernel<<<std::max(1, std::min(4 * sms, div_up(int(std::min<std::size_t>(halves / 2, 1 << 30)), 256))),
                           256, 0, stream>>>(rop.hi, rop.lo, rop.padded_d, sc.list.get(), sc.counters.get(),

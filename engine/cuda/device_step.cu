@@ -327,7 +327,7 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
       kernel_(choose_kernel(d_, static_cast<std::int64_t>(rows_total), m_, options.precision, options.cuda.kernel)) {
   capture_ = link_ == nullptr;
   ct_choices_.cascade = options.cuda.c_transform_cascade;
-  ct_choices_.columns = options.cuda.c_transform_columns == 0 ? 1 : options.cuda.c_transform_columns;
+  ct_choices_.columns = options.cuda.c_transform_columns == 0 ? 2 : options.cuda.c_transform_columns;
   const int devices = cuda_device_count();
   if (device_ < 0 || device_ >= devices) {
     throw std::runtime_error("CUDA device " + std::to_string(device_) + " asked for, but " +

@@ -155,12 +155,12 @@ struct WgTileCore {
   /// to do so runs drain(stage index, it) (what the epilogues left in shared memory for that stage) and fetches tile
   /// it + kStages into the stage. So a warpgroup may run up to kStages − 1 tiles ahead of another: one multiplies
   /// while another sums, and a warp with a costly tile (a screened kernel's kept one) delays no other warpgroup.
-  /// OVERLAP (dense kernels whose registers hold a second accumulator): tile it + 1's product is issued before tile
-  /// it's epilogue.
+  /// OVERLAP (dense kernels, and HI_ONLY ones, whose registers hold a second accumulator): tile it + 1's product is
+  /// issued before tile it's epilogue.
   template <bool OVERLAP, typename TileStart, typename Epilogue, typename Drain>
   __device__ __forceinline__ void run(std::uint8_t* smem, const MmaOperands& cop, int tiles, TileStart tile_start,
                                       Epilogue epilogue, Drain drain) const {
-    static_assert(!(OVERLAP && SCREEN), "the screened kernels change their scores on some paths only (kept tiles)");
+    static_assert(!(OVERLAP && kRowsLo), "the screened kernels change their scores on some paths only (kept tiles)");
     static_assert(!(OVERLAP && MT > 1), "two accumulators of two subtiles exceed the registers");
     asm volatile("cp.async.commit_group;\n" ::: "memory");  // the rows' lo halves (SCREEN, load_rows)
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");

@@ -67,4 +67,19 @@ FLASHOT_CT_HOST_DEVICE inline float score_bound(const ScoreBound& b, float s, fl
                   b.unit * two_s + b.bias * max_bias + b.norm * s * max_norm_q * max_norm_q);
 }
 
+/// The cascade's second pass (engine/cuda/c_transform_wg.cu) runs over `count` listed rows, known on the device
+/// only, in blocks of `block_rows`: column splits for `blocks` row blocks, enough that `slots` blocks run (the
+/// device's resident blocks), at least one and at most one per column tile (`tiles`). The kernel and the merge both
+/// compute it from the count.
+FLASHOT_CT_HOST_DEVICE inline int ct_listed_splits(int blocks, int tiles, int slots) {
+  const int want = blocks > 0 ? (slots + blocks - 1) / blocks : 1;
+  const int most = tiles < 1 ? 1 : tiles;
+  return want < 1 ? 1 : (want > most ? most : want);
+}
+/// The 1-D grid launched for it, sized on the host for every count ≤ nrows: blocks·splits ≤ slots + blocks − 1 <
+/// this (block b takes row block b % blocks and split b / blocks; the blocks past blocks·splits return).
+inline int ct_listed_grid(int nrows, int slots, int block_rows = 256) {
+  return slots + (nrows + block_rows - 1) / block_rows;
+}
+
 }  // namespace flashot::detail::ct

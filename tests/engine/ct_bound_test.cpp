@@ -196,5 +196,26 @@ TEST(CTransformBound, TheBiasTermCoversAPotentialThatCancelsTheNorm) {
   EXPECT_GT(e, 0.f) << "the norm term keeps the bound positive where the bias and the row vanish";
 }
 
+TEST(CTransformBound, TheSecondPassGridCoversEveryCountAndFillsTheDevice) {
+  // The second pass's blocks find their role from the count on the device: for every count up to the rows, its
+  // blocks·splits must fit the grid launched for the rows (and the scratch sized from it), and fill the device's
+  // slots whenever the columns allow.
+  for (const int slots : {132, 264})
+    for (const int tiles : {1, 7, 1563})
+      for (const int nrows : {1, 255, 256, 257, 5000, 100000}) {
+        const int grid = ct::ct_listed_grid(nrows, slots, 256);
+        for (int count = 0; count <= nrows; count += count < 600 ? 1 : 997) {
+          const int blocks = (count + 255) / 256;
+          const int splits = ct::ct_listed_splits(blocks, tiles, slots);
+          ASSERT_GE(splits, 1) << count;
+          ASSERT_LE(splits, tiles) << count;
+          ASSERT_LE(blocks * splits, grid) << "count " << count << " of " << nrows << ", slots " << slots;
+          if (blocks > 0) {
+            ASSERT_GE(blocks * splits, std::min(slots, blocks * tiles)) << count;
+          }
+        }
+      }
+}
+
 }  // namespace
 }  // namespace flashot::test

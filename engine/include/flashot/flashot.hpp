@@ -125,7 +125,8 @@ struct CudaTuning {
   /// way (docs/engine.md, "Hard c-transform"). Ignored elsewhere.
   bool c_transform_cascade = true;
   /// The hard c-transform's register pass at d ≤ 4: columns scored per test of the rows' candidate lists, 1, 2 or
-  /// 4; 0 = the default (1). Results are identical whatever is chosen. Ignored elsewhere.
+  /// 4; 0 = the default (2, the fastest on the H200: docs/engine.md). Results are identical whatever is chosen.
+  /// Ignored elsewhere.
   int c_transform_columns = 0;
 };
 
