@@ -134,7 +134,8 @@ int end_to_end(std::size_t n, std::size_t m, std::size_t d, const EndToEnd& e, c
     solve.progress = [solve_start](const Progress& p) {
       std::cerr << "progress: " << format_double(seconds_since(solve_start)) << " s, stage " << p.stage + 1 << "/"
                 << p.stage_count << ", eps " << format_double(p.epsilon) << ", iteration " << p.iteration
-                << ", marginal error " << format_double(p.marginal_error) << std::endl;
+                << ", marginal error " << format_double(p.marginal_error)
+                << (p.coarse ? " (coarser level settling)" : "") << std::endl;
       return true;
     };
   }

@@ -225,7 +225,7 @@ struct Run {
       // The coarser level settles at this level's first ε before its potentials come down (docs/multiscale.md,
       // "Schedule"): its slow, global modes cost n·m/(n_c·m_c) times less to relax there than here.
       const bool settled = !stopped && o.tolerance > 0 && settle(C, split);
-      const double carry_eps = settled ? eps[split] : eps[split - 1];
+      const double carry_eps = settled ? eps[split] : eps[split - 1];  // the ε of C's current potentials
       // Carried down even after a cancel, so that the result's potentials belong to the points at eps[reached].
       // Extrapolate: f_i = f_I + s·(‖x_i − T_I‖² − ‖c_I − T_I‖²), T_I the coarse plan's barycentric target of block
       // I: the potentials' first-order change across a block (∇f = 2s(x − T)), exact for a translated block.
@@ -306,7 +306,7 @@ struct Run {
   }
 
   /// Runs coarse level C at eps[k] (the finer level's first ε) to the tolerance, as a stage of its own (coarse, in
-  /// the reports). Returns whether it ran (false after a cancel or a non-finite value).
+  /// the reports). Returns false when C's potentials became non-finite (then they belong to no ε).
   bool settle(MultiscaleLevel& C, int k) {
     left_dense = false;
     MultiscaleStage st;
@@ -321,13 +321,19 @@ struct Run {
       st.kept_pairs = st.total_pairs;
       st.dense = true;
     }
+    reached = k;  // what C holds now, and so what comes down, belongs to eps[k] (also after a cancel)
     const int done = converge(C, k, st, false);
     st.iterations = done;
     r.multiscale.stages.push_back(st);
-    // One StageReport per ε of the schedule: stage k's counts its iterations on both levels.
-    settled_stage = k;
-    settled_iterations = done;
-    return !stopped;
+    // One StageReport per ε of the schedule: stage k's counts its iterations on both levels (here alone when the
+    // solve stops during the settling: a cancel or a non-finite value).
+    if (stopped) {
+      r.stages.push_back(StageReport{eps[k], done});
+    } else {
+      settled_stage = k;
+      settled_iterations = done;
+    }
+    return r.reason != StopReason::kNonFinite;
   }
 
   /// A stage run to the tolerance on level L at eps[k] (its lists installed): check_every iterations at a time (the
@@ -377,6 +383,17 @@ struct Run {
       if (!final) {
         // Settling: the fine level's iterations cost (n·m)/(n_c·m_c) times these, so the coarse level runs to the
         // tolerance, or until its error stops falling (a tenth less within five checks).
+        if (o.progress) {
+          Progress pr{k, stage_count(), eps[k], r.iterations, total_budget, error};
+          pr.coarse = true;
+          if (!o.progress(pr)) {
+            r.reason = StopReason::kCancelled;
+            r.message = "cancelled by the progress callback while the coarser level settled at " + stage_text(k) +
+                        " after " + std::to_string(r.iterations) + " iterations";
+            stopped = true;
+            break;
+          }
+        }
         if (error <= o.tolerance) break;
         if (error < 0.9 * best) best = error, stalled = 0;
         else if (++stalled >= 5) break;

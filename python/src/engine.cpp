@@ -272,11 +272,13 @@ void bind_engine(nb::module_& m) {
       .def_ro("iteration", &Progress::iteration, "iterations so far, all stages together")
       .def_ro("max_iterations", &Progress::max_iterations, "upper bound of `iteration` for the whole solve")
       .def_ro("marginal_error", &Progress::marginal_error, "NaN at intermediate stages (not computed there)")
+      .def_ro("coarse", &Progress::coarse,
+              "True while a multiscale solve's coarser level settles at this ε (the error is that coarse problem's)")
       .def("__repr__", [](const Progress& p) {
         std::ostringstream out;
         out << "Progress(stage=" << p.stage << "/" << p.stage_count << ", epsilon=" << p.epsilon
             << ", iteration=" << p.iteration << "/" << p.max_iterations << ", marginal_error=" << p.marginal_error
-            << ")";
+            << (p.coarse ? ", coarse=True" : "") << ")";
         return out.str();
       });
 

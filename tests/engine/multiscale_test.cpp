@@ -396,6 +396,49 @@ TEST(Multiscale, OptionsAreCheckedAndTheChoiceIsReported) {
   EXPECT_THROW(parse_multiscale("yes"), std::invalid_argument);
 }
 
+// The coarser level's settling reports its checks (Progress::coarse) before the points' checks, and a callback
+// may stop the solve there: a cancel, with every iteration counted in the stages.
+TEST(Multiscale, TheCoarserLevelsSettlingIsReportedAndCancellable) {
+  const std::size_t n = 600, d = 3;
+  const std::vector<float> x = synthetic::generate(synthetic::Shape::kUniform, n, d, 1);
+  const std::vector<float> y = synthetic::generate(synthetic::Shape::kUniform, n, d, 2);
+  Problem problem({x, n, d}, {y, n, d}, {}, {}, backend_options("cpu", 1));
+  SolveOptions o;
+  o.multiscale = Multiscale::kOn;
+  std::vector<Progress> seen;
+  o.progress = [&](const Progress& p) {
+    seen.push_back(p);
+    return true;
+  };
+  const SolveResult full = problem.solve(o);
+  ASSERT_TRUE(full.multiscale.used);
+  ASSERT_FALSE(full.checks.empty()) << full.message;
+  std::size_t first_coarse = seen.size(), last_coarse = 0, first_points_check = seen.size();
+  for (std::size_t k = 0; k < seen.size(); ++k) {
+    if (seen[k].coarse) {
+      first_coarse = std::min(first_coarse, k);
+      last_coarse = k;
+      EXPECT_TRUE(std::isfinite(seen[k].marginal_error)) << "check " << k;
+    } else if (std::isfinite(seen[k].marginal_error)) {
+      first_points_check = std::min(first_points_check, k);
+    }
+  }
+  ASSERT_LT(first_coarse, seen.size()) << "no check of the settling was reported: " << full.message;
+  ASSERT_LT(first_points_check, seen.size());
+  EXPECT_LT(last_coarse, first_points_check);
+
+  int calls = 0;
+  o.progress = [&](const Progress& p) { return !(p.coarse && ++calls == 1); };
+  const SolveResult cancelled = problem.solve(o);
+  EXPECT_EQ(cancelled.reason, StopReason::kCancelled);
+  EXPECT_NE(cancelled.message.find("settled"), std::string::npos) << cancelled.message;
+  int reported = 0;
+  for (const StageReport& st : cancelled.stages) reported += st.iterations;
+  EXPECT_EQ(reported, cancelled.iterations);
+  EXPECT_EQ(cancelled.f.size(), n);
+  for (float v : cancelled.f) ASSERT_TRUE(std::isfinite(v));
+}
+
 TEST(Synthetic, SeededShapesAndDeformation) {
   using synthetic::Shape;
   for (Shape s : {Shape::kNormal, Shape::kUniform, Shape::kClusters, Shape::kSphere, Shape::kTorus, Shape::kBumpy}) {

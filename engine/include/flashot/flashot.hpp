@@ -103,6 +103,9 @@ struct Progress {
   int iteration = 0;           ///< iterations done so far, all stages together
   int max_iterations = 0;      ///< upper bound on `iteration` for the whole solve
   double marginal_error = 0;   ///< see SolveResult::marginal_error
+  /// A multiscale solve's coarser level (cluster centres) settling at this ε before the points' stage: the error is
+  /// that coarse problem's (docs/multiscale.md, "Schedule"). false for every check of the points themselves.
+  bool coarse = false;
 };
 /// Return false to stop the solve; it then ends with StopReason::kCancelled (not an exception).
 using ProgressCallback = std::function<bool(const Progress&)>;
