@@ -260,10 +260,8 @@ struct Run {
     for (int k = split; k < ke && !stopped; ++k) run_stage(L, k, is_top && k == stage_count() - 1);
   }
 
-  void run_stage(MultiscaleLevel& L, int k, bool final_stage) {
-    reached = k;
-    left_dense = false;
-    IterationParams ip{eps[k], s, o.scheme, solve_damping(eps[k], rho_x), solve_damping(eps[k], rho_y)};
+  /// A stage's report at eps[k] on level L, with L's lists for eps[k] derived and installed (a level with trees).
+  MultiscaleStage begin_stage(MultiscaleLevel& L, int k) {
     MultiscaleStage st;
     st.epsilon = eps[k];
     st.coarse = &L != top;
@@ -276,6 +274,14 @@ struct Run {
       st.kept_pairs = st.total_pairs;
       st.dense = true;
     }
+    return st;
+  }
+
+  void run_stage(MultiscaleLevel& L, int k, bool final_stage) {
+    reached = k;
+    left_dense = false;
+    IterationParams ip{eps[k], s, o.scheme, solve_damping(eps[k], rho_x), solve_damping(eps[k], rho_y)};
+    MultiscaleStage st = begin_stage(L, k);
     const int carried = k == settled_stage ? settled_iterations : 0;
     StageReport stage{eps[k], 0};
     if (!final_stage) {
@@ -309,18 +315,7 @@ struct Run {
   /// the reports). Returns false when C's potentials became non-finite (then they belong to no ε).
   bool settle(MultiscaleLevel& C, int k) {
     left_dense = false;
-    MultiscaleStage st;
-    st.epsilon = eps[k];
-    st.coarse = true;
-    if (C.tx) {
-      st.total_pairs = static_cast<unsigned long long>(C.tx->blocks) * C.ty->blocks;
-      PatternResult p = lists(C, eps[k]);
-      install(C, p.pattern, st, p.kept_fraction);
-    } else {
-      st.total_pairs = static_cast<unsigned long long>(C.n) * C.m;
-      st.kept_pairs = st.total_pairs;
-      st.dense = true;
-    }
+    MultiscaleStage st = begin_stage(C, k);
     reached = k;  // what C holds now, and so what comes down, belongs to eps[k] (also after a cancel)
     const int done = converge(C, k, st, false);
     st.iterations = done;
