@@ -73,6 +73,9 @@ const Hostile kHostileFiles[] = {
     // found by fuzz_h5ad: an unfiltered chunk whose index record says 48 bytes for a 52-byte chunk (H5VM_memcpyvv
     // over-reads the 48-byte buffer under H5Dread)
     {"fuzz_chunk_overread.h5ad", "/layers/counts/indptr: corrupt file: 1 unfiltered chunks of 52 bytes store 48"},
+    // found by fuzz_h5ad in a CI run (2026-12-01): obs codes declared as 2 GB integers (6 of them in 6 stored
+    // bytes); HDF5 allocated a 2 GB conversion buffer per read before failing
+    {"fuzz_huge_integer.h5ad", "/obs/cluster/codes: corrupt file: int16777216008 elements of 2097152001 bytes"},
 };
 
 TEST(H5adHostile, EachEndsInAnErrorNamingTheFile) {

@@ -181,11 +181,12 @@ TEST(ZarrZip, DuplicateEntryLastWins) {
     std::string zip, cd;
     auto le = [](std::string& s, std::uint64_t v, int n) { for (int i = 0; i < n; ++i) s += char((v >> (8 * i)) & 0xFF); };
     for (const auto& [name, data] : entries) {
-      const std::uint32_t crc = [&] {
-        std::uint32_t c = 0xFFFFFFFFu;
-        for (unsigned char ch : data) { c ^= ch; for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0xEDB88320u : c >> 1; }
-        return ~c;
-      }();
+      std::uint32_t crc = 0xFFFFFFFFu;  // CRC-32 (zip's), computed in place: clang cannot capture a structured binding
+      for (unsigned char ch : data) {
+        crc ^= ch;
+        for (int k = 0; k < 8; ++k) crc = (crc & 1) ? (crc >> 1) ^ 0xEDB88320u : crc >> 1;
+      }
+      crc = ~crc;
       const std::size_t offset = zip.size();
       le(zip, 0x04034b50, 4); le(zip, 20, 2); le(zip, 0, 2); le(zip, 0, 2); le(zip, 0, 4); le(zip, crc, 4);
       le(zip, data.size(), 4); le(zip, data.size(), 4); le(zip, name.size(), 2); le(zip, 0, 2);

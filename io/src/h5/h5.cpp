@@ -535,16 +535,32 @@ void check_compact_storage(const Node& node) {
 
 namespace {
 
+// No writer stores a number wider than 16 bytes (a quad float). A header declaring wider ones is corrupt, and HDF5
+// would allocate a conversion buffer of that width per element before reading a byte (a 28-byte .h5ad from
+// fuzz_h5ad declared 2 GB integers: tests/io/data/hostile/fuzz_huge_integer.h5ad). `flags` admits enums (booleans).
+constexpr std::size_t kMaxNumericBytes = 16;
+
+void check_numeric_type(const Node& node, bool flags) {
+  const TypeClass cls = node.type_class();
+  if (cls != TypeClass::kInteger && cls != TypeClass::kUnsigned && cls != TypeClass::kFloat &&
+      !(flags && cls == TypeClass::kEnum)) {
+    node.fail(std::string("expected a ") + (flags ? "boolean" : "numeric") + " dataset, found " + node.dtype_name());
+  }
+  const std::size_t size = node.type_size();
+  if (size == 0 || size > kMaxNumericBytes) {
+    node.fail("corrupt file: " + node.dtype_name() + " elements of " + std::to_string(size) +
+              " bytes (numbers are 1 to " + std::to_string(kMaxNumericBytes) + " bytes)");
+  }
+}
+
 // The element count of a numeric dataset read whole as `element_size`-byte values, after checking the read is
 // plausible for the file (a header claiming far more than the file stores is rejected before any allocation).
 hsize_t checked_numeric_count(const Node& node, std::size_t element_size) {
   check_compact_storage(node);
-  const TypeClass cls = node.type_class();
-  if (cls != TypeClass::kInteger && cls != TypeClass::kUnsigned && cls != TypeClass::kFloat) {
-    node.fail("expected a numeric dataset, found " + node.dtype_name());
-  }
+  check_numeric_type(node, false);
   const hsize_t n = product(node.shape());
-  const hsize_t bytes = n * element_size;
+  // the larger of the file's and the memory's element: HDF5 converts through buffers of both
+  const hsize_t bytes = n * std::max(element_size, node.type_size());
   const hsize_t stored = H5Dget_storage_size(node.id());
   if (bytes > kAlwaysAllowedBytes && bytes / kMaxExpansion > stored) {
     node.fail("claims " + std::to_string(n) + " elements but stores only " + std::to_string(stored) + " bytes");
@@ -619,16 +635,14 @@ void Node::read_floats_into(std::span<float> out) const {
 }
 
 void Node::read_float_rows(hsize_t row0, hsize_t count, float* out) const {
-  const TypeClass cls = type_class();
-  if (cls != TypeClass::kInteger && cls != TypeClass::kUnsigned && cls != TypeClass::kFloat) {
-    fail("expected a numeric dataset, found " + dtype_name());
-  }
+  check_numeric_type(*this, false);
   read_block(*this, H5T_NATIVE_FLOAT, row0, count, out);
 }
 
 void Node::read_int64_range(hsize_t first, hsize_t count, std::int64_t* out) const {
   const TypeClass cls = type_class();
   if (cls != TypeClass::kInteger && cls != TypeClass::kUnsigned) fail("expected an integer dataset");
+  check_numeric_type(*this, false);
   read_block(*this, H5T_NATIVE_INT64, first, count, out);
 }
 
@@ -654,10 +668,8 @@ std::vector<std::string> Node::read_strings() const {
 
 std::vector<std::uint8_t> Node::read_flags() const {
   check_compact_storage(*this);
-  const TypeClass cls = type_class();
-  if (cls != TypeClass::kEnum && cls != TypeClass::kInteger && cls != TypeClass::kUnsigned) {
-    fail("expected a boolean dataset, found " + dtype_name());
-  }
+  if (type_class() == TypeClass::kFloat) fail("expected a boolean dataset, found " + dtype_name());
+  check_numeric_type(*this, true);
   Id type(H5Dget_type(id()));
   Id native(H5Tget_native_type(type.get(), H5T_DIR_ASCEND));
   const std::size_t size = H5Tget_size(native.get());

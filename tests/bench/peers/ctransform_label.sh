@@ -5,10 +5,10 @@
 # ITERS iterations (symmetric and alternating), no convergence checks.
 #
 # usage: WHEELS=DIR (or PEERS_PYTHONPATH=dirs) BUILD=build-dir [SIZES=100000] [CT_DIMS=3,64] [LABEL_DIMS=64]
-#        [CLASSES=10] [ITERS=10] [OUTDIR=out-ctl] ctransform_label.sh
+#        [CLASSES=10] [ITERS=10] [OUTDIR=out-ctl] ctransform_label.sh   (CT_DIMS= or LABEL_DIMS= empty: skip that part)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-SIZES=${SIZES:-100000} CT_DIMS=${CT_DIMS:-3,64} LABEL_DIMS=${LABEL_DIMS:-64} CLASSES=${CLASSES:-10}
+SIZES=${SIZES:-100000} CT_DIMS=${CT_DIMS-3,64} LABEL_DIMS=${LABEL_DIMS-64} CLASSES=${CLASSES:-10}
 ITERS=${ITERS:-10} OUTDIR=${OUTDIR:-out-ctl}
 bench=${BUILD:?set BUILD (the CUDA build directory)}/tests/bench/flashot_ctransform_label_bench
 mkdir -p "$OUTDIR"; OUTDIR=$(cd "$OUTDIR" && pwd)
