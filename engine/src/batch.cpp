@@ -101,6 +101,28 @@ void add_primal_costs(const detail::BatchLayout& layout, std::span<const std::si
   }
 }
 
+/// Both entry points' end: the Sinkhorn loop over the concatenation, the primal costs of the problems that ask
+/// for diagnostics (`terms`, as add_primal_costs), and the wall time since `start` in every result.
+template <class Problem, class Terms>
+std::vector<SolveResult> run_and_cost(std::span<const Problem> problems, detail::Backend& backend,
+                                      std::span<const detail::SolveInputs> inputs, const detail::BatchLayout& layout,
+                                      std::chrono::steady_clock::time_point start, Terms&& terms) {
+  const std::size_t count = problems.size();
+  std::vector<const SolveOptions*> opts(count);
+  std::vector<std::size_t> rows_of(count);
+  std::vector<bool> diagnostics(count);
+  for (std::size_t q = 0; q < count; ++q) {
+    opts[q] = &problems[q].options;
+    rows_of[q] = problems[q].x.n;
+    diagnostics[q] = problems[q].options.diagnostics;
+  }
+  std::vector<SolveResult> results = detail::run_sinkhorn_batch(backend, inputs, opts, &layout);
+  add_primal_costs(layout, rows_of, diagnostics, results, std::forward<Terms>(terms));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (SolveResult& r : results) r.seconds = seconds;
+  return results;
+}
+
 }  // namespace
 
 std::vector<SolveResult> solve_batch(std::span<const BatchProblem> problems, const BackendOptions& options) {
@@ -209,18 +231,8 @@ std::vector<SolveResult> solve_batch(std::span<const BatchProblem> problems, con
 
   const detail::ProblemData data{{x, layout.rows, d}, {y, layout.cols, d}, a, b};
   const std::unique_ptr<detail::Backend> backend = detail::make_backend(options, data);
-  std::vector<const SolveOptions*> opts(count);
-  for (std::size_t q = 0; q < count; ++q) opts[q] = &problems[q].options;
-  std::vector<SolveResult> results = detail::run_sinkhorn_batch(*backend, inputs, opts, &layout);
-
   // Primal costs ⟨P, C⟩ of the problems that ask for diagnostics, in one pass: V = [y | ‖y‖² | 1] (Problem's).
-  std::vector<std::size_t> rows_of(count);
-  std::vector<bool> diagnostics(count);
-  for (std::size_t q = 0; q < count; ++q) {
-    rows_of[q] = problems[q].x.n;
-    diagnostics[q] = problems[q].options.diagnostics;
-  }
-  add_primal_costs(layout, rows_of, diagnostics, results, [&](const detail::PlanParams& pp) {
+  return run_and_cost(problems, *backend, inputs, layout, start, [&](const detail::PlanParams& pp) {
     const std::size_t k = d + 2;
     std::vector<float> v(layout.cols * k, 0.0f);
     for (std::size_t j = 0; j < layout.cols; ++j) {
@@ -248,9 +260,6 @@ std::vector<SolveResult> solve_batch(std::span<const BatchProblem> problems, con
     }
     return terms;
   });
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (SolveResult& r : results) r.seconds = seconds;
-  return results;
 }
 
 std::vector<SolveResult> solve_batch_on_device(std::span<const DeviceBatchProblem> problems,
@@ -333,25 +342,12 @@ std::vector<SolveResult> solve_batch_on_device(std::span<const DeviceBatchProble
   data.min_b = batch.min_b;
   const std::unique_ptr<detail::Backend> backend = detail::make_backend(options, data);
   batch.memory.reset();  // the backend holds its own copy
-  std::vector<const SolveOptions*> opts(count);
-  for (std::size_t q = 0; q < count; ++q) opts[q] = &problems[q].options;
-  std::vector<SolveResult> results = detail::run_sinkhorn_batch(*backend, inputs, opts, &layout);
-
   // Primal costs from the resident points (Backend::resident_primal_terms: V = [y | ‖y‖² | 1] built on the device).
-  std::vector<std::size_t> rows_of(count);
-  std::vector<bool> diagnostics(count);
-  for (std::size_t q = 0; q < count; ++q) {
-    rows_of[q] = problems[q].x.n;
-    diagnostics[q] = problems[q].options.diagnostics;
-  }
-  add_primal_costs(layout, rows_of, diagnostics, results, [&](const detail::PlanParams& pp) {
+  return run_and_cost(problems, *backend, inputs, layout, start, [&](const detail::PlanParams& pp) {
     std::vector<double> terms(layout.rows);
     backend->resident_primal_terms(pp, terms);
     return terms;
   });
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (SolveResult& r : results) r.seconds = seconds;
-  return results;
 }
 
 }  // namespace flashot
