@@ -208,7 +208,8 @@ int bench_main(const std::vector<std::string>& args) {
        "points: normal (N(0,1)) | clusters (8 centres ~ N(0,9), noise N(0,1/16); tests/bench/peers/sweep.py)")
       ("kernel", po::value<std::string>()->default_value("auto"),
        "CUDA score kernel family, for benchmarks and for measuring the dispatch table (docs/engine.md, \"Choosing "
-       "the kernel\"): auto | register (d <= 16) | tiled | tensor (d <= 128)")
+       "the kernel\"): auto | register (d <= 16) | tiled | tensor (d <= 128) | tensor-bias (d <= 30: tensor, "
+       "its one-pass sums' biases on the tensor cores too)")
       ("csv", "print only `method,n,m,d,eps,iters,median_ms` values on stdout (for scripts)")
       ("end-to-end", "instead: one whole job, timed once: upload, epsilon-scaling solve down to --eps until the "
                      "marginal error is at most --tolerance, barycentric projection of the source; prints one JSON "

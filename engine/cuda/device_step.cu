@@ -38,6 +38,8 @@ constexpr float kSumsFloor = 20.f;
 /// no different at 10k and 100k, sixth session, docs/benchmarks.md).
 constexpr int kScreenPaysPercent = 50;
 
+static_assert(kBiasMaxD == kTensorBiasMaxD, "the dispatch's tensor-bias range is the biased sums' (mma.cuh)");
+
 /// Host-side copy of one side with the per-point values the kernels need.
 struct HostSide {
   std::vector<float> points, norm2, logw, weight;
@@ -238,6 +240,11 @@ class DeviceStep::Impl {
   ScoreKernel kernel_ = ScoreKernel::kAuto;
   int fp32_kernel_ = 0;  // PointSet::fp32_kernel of both sides
   DeviceBuffer<std::uint16_t> xhi_, xlo_, yhi_, ylo_;
+  // ScoreKernel::kTensorBias on warpgroups: the one-pass sums' biased operands, rebuilt each step
+  // (launch_symmetric_sums_bias); null tiles where the family is another.
+  DeviceBuffer<std::uint16_t> xbias_hi_, xbias_lo_;
+  DeviceBuffer<std::uint8_t> ybias_tiles_;
+  BiasOperands bias_ops_;
   // Warpgroup kernels: each side's operands as column tiles, and its column biases of the current pass.
   DeviceBuffer<std::uint8_t> xtiles_, ytiles_;
   DeviceBuffer<float> xbias_, ybias_;
@@ -252,6 +259,7 @@ class DeviceStep::Impl {
   /// Device flag of the sums site: whether its next launch will run screened (next) or its last one did; null
   /// without screening (the sums' floor then stays kSumsMinLog2).
   const int* sums_screened(bool next) const {
+    if (bias_ops_.tiles != nullptr) return nullptr;  // the biased sums are never screened
     cuda::ScreenState* st = screen_site(2);
     return st == nullptr ? nullptr : next ? &st->next_low : &st->last_low;
   }
@@ -350,7 +358,7 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
     // device inputs are centred here, on the device.
     HostSide hx, hy;
     upload(data, hx, hy);
-    use_mma_ = kernel_ == ScoreKernel::kTensor;
+    use_mma_ = kernel_ == ScoreKernel::kTensor || kernel_ == ScoreKernel::kTensorBias;
     fp32_kernel_ = kernel_ == ScoreKernel::kRegister ? register_width(d_) : 0;
     if (use_mma_) {
       prepare_operands(options, hx, hy, largest);
@@ -372,11 +380,11 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
 
 void DeviceStep::Impl::refuse_if_too_large(const BackendOptions& options, const ProblemData& data) const {
   // Out of memory is refused up front, naming what the problem needs and what the device has, before any upload.
-  const bool tensor = kernel_ == ScoreKernel::kTensor;
+  const bool tensor = kernel_ == ScoreKernel::kTensor || kernel_ == ScoreKernel::kTensorBias;
   const bool split = tensor && precision_ != Precision::kBf16 && precision_ != Precision::kTf32;
-  const std::size_t need =
-      step_resident_bytes(data.x.n, data.y.n, data.x.d, tensor, split,
-                          split && options.cuda.warpgroup_kernels && warpgroup_kernels_available());
+  const bool warpgroup = split && options.cuda.warpgroup_kernels && warpgroup_kernels_available();
+  const std::size_t need = step_resident_bytes(data.x.n, data.y.n, data.x.d, tensor, split, warpgroup,
+                                               warpgroup && kernel_ == ScoreKernel::kTensorBias);
   std::size_t free_bytes = 0, total_bytes = 0;
   FLASHOT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (need > free_bytes) {
@@ -416,6 +424,13 @@ void DeviceStep::Impl::prepare_operands(const BackendOptions& options, const Hos
     ybias_.reserve(std::size_t(column_tiles(m_)) * 64);
     launch_tile_operands(xhi_.get(), xlo_.get(), n_, padded, xtiles_.get(), stream_);
     launch_tile_operands(yhi_.get(), ylo_.get(), m_, padded, ytiles_.get(), stream_);
+    if (kernel_ == ScoreKernel::kTensorBias) {
+      const int bias_padded = bias_padded_d(d_);
+      xbias_hi_.reserve(std::size_t(n_) * bias_padded);
+      xbias_lo_.reserve(std::size_t(n_) * bias_padded);
+      ybias_tiles_.reserve(std::size_t(column_tiles(m_)) * tile_bytes(bias_padded));
+      bias_ops_ = {xbias_hi_.get(), xbias_lo_.get(), ybias_tiles_.get(), bias_padded};
+    }
   }
   xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode, hx.max_norm, warpgroup, xtiles_.get(), xbias_.get()};
   yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode, hy.max_norm, warpgroup, ytiles_.get(), ybias_.get()};
@@ -447,7 +462,8 @@ void DeviceStep::Impl::prepare_iteration(int sms) {
   if (use_mma_) {
     plan_rows_ = plan_lse_mma(x_side(), y_side(), xop_, resident_blocks_, sms);
     plan_cols_ = plan_lse_mma(y_side(), x_side(), yop_, resident_blocks_, sms);
-    plan_sums_ = plan_symmetric_mma(x_side(), y_side(), xop_, resident_blocks_, sms);
+    plan_sums_ = bias_ops_.tiles != nullptr ? plan_symmetric_bias(x_side(), y_side(), bias_ops_.padded_d, sms)
+                                            : plan_symmetric_mma(x_side(), y_side(), xop_, resident_blocks_, sms);
   } else {
     plan_rows_ = plan_lse(x_side(), y_side(), d_, resident_blocks_);
     plan_cols_ = plan_lse(y_side(), x_side(), d_, resident_blocks_);
@@ -473,6 +489,7 @@ std::string DeviceStep::Impl::device() const {
                        : xop_.mode == MmaMode::kFp16      ? "fp16 tensor-core scores"
                                                           : "bf16 tensor-core scores";
   if (screen_.size() > 0) scores += xop_.warpgroup ? ", screened (warpgroup)" : ", screened";
+  if (bias_ops_.tiles != nullptr) scores += ", sums with the biases on the tensor cores";
   return device_name_ + ", " + scores;
 }
 
@@ -534,9 +551,17 @@ void DeviceStep::Impl::enqueue_iteration(const IterationParams& p, int index, in
     if (xop_.warpgroup && index == 0) {
       launch_column_biases(y, g_.get(), ybias_.get(), x, f_.get(), xbias_.get(), sc, stream_);
     }
-    if (use_mma_) {
+    // The biased sums where this family has them and the coordinates' factors fit fp16 (bias_factors).
+    const bool biased = bias_ops_.tiles != nullptr &&
+                        launch_symmetric_sums_bias(x, y, xop_, yop_, f_.get(), ybias_.get(), sc, plan_sums_,
+                                                   bias_ops_, rsum_.get(), csum_.get(), forecast, stream_);
+    if (biased) {
+      // launched
+    } else if (use_mma_) {
+      // Never screened beside the biased sums: their finish reads no screen flags (sums_screened).
       launch_symmetric_sums_mma(x, y, xop_, yop_, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(),
-                                forecast, screen_site(2), sums_reach_, sums_floor_, stream_);
+                                forecast, bias_ops_.tiles != nullptr ? nullptr : screen_site(2), sums_reach_,
+                                sums_floor_, stream_);
     } else {
       launch_symmetric_sums(x, y, f_.get(), g_.get(), sc, plan_sums_, rsum_.get(), csum_.get(), forecast, stream_);
     }
@@ -1252,7 +1277,7 @@ EngineStatistics DeviceStep::Impl::statistics() const {
 }
 
 std::size_t step_resident_bytes(std::size_t n, std::size_t m, std::size_t d, bool tensor_cores, bool split,
-                                bool warpgroup) {
+                                bool warpgroup, bool biased) {
   const std::size_t points = n + m;
   // Coordinates; ‖p‖², ln w, w; f, g, their one-pass results and sums; LSE partials of a pass (a few splits of
   // (max, sum) pairs at most where the rows are few, about one where they are many): 8 bytes twice per point.
@@ -1262,6 +1287,8 @@ std::size_t step_resident_bytes(std::size_t n, std::size_t m, std::size_t d, boo
     const std::size_t padded = (d + 15) / 16 * 16;
     bytes += points * padded * 2 * (split ? 2 : 1);  // 16-bit operands (hi, lo)
     if (warpgroup) bytes += (points + 128) * padded * 4 + (points + 128) * sizeof(float);  // column tiles, biases
+    // The biased sums' operands: the rows' hi and lo, the columns' tiles (bias_padded_d ≤ 32, d ≤ kBiasMaxD).
+    if (biased) bytes += (points + 64) * std::size_t(bias_padded_d(static_cast<int>(std::min<std::size_t>(d, 32)))) * 4;
   }
   return bytes + (std::size_t(16) << 20);  // flags, forecasts, screen states, the samples, the graph's scratch
 }

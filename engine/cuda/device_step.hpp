@@ -45,8 +45,9 @@ class ShardLink {
 /// The largest |coordinate| of a point set (what DeviceStep's `largest` takes, over x and y).
 float largest_coordinate(const PointsView& p);
 
+/// biased: the one-pass sums with the biases on the tensor cores (ScoreKernel::kTensorBias, d ≤ 30) as well.
 std::size_t step_resident_bytes(std::size_t n, std::size_t m, std::size_t d, bool tensor_cores, bool split,
-                                bool warpgroup);
+                                bool warpgroup, bool biased = false);
 
 class DeviceStep {
  public:

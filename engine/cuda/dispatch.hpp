@@ -6,6 +6,8 @@
 //               registers, at the instantiated width D ≥ d (kRegisterInstances; coordinates past d are zero);
 //   kTiled    — lse_tiled_kernel / sums_tiled_kernel: fp32 register-blocked tiles streamed over any d;
 //   kTensor   — the tensor-core kernels (mma.cuh): split fp16 by default, d padded to a multiple of 16, d ≤ 128.
+//   kTensorBias — kTensor whose one-pass sums take the biases from the tensor cores too (sums_bias.cuh; split fp16,
+//               d ≤ 30, warpgroup GPUs; elsewhere it runs as kTensor).
 // The choice is the measured fastest family at the table's nearest measured point (dispatch_table.inc, written by
 // tests/bench/peers/sweep.py --table from per-family timings of `flashot bench --kernel`), among the families
 // that serve d and the precision asked for. Where the table has nothing for d, a prior (prior_kernel): the choice
@@ -28,6 +30,8 @@ namespace flashot::detail::cuda {
 inline constexpr int kRegisterInstances[] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 16};
 inline constexpr int kRegisterMaxD = 16;
 inline constexpr int kTensorMaxD = 128;
+/// The biased sums' largest d (mma.cuh kBiasMaxD: d and two K slots within 32).
+inline constexpr int kTensorBiasMaxD = 30;
 
 /// The register kernels' width for d (the smallest instance ≥ d), or 0 when d is too large for them.
 constexpr int register_width(int d) {
@@ -54,6 +58,7 @@ constexpr bool kernel_serves(ScoreKernel kernel, int d, Precision precision) {
     case ScoreKernel::kRegister: return d >= 1 && d <= kRegisterMaxD;
     case ScoreKernel::kTiled: return d >= 1;
     case ScoreKernel::kTensor: return d >= 1 && d <= kTensorMaxD && precision != Precision::kFp32;
+    case ScoreKernel::kTensorBias: return d >= 1 && d <= kTensorBiasMaxD && precision == Precision::kDefault;
     default: return false;
   }
 }
@@ -86,7 +91,8 @@ ScoreKernel choose_kernel(int d, std::int64_t n, std::int64_t m, Precision preci
       throw std::invalid_argument(
           "kernel '" + to_string(forced) + "' cannot serve d = " + std::to_string(d) + " at precision '" +
           to_string(precision) + "' (register: d ≤ " + std::to_string(kRegisterMaxD) + "; tensor: d ≤ " +
-          std::to_string(kTensorMaxD) + " and not fp32; tiled: any d)");
+          std::to_string(kTensorMaxD) + " and not fp32; tensor-bias: d ≤ " + std::to_string(kTensorBiasMaxD) +
+          " at the default precision; tiled: any d)");
     }
     return forced;
   }

@@ -44,6 +44,55 @@ void launch_tile_operands(const std::uint16_t* hi, const std::uint16_t* lo, int 
 void launch_column_biases(const PointSet& a, const float* ha, float* out_a, const PointSet& b, const float* hb,
                           float* out_b, const Scale& scale, cudaStream_t stream);
 
+// ---- The one-pass sums with the biases on the tensor cores (docs/engine.md, "Biases on the tensor cores") ----
+/// The largest d they serve: d + 2 slots ≤ 32.
+inline constexpr int kBiasMaxD = 30;
+/// log2 of the factor 2^c that the slots' 1s carry (and by which the biases' parts are divided): the parts then
+/// cover |u|, |v| < 65504·2^c ≈ 2^24 log2 units, past which fp32 exponents have no fraction left.
+inline constexpr int kBiasSlotLog2 = 8;
+/// The biased operands' width: d coordinates and two or four bias slots, padded to 16 (d ≤ 14) or 32.
+inline constexpr int bias_padded_d(int d) { return d + 2 <= 16 ? 16 : 32; }
+/// K slots per bias: two (four fp16 parts, the bias's fp32 value exactly but for subnormal parts) where the padding
+/// leaves four, else one (two parts).
+inline constexpr int bias_slots(int d, int padded) { return (padded - d) / 2 >= 2 ? 2 : 1; }
+
+/// The biased operands (device memory): the rows' A (count × padded_d fp16, hi and lo) and the columns' B as whole
+/// tiles in the warpgroup kernels' layout (column_tiles(count) × tile_bytes(padded_d)).
+struct BiasOperands {
+  std::uint16_t* rows_hi = nullptr;
+  std::uint16_t* rows_lo = nullptr;
+  std::uint8_t* tiles = nullptr;
+  int padded_d = 0;
+};
+
+/// The factors of the coordinates, ra·rb = α (Scale::alpha: log2 units per unit of ⟨x, y⟩): rb the power of two
+/// nearest √α, so that both sides' coordinates stay below largest·√(2α). fits: that is below 2^15 (fp16's range, with
+/// room for the lo halves' rounding); otherwise the ordinary sums serve the step. `largest` bounds every |coordinate|
+/// of both sides and is the same on every shard, so the shards round as one GPU does.
+struct BiasFactors {
+  float ra = 0, rb = 0;
+  bool fits = false;
+};
+BiasFactors bias_factors(float alpha, float largest);
+
+/// The biased operands of one one-pass step (rows x, columns y), in one launch: rows' u_i = c1·(f_i − s‖x_i‖²) +
+/// shift (the forecast's; a step that skips writes nothing), columns' v_j from vbias (launch_column_biases' values
+/// for the step's potentials).
+void launch_bias_operands(const PointSet& rows, const float* f, const PointSet& cols, const float* vbias,
+                          const Scale& scale, const BiasFactors& factors, const SumsForecast* forecast,
+                          const BiasOperands& out, cudaStream_t stream);
+
+/// The plan of the biased sums (plan_lse_mma's for warpgroup operands of out.padded_d).
+ReductionPlan plan_symmetric_bias(const PointSet& x, const PointSet& y, int padded_d, int sms);
+/// launch_symmetric_sums_mma's contract (never screened) with the biases on the tensor cores: builds the biased
+/// operands into `out` (launch_bias_operands; vbias: the column biases of g) and runs sums_bias_wg_kernel. Returns
+/// false, launching nothing, where the coordinates' factors do not fit fp16 (bias_factors); the caller then runs
+/// the ordinary sums.
+bool launch_symmetric_sums_bias(const PointSet& x, const PointSet& y, const MmaOperands& xop, const MmaOperands& yop,
+                                const float* f, const float* vbias, const Scale& scale, const ReductionPlan& plan,
+                                const BiasOperands& out, float* rsum, float* csum, const SumsForecast* forecast,
+                                cudaStream_t stream);
+
 /// Whether the current device runs this build's warpgroup (wgmma, sm_90a) kernels: a Hopper GPU and an engine built
 /// for it (CMake maps CUDA architecture 90 to 90a). Launches one tiny kernel; call outside graph capture.
 bool warpgroup_kernels_available();

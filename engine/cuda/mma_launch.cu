@@ -144,4 +144,42 @@ void launch_symmetric_sums_mma(const PointSet& x, const PointSet& y, const MmaOp
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 
+BiasFactors bias_factors(float alpha, float largest) {
+  BiasFactors out;
+  if (!(alpha > 0) || !std::isfinite(alpha)) return out;
+  const double rb = std::exp2(std::round(0.5 * std::log2(double(alpha))));
+  out.rb = static_cast<float>(rb);
+  out.ra = static_cast<float>(alpha / rb);
+  const double biggest = double(largest) * std::max(double(out.ra), rb);
+  out.fits = std::isfinite(out.ra) && out.ra > 0 && out.rb > 0 && biggest < 32768.0;
+  return out;
+}
+
+ReductionPlan plan_symmetric_bias(const PointSet& x, const PointSet& y, int padded_d, int sms) {
+  MmaOperands op;
+  op.padded_d = padded_d;
+  op.warpgroup = true;
+  return plan_lse_mma(x, y, op, 0, sms);
+}
+
+bool launch_symmetric_sums_bias(const PointSet& x, const PointSet& y, const MmaOperands& xop, const MmaOperands& yop,
+                                const float* f, const float* vbias, const Scale& scale, const ReductionPlan& plan,
+                                const BiasOperands& out, float* rsum, float* csum, const SumsForecast* forecast,
+                                cudaStream_t stream) {
+  // Every |coordinate| is below 256 / scale (operand_scale, the same on every shard).
+  const BiasFactors factors = bias_factors(scale.alpha, 256.f / xop.scale);
+  if (!factors.fits) return false;
+  launch_bias_operands(x, f, y, vbias, scale, factors, forecast, out, stream);
+  MmaOperands rop, cop;
+  rop.hi = out.rows_hi, rop.lo = out.rows_lo, rop.padded_d = out.padded_d, rop.warpgroup = true;
+  cop.tiles = out.tiles, cop.bias = vbias, cop.padded_d = out.padded_d, cop.warpgroup = true;
+  const SiteLaunch at{dim3(plan.row_blocks, plan.splits), stream, nullptr, 0.f};
+  const BiasSumsArgs args{x, y.count, rop, cop, plan.cols_per_split, rsum, csum, forecast};
+  if (out.padded_d == 16) launch_sums_bias_wg_kernel<1>(at, args);
+  else if (out.padded_d == 32) launch_sums_bias_wg_kernel<2>(at, args);
+  else throw std::logic_error("biased sums asked for a padded width other than 16 or 32");
+  FLASHOT_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
 }  // namespace flashot::detail::cuda

@@ -71,6 +71,17 @@ struct SumsSiteArgs {
   const SumsForecast* forecast;
 };
 
+/// The arguments of the one-pass sums with the biases on the tensor cores (sums_bias.cuh).
+struct BiasSumsArgs {
+  PointSet x;      // the rows (their weights and count)
+  int cols_count;  // y.count
+  MmaOperands rop, cop;  // launch_bias_operands' rows and column tiles
+  int cols_per_split;
+  float* rsum;
+  float* csum;
+  const SumsForecast* forecast;
+};
+
 /// One launch of a site's kernel: its grid (the site's plan), stream, screen state (null: none) and cut.
 struct SiteLaunch {
   dim3 grid;
@@ -98,6 +109,10 @@ void launch_lse_wg_kernel(const SiteLaunch& at, const LseSiteArgs& args);
 /// SITE: sums_wg_site_kernel<KS>; else sums_wg_kernel<KS> (sums_wg.cuh).
 template <int KS, bool SITE>
 void launch_sums_wg_kernel(const SiteLaunch& at, const SumsSiteArgs& args);
+
+/// sums_bias_wg_kernel<KS> (sums_bias.cuh; KS = 1, 2).
+template <int KS>
+void launch_sums_bias_wg_kernel(const SiteLaunch& at, const BiasSumsArgs& args);
 
 // The variants launch_site (mma_launch.cu) launches for one KS: split fp16 screened and dense, single fp16, single
 // bf16 (mma.sync); site and dense (warpgroup, split fp16 only).

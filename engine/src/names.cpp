@@ -46,6 +46,7 @@ std::string to_string(ScoreKernel k) {
     case ScoreKernel::kRegister: return "register";
     case ScoreKernel::kTiled: return "tiled";
     case ScoreKernel::kTensor: return "tensor";
+    case ScoreKernel::kTensorBias: return "tensor-bias";
   }
   return "unknown";
 }
@@ -105,9 +106,10 @@ Screening parse_screening(const std::string& text) {
 }
 
 ScoreKernel parse_score_kernel(const std::string& text) {
-  for (ScoreKernel k : {ScoreKernel::kAuto, ScoreKernel::kRegister, ScoreKernel::kTiled, ScoreKernel::kTensor})
+  for (ScoreKernel k : {ScoreKernel::kAuto, ScoreKernel::kRegister, ScoreKernel::kTiled, ScoreKernel::kTensor,
+                        ScoreKernel::kTensorBias})
     if (to_string(k) == text) return k;
-  throw std::invalid_argument("kernel must be auto, register, tiled or tensor (got '" + text + "')");
+  throw std::invalid_argument("kernel must be auto, register, tiled, tensor or tensor-bias (got '" + text + "')");
 }
 
 CpuIsa parse_cpu_isa(const std::string& text) {

@@ -38,8 +38,11 @@ TEST_P(CudaEveryDTest, EveryFamilyThatServesDMeetsTheAccuracyBar) {
   o.max_iterations = 10;
   const ReferenceResult ref = reference_solve(p.xv(), p.yv(), p.a, p.b, o);
   for (const ScoreKernel kernel :
-       {ScoreKernel::kAuto, ScoreKernel::kRegister, ScoreKernel::kTiled, ScoreKernel::kTensor}) {
-    if ((kernel == ScoreKernel::kRegister && d > 16) || (kernel == ScoreKernel::kTensor && d > 128)) continue;
+       {ScoreKernel::kAuto, ScoreKernel::kRegister, ScoreKernel::kTiled, ScoreKernel::kTensor,
+        ScoreKernel::kTensorBias}) {
+    if ((kernel == ScoreKernel::kRegister && d > 16) || (kernel == ScoreKernel::kTensor && d > 128) ||
+        (kernel == ScoreKernel::kTensorBias && d > 30))
+      continue;
     BackendOptions options = backend_options("cuda");
     options.cuda.kernel = kernel;
     Problem problem(p.xv(), p.yv(), p.a, p.b, options);

@@ -45,8 +45,12 @@ TEST(CudaDispatch, EveryDimensionGetsAFamilyThatServesIt) {
         const ScoreKernel k = choose_kernel(d, n, n, p, ScoreKernel::kAuto);
         ASSERT_NE(k, ScoreKernel::kAuto);
         ASSERT_TRUE(detail::cuda::kernel_serves(k, d, p)) << to_string(k) << " d=" << d;
-        if (p == Precision::kFp32) ASSERT_NE(k, ScoreKernel::kTensor);
-        if (d > 128) ASSERT_EQ(k, ScoreKernel::kTiled);
+        if (p == Precision::kFp32) {
+          ASSERT_NE(k, ScoreKernel::kTensor);
+        }
+        if (d > 128) {
+          ASSERT_EQ(k, ScoreKernel::kTiled);
+        }
       }
 }
 
@@ -102,6 +106,44 @@ TEST(CudaDispatch, TheFastestMeasuredFamilyAtTheNearestPointWins) {
   EXPECT_EQ(pick(10, 100'000, 100'000), ScoreKernel::kTiled);
   EXPECT_EQ(pick(100, 100'000, 100'000), ScoreKernel::kTiled);  // the largest smaller measured d (32)
   EXPECT_EQ(pick(300, 100'000, 100'000), ScoreKernel::kTiled);
+}
+
+TEST(CudaDispatch, TheBiasedSumsServeUpToDThirtyAtTheDefaultPrecisionOnly) {
+  for (int d = 1; d <= 30; ++d)
+    EXPECT_EQ(choose_kernel(d, 100, 100, Precision::kDefault, ScoreKernel::kTensorBias), ScoreKernel::kTensorBias);
+  try {
+    choose_kernel(31, 100, 100, Precision::kDefault, ScoreKernel::kTensorBias);
+    FAIL() << "tensor-bias at d = 31 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor-bias"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("d = 31"), std::string::npos) << e.what();
+  }
+  // One product (tf32, bf16) or fp32 scores leave no split for the biases' parts.
+  for (const Precision p : {Precision::kFp32, Precision::kTf32, Precision::kBf16})
+    EXPECT_THROW(choose_kernel(8, 100, 100, p, ScoreKernel::kTensorBias), std::invalid_argument) << to_string(p);
+  EXPECT_EQ(parse_score_kernel("tensor-bias"), ScoreKernel::kTensorBias);
+  EXPECT_EQ(to_string(ScoreKernel::kTensorBias), "tensor-bias");
+}
+
+TEST(CudaDispatch, TheBiasedSumsWinOnlyWhereMeasuredFastestAndServing) {
+  const DispatchEntry table[] = {
+      {8, 100'000, 100'000, ScoreKernel::kRegister, 70.0}, {8, 100'000, 100'000, ScoreKernel::kTensor, 60.0},
+      {8, 100'000, 100'000, ScoreKernel::kTensorBias, 40.0},
+      {32, 100'000, 100'000, ScoreKernel::kTiled, 300.0}, {32, 100'000, 100'000, ScoreKernel::kTensor, 70.0},
+  };
+  const auto pick = [&](int d, Precision p = Precision::kDefault) {
+    return choose_kernel(d, 100'000, 100'000, p, ScoreKernel::kAuto, table);
+  };
+  EXPECT_EQ(pick(8), ScoreKernel::kTensorBias);
+  EXPECT_EQ(pick(8, Precision::kTf32), ScoreKernel::kTensor);  // not served: the fastest that is
+  // fp32: of those measured only the register family serves it, so nothing was compared: the prior.
+  EXPECT_EQ(pick(8, Precision::kFp32), ScoreKernel::kTiled);
+  EXPECT_EQ(pick(32), ScoreKernel::kTensor);
+  // Without a measurement the prior never takes it.
+  const DispatchEntry none[] = {{1, 1, 1, ScoreKernel::kTiled, 1.0}};
+  for (int d = 1; d <= 30; ++d)
+    EXPECT_NE(choose_kernel(d, 100'000, 100'000, Precision::kDefault, ScoreKernel::kAuto, none),
+              ScoreKernel::kTensorBias);
 }
 
 TEST(CudaDispatch, TheTableInTheRepositoryIsWellFormed) {

@@ -57,9 +57,10 @@ enum class Screening { kAuto, kOff, kOn };
 /// Which kernel family evaluates the CUDA backend's scores (docs/engine.md, "Choosing the kernel"). kAuto picks the
 /// measured fastest for d, n, m and the precision from the table in the repository; the others force a family,
 /// for benchmarks and for measuring that table (`flashot bench --kernel`): kRegister (fp32, rows in registers,
-/// d ≤ 16), kTiled (fp32 tiles, any d), kTensor (tensor cores, d ≤ 128, not with Precision::kFp32). The CPU
-/// backend ignores it.
-enum class ScoreKernel { kAuto, kRegister, kTiled, kTensor };
+/// d ≤ 16), kTiled (fp32 tiles, any d), kTensor (tensor cores, d ≤ 128, not with Precision::kFp32), kTensorBias
+/// (kTensor whose one-pass sums also take the potentials' biases from the tensor cores, d ≤ 30, Precision::kDefault
+/// only; on a GPU without the warpgroup kernels it is kTensor). The CPU backend ignores it.
+enum class ScoreKernel { kAuto, kRegister, kTiled, kTensor, kTensorBias };
 /// Instruction set of the CPU backend's kernels (engine/cpu/kernels_<isa>.cpp). kAuto: the widest this CPU runs.
 /// Naming one the CPU lacks makes the Problem throw std::runtime_error.
 enum class CpuIsa { kAuto, kGeneric, kAvx2, kAvx512 };

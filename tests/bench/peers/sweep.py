@@ -14,6 +14,7 @@ Clustered data: 8 centres ~ N(0, 9 I), each point a uniformly chosen centre + N(
 import argparse, csv, math, os, subprocess, sys, time
 
 REGISTER_MAX_D, TENSOR_MAX_D = 16, 128  # engine/cuda/dispatch.hpp
+TENSOR_BIAS_MAX_D = 30  # engine/cuda/dispatch.hpp kTensorBiasMaxD
 FIELDS_F = ["n", "m", "d", "eps", "data", "kernel", "median_ms", "status"]
 FIELDS_P = ["n", "m", "d", "eps", "data", "method", "median_ms", "status"]
 
@@ -59,6 +60,8 @@ def families(d):
         fam.append("register")
     if d <= TENSOR_MAX_D:
         fam.append("tensor")
+    if d <= TENSOR_BIAS_MAX_D:
+        fam.append("tensor-bias")
     fam.append("tiled")
     return fam
 
@@ -187,7 +190,7 @@ def report(o):
 
 
 def table(o):
-    fams = {"register": "kRegister", "tensor": "kTensor", "tiled": "kTiled"}
+    fams = {"register": "kRegister", "tensor": "kTensor", "tensor-bias": "kTensorBias", "tiled": "kTiled"}
     rows = []
     for path in o.flashot:
         for k, v in load(path, "kernel").items():

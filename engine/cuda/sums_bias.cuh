@@ -1,0 +1,106 @@
+#pragma once
+// The one-pass sums with the biases on the tensor cores (sums_bias_wg_kernel; the pipeline: wg_tile.cuh) and its
+// launcher, which engine/cuda/instances/sums_bias_wg.cu instantiates for KS = 1, 2 (mma_launch.cuh has the pattern).
+//
+// Why (issue 21): at KS = 1 the dense sums kernel (sums_wg.cuh) is bound by instruction issue, not by the tensor
+// cores or the exponential unit (docs/benchmarks.md, "Every d"). Here the operands carry, in the K slots that the
+// padding of d leaves free, the row bias u_i, the column bias v_j and the factor α (launch_bias_operands,
+// docs/engine.md "Biases on the tensor cores" has the layout and the error bound), so that the accumulator holds the
+// exponent itself: an entry costs one exponential, one add (the row sum) and one FMA (the weighted column sum).
+
+#include "mma_site.cuh"
+#include "wg_tile.cuh"
+
+namespace flashot::detail::cuda {
+namespace {
+
+/// E = exp2(p) of a warp's tile whose accumulator p already is the exponent (MT m16 subtiles × 64 columns, this
+/// lane's rows g, g + 8 of each): added to the rows' sums rs and, weighted by the rows' a, to this lane's column sums
+/// col[2·nt + q] (columns nt·8 + 2t + q). add_entries' contract without the biases.
+template <int MT>
+__device__ __forceinline__ void add_exponentials(const float (&p)[MT][8][4], const float (&a)[MT][2],
+                                                 float (&rs)[MT][2], float (&col)[16]) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const float e0 = fast_exp2(p[mt][nt][2 * hh]), e1 = fast_exp2(p[mt][nt][2 * hh + 1]);
+        rs[mt][hh] += e0 + e1;
+        col[2 * nt] = fmaf(a[mt][hh], e0, col[2 * nt]);
+        col[2 * nt + 1] = fmaf(a[mt][hh], e1, col[2 * nt + 1]);
+      }
+}
+
+/// The one-pass sums of the biased operands, 256 rows per block: rsum_i += Σ_j E_ij, csum_j += Σ_i a_i E_ij with
+/// E_ij = exp2(⟨A_i, B_j⟩), A the rows' (rop: x.count × 16·KS, hi and lo) and B the columns' operands (cop.tiles;
+/// cop.bias is copied with each tile and not read). Rows past x.count read zeros (E = 1, weight 0, no row sum
+/// stored); columns past y.count carry a sentinel exponent (E = 0). forecast: the step's SumsStep; its shift is
+/// already in the rows' operands, its skip returns here.
+template <int KS>
+__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
+    sums_bias_wg_kernel(PointSet x, int cols_count, MmaOperands rop, MmaOperands cop, int cols_per_split,
+                        float* __restrict__ rsum, float* __restrict__ csum, const SumsForecast* forecast) {
+  constexpr int kMt = wg_subtiles(KS);
+  if (forecast != nullptr && sums_step(*forecast).skip != 0) return;
+  using Core = WgTileCore<KS, false, kMt>;
+  extern __shared__ __align__(128) std::uint8_t wg_smem[];
+  // (stage, BN): the column sums of the stage's tile, added by every warp (shared atomics), taken by drain.
+  __shared__ float colacc[Core::kStages][kMmaTile];
+  for (int e = threadIdx.x; e < Core::kStages * kMmaTile; e += Core::kThreads)
+    colacc[e / kMmaTile][e % kMmaTile] = 0.f;
+  const int lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
+  const int block_row0 = blockIdx.x * kWgBlockRows;
+  Core core;
+  core.load_rows(wg_smem, rop, block_row0, x.count);
+  float ar[kMt][2], rs[kMt][2] = {};  // (m16, row g / g + 8)
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int i = block_row0 + Core::subtile_row(mt) + gr + hh * 8;
+      ar[mt][hh] = i < x.count ? x.weight[i] : 0.f;
+    }
+  const int j_begin = blockIdx.y * cols_per_split;
+  const int j_end = min(cols_count, j_begin + cols_per_split);
+  const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
+  const auto tile_start = [&](int it) { return j_begin + ((it + blockIdx.x) % tiles) * kMmaTile; };
+  const auto epilogue = [&](float (&p)[kMt][8][4], const float*, int slot, int, const std::uint8_t*) {
+    float col[16] = {};  // (n8, 2): Σ over this lane's 2·MT rows of a_i E_ij, columns nt·8 + 2t + q
+    add_exponentials(p, ar, rs, col);
+    total_column_sums(col);
+    atomicAdd(&colacc[slot][gr * 8 + 2 * t], col[0]);
+    atomicAdd(&colacc[slot][gr * 8 + 2 * t + 1], col[1]);
+  };
+  // sums_wg_body's drain: lane L takes columns L and L + 32 of the stage (and leaves zeros).
+  const auto drain = [&](int stage, int it) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int c = lane + 32 * h, j = tile_start(it) + c;
+      const float total = atomicExch(&colacc[stage][c], 0.f);
+      if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
+    }
+  };
+  core.template run<kMt == 1>(wg_smem, cop, tiles, tile_start, epilogue, drain);
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float sum = quad_sum(rs[mt][hh]);
+      const int i = block_row0 + Core::subtile_row(mt) + gr + hh * 8;
+      if (t == 0 && i < x.count) atomicAdd(&rsum[i], sum);
+    }
+}
+
+}  // namespace
+
+template <int KS>
+void launch_sums_bias_wg_kernel(const SiteLaunch& at, const BiasSumsArgs& a) {
+  constexpr int kMt = wg_subtiles(KS);
+  launch_kernel<sums_bias_wg_kernel<KS>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes,
+                                         at.stream, a.x, a.cols_count, a.rop, a.cop, a.cols_per_split, a.rsum,
+                                         a.csum, a.forecast);
+}
+
+}  // namespace flashot::detail::cuda
