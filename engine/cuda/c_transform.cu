@@ -303,7 +303,12 @@ __device__ __forceinline__ void ct_decide(const CTransformSides& sd, const float
     index[i] = j_best;
     return;
   }
-  top[i] = c.s[0];
+  // The best score seen: the rest may exceed every candidate. A tile-pass split that seeded its rest from another
+  // split's home tile keeps no candidate at or below that rest; where the home tile's best scores tie (duplicated
+  // points, lattices) the seed equals them, the owner's tied candidates do not beat it in the merge, and the merged
+  // list holds the rest alone. The re-scan's floor must be a score some column has, never −∞ (which would let it
+  // evaluate every column, the padding past the last included).
+  top[i] = fmaxf(c.s[0], c.s[CtList::K]);
   out_list[atomicAdd(out_count, 1)] = i;
   values[i] = NAN;  // marks a listed row
 }
@@ -427,7 +432,7 @@ __global__ void __launch_bounds__(kRefineThreads) ct_refine_kernel(CTransformSid
       }
 #pragma unroll
       for (int r = 0; r < kRefineRows; ++r) {
-        if (r >= here || !(t[r] >= floor[r])) continue;
+        if (r >= here || j >= sd.ncols || !(t[r] >= floor[r])) continue;
         const double v = ct_direct(sd, h, s, rowi[r], j);
         if (!(v <= v_best[r])) continue;
         const int jc = ct_caller_column(col_ids, j);
@@ -537,9 +542,9 @@ void launch_tiles(const CTransformSides& sd, const float* h, float s, int sms, i
     to = prepare_ct_tiles(sd, h, s, kCtThreads * R, sc, stream);
     launch_small_tiles<D, R>(to, s, sms, sc, splits, stream);
   };
-  if (rows == 2) return run(std::integral_constant<int, 2>{});
+  if (rows == 4) return run(std::integral_constant<int, 4>{});
   if (rows == 8) return run(std::integral_constant<int, 8>{});
-  run(std::integral_constant<int, 4>{});
+  run(std::integral_constant<int, 2>{});
 }
 
 /// sorted row i's value and column (already the caller's) go to the caller's row row_ids[i].

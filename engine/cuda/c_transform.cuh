@@ -63,7 +63,7 @@ struct CTransformChoices {
   bool cascade = true;  // on warpgroups: the hi·hi pass first, the split products for its undecided rows
   int columns = 2;      // the register pass (d ≤ 4): columns per test of the candidate lists (1, 2 or 4)
   bool tiles = true;    // the register pass (d ≤ 4): Morton order and column tiles skipped by their boxes
-  int tile_rows = 4;    // with tiles: rows per thread (2, 4 or 8)
+  int tile_rows = 2;    // with tiles: rows per thread (2, 4 or 8)
 };
 
 /// Rows of the last run_c_transform by how they were decided (CTransformScratch::counters).

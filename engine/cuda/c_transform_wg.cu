@@ -74,19 +74,15 @@ __global__ void __launch_bounds__(kWgThreads / MT, MT)
   const int j_end = min(ncols, j_begin + cols_per_split);
   const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
   const auto tile_start = [&](int it) { return j_begin + it * kMmaTile; };
-  // Columns past j_end within the split's last tile belong to the next split (or are padding): masked there, and
-  // only there (a whole tile skips the 16 comparisons and selects per lane).
+  // Columns past j_end within the split's last tile belong to the next split (or are padding): masked here.
   const auto epilogue = [&](float (&sc)[MT][8][4], const float* vt, int, int it, const std::uint8_t*) {
     const int base = tile_start(it);
-    const bool whole = base + kMmaTile <= j_end;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const int j = base + nt * 8 + 2 * t;
       float2 bb = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
-      if (!whole) {
-        if (j >= j_end) bb.x = -INFINITY;
-        if (j + 1 >= j_end) bb.y = -INFINITY;
-      }
+      if (j >= j_end) bb.x = -INFINITY;
+      if (j + 1 >= j_end) bb.y = -INFINITY;
       bool any = false;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)

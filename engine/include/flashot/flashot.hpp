@@ -137,8 +137,8 @@ struct CudaTuning {
   /// column in the given order. Results are identical either way. Ignored elsewhere.
   bool c_transform_tiles = true;
   /// With c_transform_tiles: rows per thread of the register pass, 2, 4 or 8 (a block of 128 threads holds 128
-  /// times as many rows, whose spread decides which tiles it skips); 0 = the default (4). Results are identical
-  /// whatever is chosen. Ignored elsewhere.
+  /// times as many rows, whose spread decides which tiles it skips); 0 = the default (2, the fastest on the H200:
+  /// docs/engine.md). Results are identical whatever is chosen. Ignored elsewhere.
   int c_transform_tile_rows = 0;
 };
 
