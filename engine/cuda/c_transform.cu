@@ -54,85 +54,147 @@ namespace flashot::detail::cuda {
 namespace {
 
 constexpr int kCtThreads = 128;
-constexpr int kCtTile = 256;  // columns per shared-memory tile of the register kernel
 constexpr int kRefineThreads = 256;  // the refinement's columns per tile (one per thread)
 constexpr int kRefineRows = 4;       // listed rows per refinement block: a column tile is read once for them
 /// Floats per column in the refinement's shared-memory stage of C coordinates: 16-byte rows whose float4 reads by
 /// 8 consecutive threads (one shared-memory phase) fall in 8 distinct 4-bank groups.
 constexpr int ct_refine_stride(int c) { return c % 8 == 0 ? c + 4 : c; }
 
+/// One tile of ct_small_kernel: columns [j0, min(j0 + TC, j_end)) staged in shared memory (coordinates, then the
+/// bias; −∞ past j_end), then scored against the thread's R rows into their lists.
+template <int D, int R, int U, int TC>
+__device__ __forceinline__ void ct_small_tile(const CTransformSides& sd, const float* __restrict__ h, float s, int j0,
+                                              int j_end, float (&tile)[TC][D + 1], const float (&xr)[R][D],
+                                              CtList (&list)[R]) {
+  __syncthreads();
+  for (int e = threadIdx.x; e < TC * (D + 1); e += kCtThreads) {
+    const int jj = e / (D + 1), k = e % (D + 1), j = j0 + jj;
+    float v;
+    if (k < D)
+      v = (j < j_end && k < sd.d) ? sd.cols[std::size_t(j) * sd.d + k] : 0.f;
+    else
+      v = j < j_end ? h[j] - s * sd.cols_norm2[j] : -INFINITY;
+    tile[jj][k] = v;
+  }
+  __syncthreads();
+  const int ncol = min(TC, j_end - j0);
+  for (int jj = 0; jj < ncol; jj += U) {
+    float q[U][D + 1];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if constexpr ((D + 1) % 4 == 0) {  // whole float4 loads (D = 3: one 128-bit broadcast per column)
+#pragma unroll
+        for (int k = 0; k <= D; k += 4) {
+          const float4 v = *reinterpret_cast<const float4*>(&tile[jj + u][k]);
+          q[u][k] = v.x, q[u][k + 1] = v.y, q[u][k + 2] = v.z, q[u][k + 3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k <= D; ++k) q[u][k] = tile[jj + u][k];
+      }
+    }
+    // All U·R scores first, then one test whether any beats its row's rest: per score D FMA and, per row, U − 1
+    // maxima and one comparison; the insertions (rare once the lists have settled) sit behind one branch.
+    float t[U][R];
+    bool any = false;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float top = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        t[u][r] = q[u][D];
+#pragma unroll
+        for (int k = 0; k < D; ++k) t[u][r] = fmaf(xr[r][k], q[u][k], t[u][r]);
+        top = u == 0 ? t[u][r] : fmaxf(top, t[u][r]);
+      }
+      any |= top > list[r].s[CtList::K];
+    }
+    if (any) {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int r = 0; r < R; ++r) list[r].push(t[u][r], j0 + jj + u);
+    }
+  }
+}
+
 /// U: columns per test of the lists. U = 1: per column the R scores and one test whether any beats its row's rest.
 /// U = 2, 4: the scores of U columns, per row their maximum, one test for the U·R scores; the columns past the split
 /// in the last tile score −∞ (their bias), so groups of U never straddle it. Fewer tests, branches and loop steps
 /// per column, more scores in flight per shared-memory load; a test that fires pushes the group's U columns in order.
-template <int D, int R, int U>
+///
+/// TILES (the tile pass, c_transform_tiles.cu: both sides in Morton order, `box` the column tiles' boxes, `homes`
+/// each row block's home tile): the block visits its split's tiles from the one nearest its home outwards, and skips
+/// a tile when no row can score above its rest there (ct::ct_tile_below, engine/src/ct_bound.hpp: the box's bound
+/// on the exact scores, with its rounding margin). A skipped
+/// column's exact score is then below the rest, so the merge's certificate (every column outside the candidates
+/// scores exactly < rest + E) holds as if it had been scored. A block whose home tile lies in another split scans
+/// that tile first to seed its rests (its candidates dropped): the split that owns the home tile scans it first and
+/// in full, so after the merge the rest is at least that tile's (K + 1)-th score, the seed, and every column a seeded
+/// list dropped or skipped stays below it.
+template <int D, int R, int U, bool TILES>
 __global__ void __launch_bounds__(kCtThreads) ct_small_kernel(CTransformSides sd, const float* __restrict__ h, float s,
-                                                              int cols_per_split, float* __restrict__ best,
+                                                              int cols_per_split, const float* __restrict__ box,
+                                                              const int* __restrict__ homes, float* __restrict__ best,
                                                               int* __restrict__ arg) {
-  static_assert(kCtTile % U == 0, "groups of U columns fill a tile");
-  __shared__ __align__(16) float tile[kCtTile][D + 1];  // coordinates, then the bias
+  constexpr int TC = TILES ? kCtBoxTile : kCtTile;  // columns per tile
+  static_assert(TC % U == 0, "groups of U columns fill a tile");
+  __shared__ __align__(16) float tile[TC][D + 1];  // coordinates, then the bias
   const int i_base = blockIdx.x * (kCtThreads * R) + threadIdx.x;
   const float two_s = 2.f * s;
   float xr[R][D];
+  float xn[R];  // ‖x‖² (TILES)
   CtList list[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int i = i_base + r * kCtThreads;
+    xn[r] = 0.f;
 #pragma unroll
-    for (int k = 0; k < D; ++k) xr[r][k] = (i < sd.nrows && k < sd.d) ? two_s * sd.rows[std::size_t(i) * sd.d + k] : 0.f;
+    for (int k = 0; k < D; ++k) {
+      xr[r][k] = (i < sd.nrows && k < sd.d) ? two_s * sd.rows[std::size_t(i) * sd.d + k] : 0.f;
+      if constexpr (TILES) xn[r] = fmaf(xr[r][k], xr[r][k], xn[r]);
+    }
     list[r].init();
   }
-  const int j_begin = blockIdx.y * cols_per_split;
-  const int j_end = min(sd.ncols, j_begin + cols_per_split);
-  for (int j0 = j_begin; j0 < j_end; j0 += kCtTile) {
-    __syncthreads();
-    for (int e = threadIdx.x; e < kCtTile * (D + 1); e += kCtThreads) {
-      const int jj = e / (D + 1), k = e % (D + 1), j = j0 + jj;
-      float v;
-      if (k < D)
-        v = (j < j_end && k < sd.d) ? sd.cols[std::size_t(j) * sd.d + k] : 0.f;
-      else
-        v = j < j_end ? h[j] - s * sd.cols_norm2[j] : -INFINITY;
-      tile[jj][k] = v;
-    }
-    __syncthreads();
-    const int ncol = min(kCtTile, j_end - j0);
-    for (int jj = 0; jj < ncol; jj += U) {
-      float q[U][D + 1];
+  if constexpr (!TILES) {
+    const int j_begin = blockIdx.y * cols_per_split;
+    const int j_end = min(sd.ncols, j_begin + cols_per_split);
+    for (int j0 = j_begin; j0 < j_end; j0 += TC) ct_small_tile<D, R, U, TC>(sd, h, s, j0, j_end, tile, xr, list);
+  } else {
+    // Split y takes tiles y, y + splits, y + 2·splits, … (count of them), so every split holds a share of the tiles
+    // near the home; it visits its own from the one nearest the home (`centre`, a position in that sequence)
+    // outwards. seed: the home is another split's.
+    const float four_s = 4.f * s;  // exact
+    const int first = blockIdx.y, stride = gridDim.y;
+    const int count = ((sd.ncols + TC - 1) / TC - first + stride - 1) / stride;
+    const int home = homes[blockIdx.x];
+    const int centre = min(max((home - first + stride / 2) / stride, 0), count - 1);
+    const int steps = 2 * max(centre, count - 1 - centre) + 1;
+    const bool seed = first + centre * stride != home;
+    for (int step = seed ? -1 : 0; step < steps; ++step) {
+      const int pos = centre + ((step & 1) != 0 ? (step + 1) / 2 : -(step / 2));
+      if (step >= 0 && (pos < 0 || pos >= count)) continue;
+      const int at = step < 0 ? home : first + pos * stride;  // the tile
+      if (step > 0) {
+        const float* b = box + std::size_t(at) * kCtBoxStride;
+        const float hmax = b[kCtBoxStride - 1];
+        bool skip = true;
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if constexpr ((D + 1) % 4 == 0) {  // whole float4 loads (D = 3: one 128-bit broadcast per column)
-#pragma unroll
-          for (int k = 0; k <= D; k += 4) {
-            const float4 v = *reinterpret_cast<const float4*>(&tile[jj + u][k]);
-            q[u][k] = v.x, q[u][k + 1] = v.y, q[u][k + 2] = v.z, q[u][k + 3] = v.w;
-          }
-        } else {
-#pragma unroll
-          for (int k = 0; k <= D; ++k) q[u][k] = tile[jj + u][k];
+        for (int r = 0; r < R; ++r) {
+          const float rest = list[r].s[CtList::K];
+          const bool below = ct::ct_tile_below(xr[r], xn[r], b, b + kCtBoxStride / 2, hmax, four_s, rest);
+          skip = skip && (below || i_base + r * kCtThreads >= sd.nrows);
         }
+        if (__syncthreads_and(skip)) continue;
       }
-      // All U·R scores first, then one test whether any beats its row's rest: per score D FMA and, per row, U − 1
-      // maxima and one comparison; the insertions (rare once the lists have settled) sit behind one branch.
-      float t[U][R];
-      bool any = false;
+      ct_small_tile<D, R, U, TC>(sd, h, s, at * TC, sd.ncols, tile, xr, list);
+      if (step < 0) {  // the seed: keep the rests, drop the candidates (another split owns them)
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float top = -INFINITY;
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          t[u][r] = q[u][D];
-#pragma unroll
-          for (int k = 0; k < D; ++k) t[u][r] = fmaf(xr[r][k], q[u][k], t[u][r]);
-          top = u == 0 ? t[u][r] : fmaxf(top, t[u][r]);
+        for (int r = 0; r < R; ++r) {
+          const float rest = list[r].s[CtList::K];
+          list[r].init();
+          list[r].s[CtList::K] = rest;
         }
-        any |= top > list[r].s[CtList::K];
-      }
-      if (any) {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int r = 0; r < R; ++r) list[r].push(t[u][r], j0 + jj + u);
       }
     }
   }
@@ -213,11 +275,18 @@ __device__ __forceinline__ float ct_bound(const CTransformSides& sd, const unsig
   return ct::score_bound(b, s, sqrtf(sd.rows_norm2[i]), __uint_as_float(maxima[0]), __uint_as_float(maxima[1]));
 }
 
+/// The caller's index of column j: col_ids[j] where the columns were sorted (the tile pass), else j. Exact ties go
+/// to the lowest caller's index, whatever order the pass saw the columns in.
+__device__ __forceinline__ int ct_caller_column(const int* col_ids, int j) {
+  return col_ids != nullptr ? col_ids[j] : j;
+}
+
 /// Decides row i from its merged list c: when its best beats the rest by more than 2E (bound), from the candidates
-/// (fp64) into values / index; otherwise lists it (out_list, out_count) with its best score in top[i].
+/// (fp64) into values / index (the caller's column, ct_caller_column); otherwise lists it (out_list, out_count) with
+/// its best score in top[i].
 __device__ __forceinline__ void ct_decide(const CTransformSides& sd, const float* h, float s, const ScoreBound& sb,
-                                          const unsigned* maxima, const CtList& c, int i, float* top, double* values,
-                                          int* index, int* out_list, int* out_count) {
+                                          const unsigned* maxima, const int* col_ids, const CtList& c, int i,
+                                          float* top, double* values, int* index, int* out_list, int* out_count) {
   const float bound = ct_bound(sd, maxima, s, i, sb);
   if (c.s[0] - c.s[CtList::K] > 2.f * bound) {
     const float floor = c.s[0] - 3.f * bound;
@@ -227,20 +296,28 @@ __device__ __forceinline__ void ct_decide(const CTransformSides& sd, const float
     for (int k = 0; k < CtList::K; ++k) {
       if (c.a[k] < 0 || !(c.s[k] >= floor)) continue;
       const double v = ct_direct(sd, h, s, i, c.a[k]);
-      if (v < v_best || (v == v_best && c.a[k] < j_best)) v_best = v, j_best = c.a[k];
+      const int j = ct_caller_column(col_ids, c.a[k]);
+      if (v < v_best || (v == v_best && j < j_best)) v_best = v, j_best = j;
     }
     values[i] = v_best;
     index[i] = j_best;
     return;
   }
-  top[i] = c.s[0];
+  // The best score seen: the rest may exceed every candidate. A tile-pass split that seeded its rest from another
+  // split's home tile keeps no candidate at or below that rest; where the home tile's best scores tie (duplicated
+  // points, lattices) the seed equals them, the owner's tied candidates do not beat it in the merge, and the merged
+  // list holds the rest alone. The re-scan's floor must be a score some column has, never −∞ (which would let it
+  // evaluate every column, the padding past the last included).
+  top[i] = fmaxf(c.s[0], c.s[CtList::K]);
   out_list[atomicAdd(out_count, 1)] = i;
   values[i] = NAN;  // marks a listed row
 }
 
-/// One thread per row: the splits' lists merged, the row decided (ct_decide).
+/// One thread per row: the splits' lists merged, the row decided (ct_decide; col_ids: null, or the tile pass's map to
+/// the caller's columns).
 __global__ void ct_merge_kernel(CTransformSides sd, const float* __restrict__ h, float s, int splits, ScoreBound sb,
-                                const unsigned* __restrict__ maxima, const float* __restrict__ best,
+                                const unsigned* __restrict__ maxima, const int* __restrict__ col_ids,
+                                const float* __restrict__ best,
                                 const int* __restrict__ arg, float* __restrict__ top, double* __restrict__ values,
                                 int* __restrict__ index, int* __restrict__ out_list, int* __restrict__ out_count) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -252,7 +329,7 @@ __global__ void ct_merge_kernel(CTransformSides sd, const float* __restrict__ h,
     o.load(best, arg, p, sd.nrows, i);
     c.merge(o.s, o.a);
   }
-  ct_decide(sd, h, s, sb, maxima, c, i, top, values, index, out_list, out_count);
+  ct_decide(sd, h, s, sb, maxima, col_ids, c, i, top, values, index, out_list, out_count);
 }
 
 /// The cascade's second merge: one warp per listed row w < *count (row list[w]), its lists of the second pass
@@ -276,7 +353,7 @@ __global__ void ct_merge_listed_kernel(CTransformSides sd, const float* __restri
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) c.merge_lane(offset);
-    if (lane == 0) ct_decide(sd, h, s, sb, maxima, c, list[w], top, values, index, out_list, out_count);
+    if (lane == 0) ct_decide(sd, h, s, sb, maxima, nullptr, c, list[w], top, values, index, out_list, out_count);
   }
 }
 
@@ -287,11 +364,13 @@ __global__ void ct_merge_listed_kernel(CTransformSides sd, const float* __restri
 /// scores its column for every row (fp32 FMA in coordinate order, as the register pass: error ≤ the fp32 E_i). Before, one block per row had
 /// each thread read its own column's coordinates (a cache line per lane per load) for one row: 2.5 s for 100k
 /// re-scanned rows at n = m = 100k, d = 64 (H200, every target point four times). top[i]: the row's best score in the
-/// pass whose bound sb is (E ≥ the fp32 E of the scores here).
+/// pass whose bound sb is (E ≥ the fp32 E of the scores here). col_ids: as ct_merge_kernel's (index holds the caller's
+/// columns, and ties go to the lowest of them).
 template <int C>
 __global__ void __launch_bounds__(kRefineThreads) ct_refine_kernel(CTransformSides sd, const float* __restrict__ h,
                                                                    float s, ScoreBound sb,
                                                                    const unsigned* __restrict__ maxima,
+                                                                   const int* __restrict__ col_ids,
                                                                    const float* __restrict__ top,
                                                                    const int* __restrict__ list,
                                                                    const int* __restrict__ count,
@@ -353,9 +432,11 @@ __global__ void __launch_bounds__(kRefineThreads) ct_refine_kernel(CTransformSid
       }
 #pragma unroll
       for (int r = 0; r < kRefineRows; ++r) {
-        if (r >= here || !(t[r] >= floor[r])) continue;
+        if (r >= here || j >= sd.ncols || !(t[r] >= floor[r])) continue;
         const double v = ct_direct(sd, h, s, rowi[r], j);
-        if (v < v_best[r]) v_best[r] = v, j_best[r] = j;  // columns rise within a thread: the first of a tie stays
+        if (!(v <= v_best[r])) continue;
+        const int jc = ct_caller_column(col_ids, j);
+        if (v < v_best[r] || jc < j_best[r]) v_best[r] = v, j_best[r] = jc;
       }
     }
 #pragma unroll
@@ -426,14 +507,54 @@ void launch_small_u(const CTransformSides& sd, const float* h, float s, int sms,
   const int blocks = div_up(sd.nrows, kCtThreads * R);
   // Whole waves of resident blocks, in whole tiles of columns per split.
   const int tiles = div_up(sd.ncols, kCtTile);
-  splits = ct_splits(blocks, tiles, ct_per_sm(ct_small_kernel<D, R, U>, kCtThreads), sms);
+  splits = ct_splits(blocks, tiles, ct_per_sm(ct_small_kernel<D, R, U, false>, kCtThreads), sms);
   const int per = div_up(tiles, splits) * kCtTile;
   splits = div_up(sd.ncols, per);
   sc.best.reserve(std::size_t(splits) * (kCtCand + 1) * sd.nrows);
   sc.arg.reserve(std::size_t(splits) * kCtCand * sd.nrows);
-  ct_small_kernel<D, R, U><<<dim3(blocks, splits), kCtThreads, 0, stream>>>(sd, h, s, per, sc.best.get(),
-                                                                            sc.arg.get());
+  ct_small_kernel<D, R, U, false><<<dim3(blocks, splits), kCtThreads, 0, stream>>>(sd, h, s, per, nullptr, nullptr,
+                                                                                   sc.best.get(), sc.arg.get());
   FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+/// The tile pass (ct_small_kernel with TILES, U = 2) on the sorted problem `to` (prepare_ct_tiles with blocks of
+/// kCtThreads·R rows). Splits as launch_small_u's: with the tiles dealt round-robin, every split of a row block holds
+/// a like share of the tiles its rows keep, so the blocks' work stays even.
+template <int D, int R>
+void launch_small_tiles(const CtTileOrder& to, float s, int sms, CTransformScratch& sc, int& splits,
+                        cudaStream_t stream) {
+  const CTransformSides& sd = to.sides;
+  const int blocks = div_up(sd.nrows, kCtThreads * R);
+  const int tiles = div_up(sd.ncols, kCtBoxTile);
+  splits = ct_splits(blocks, tiles, ct_per_sm(ct_small_kernel<D, R, 2, true>, kCtThreads), sms);
+  sc.best.reserve(std::size_t(splits) * (kCtCand + 1) * sd.nrows);
+  sc.arg.reserve(std::size_t(splits) * kCtCand * sd.nrows);
+  ct_small_kernel<D, R, 2, true><<<dim3(blocks, splits), kCtThreads, 0, stream>>>(sd, to.h, s, 0, to.box, to.homes,
+                                                                                  sc.best.get(), sc.arg.get());
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
+void launch_tiles(const CTransformSides& sd, const float* h, float s, int sms, int rows, CTransformScratch& sc,
+                  CtTileOrder& to, int& splits, cudaStream_t stream) {
+  const auto run = [&](auto r) {
+    constexpr int R = decltype(r)::value;
+    to = prepare_ct_tiles(sd, h, s, kCtThreads * R, sc, stream);
+    launch_small_tiles<D, R>(to, s, sms, sc, splits, stream);
+  };
+  if (rows == 4) return run(std::integral_constant<int, 4>{});
+  if (rows == 8) return run(std::integral_constant<int, 8>{});
+  run(std::integral_constant<int, 2>{});
+}
+
+/// sorted row i's value and column (already the caller's) go to the caller's row row_ids[i].
+__global__ void ct_unsort_kernel(int nrows, const int* __restrict__ row_ids, const double* __restrict__ values,
+                                 const int* __restrict__ index, double* __restrict__ values_out,
+                                 int* __restrict__ index_out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= nrows) return;
+  values_out[row_ids[i]] = values[i];
+  index_out[row_ids[i]] = index[i];
 }
 
 /// columns: CTransformChoices::columns, used where R = 8 rows per thread (d ≤ 4); wider rows test every column.
@@ -503,6 +624,13 @@ void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, d
   // hi·hi bound leaves 1.4 % of the rows undecided at d = 8, 0.3 % at d = 16, 0.2 % at d = 64 (and 21 % at d = 3,
   // which the register pass serves instead).
   const bool cascade = wg && choices.cascade;
+  // The tile pass (d ≤ 4, the register family, more than one tile of columns): the passes below run on both sides
+  // in Morton order (rsd, rh), the columns' indices mapped back to the caller's as they are decided (col_ids), the
+  // rows at the end (ct_unsort_kernel).
+  const bool tiled = !tensor && choices.tiles && ct_width(sd.d) >= 1 && ct_width(sd.d) <= 4 && sd.ncols > kCtBoxTile;
+  CtTileOrder to;
+  CTransformSides rsd = sd;
+  const float* rh = sc.h.get();
   if (tensor) sb = ct::split_fp16_bound(sd.d, rop->scale, cop->scale);
   ScoreBound first = sb;
   if (cascade) {
@@ -513,6 +641,15 @@ void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, d
     launch_c_transform_wg(sd, *rop, *cop, sc.h.get(), s, sms, cascade, sc, splits, stream);
   } else if (tensor) {
     launch_c_transform_mma(sd, *rop, *cop, sc.h.get(), s, sms, sc, splits, stream);
+  } else if (tiled) {
+    switch (ct_width(sd.d)) {
+      case 1: launch_tiles<1>(sd, sc.h.get(), s, sms, choices.tile_rows, sc, to, splits, stream); break;
+      case 2: launch_tiles<2>(sd, sc.h.get(), s, sms, choices.tile_rows, sc, to, splits, stream); break;
+      case 3: launch_tiles<3>(sd, sc.h.get(), s, sms, choices.tile_rows, sc, to, splits, stream); break;
+      default: launch_tiles<4>(sd, sc.h.get(), s, sms, choices.tile_rows, sc, to, splits, stream); break;
+    }
+    rsd = to.sides;
+    rh = to.h;
   } else {
     switch (ct_width(sd.d)) {
       case 1: launch_small<1>(sd, sc.h.get(), s, sms, choices.columns, sc, splits, stream); break;
@@ -530,7 +667,7 @@ void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, d
   // (counters[0]), whose own undecided rows go to the re-scan.
   int* const undecided = cascade ? sc.list.get() : sc.rescan.get();
   int* const undecided_count = cascade ? sc.counters.get() : sc.counters.get() + 1;
-  ct_merge_kernel<<<div_up(sd.nrows, 256), 256, 0, stream>>>(sd, sc.h.get(), s, splits, first, sc.maxima.get(),
+  ct_merge_kernel<<<div_up(sd.nrows, 256), 256, 0, stream>>>(rsd, rh, s, splits, first, sc.maxima.get(), to.col_ids,
                                                               sc.best.get(), sc.arg.get(), sc.top.get(),
                                                               sc.values.get(), sc.index.get(), undecided,
                                                               undecided_count);
@@ -544,8 +681,8 @@ void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, d
     FLASHOT_CUDA_CHECK_LAUNCH();
   }
   const auto refine = [&](auto kernel) {
-    kernel<<<std::max(1, 4 * sms), kRefineThreads, 0, stream>>>(sd, sc.h.get(), s, sb, sc.maxima.get(), sc.top.get(),
-                                                               sc.rescan.get(), sc.counters.get() + 1,
+    kernel<<<std::max(1, 4 * sms), kRefineThreads, 0, stream>>>(rsd, rh, s, sb, sc.maxima.get(), to.col_ids,
+                                                               sc.top.get(), sc.rescan.get(), sc.counters.get() + 1,
                                                                sc.values.get(), sc.index.get());
     FLASHOT_CUDA_CHECK_LAUNCH();
   };
@@ -557,8 +694,18 @@ void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, d
     refine(ct_refine_kernel<16>);
   else
     refine(ct_refine_kernel<32>);
-  sc.values.download(values.first(sd.nrows), stream);
-  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(index.data(), sc.index.get(), sizeof(std::int32_t) * sd.nrows,
+  double* out_values = sc.values.get();
+  int* out_index = sc.index.get();
+  if (tiled) {
+    out_values = sc.order.values.get();
+    out_index = sc.order.index.get();
+    ct_unsort_kernel<<<div_up(sd.nrows, 256), 256, 0, stream>>>(sd.nrows, to.row_ids, sc.values.get(),
+                                                                sc.index.get(), out_values, out_index);
+    FLASHOT_CUDA_CHECK_LAUNCH();
+  }
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(values.data(), out_values, sizeof(double) * sd.nrows, cudaMemcpyDeviceToHost,
+                                     stream));
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(index.data(), out_index, sizeof(std::int32_t) * sd.nrows,
                                      cudaMemcpyDeviceToHost, stream));
   FLASHOT_CUDA_CHECK(cudaStreamSynchronize(stream));
 }

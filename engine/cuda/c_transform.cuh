@@ -46,12 +46,24 @@ struct CTransformScratch {
   DeviceBuffer<unsigned> maxima;
   DeviceBuffer<double> values;
   DeviceBuffer<std::uint16_t> hi, lo;
+  /// The tile pass's spatial order (c_transform_tiles.cu): Morton codes and their orders (rows, columns), the sorted
+  /// sides' coordinates, norms and column potentials, the column tiles' boxes (kCtBoxStride floats per tile), every
+  /// row block's home tile, the points' extent, the sort's temporary storage, and the sorted rows' results.
+  struct Order {
+    DeviceBuffer<unsigned> codes, codes_sorted, extent;
+    DeviceBuffer<int> ids, row_ids, col_ids, homes, index;
+    DeviceBuffer<float> rows, rows_norm2, cols, cols_norm2, h, box;
+    DeviceBuffer<unsigned char> temp;
+    DeviceBuffer<double> values;
+  } order;
 };
 
 /// Kernel choices of one c-transform (CudaTuning's c_transform_* fields).
 struct CTransformChoices {
   bool cascade = true;  // on warpgroups: the hi·hi pass first, the split products for its undecided rows
   int columns = 2;      // the register pass (d ≤ 4): columns per test of the candidate lists (1, 2 or 4)
+  bool tiles = true;    // the register pass (d ≤ 4): Morton order and column tiles skipped by their boxes
+  int tile_rows = 2;    // with tiles: rows per thread (2, 4 or 8)
 };
 
 /// Rows of the last run_c_transform by how they were decided (CTransformScratch::counters).
@@ -70,6 +82,33 @@ void run_c_transform(const CTransformSides& sides, std::span<const float> h, dou
                      const MmaOperands* rop, const MmaOperands* cop, const CTransformChoices& choices,
                      std::span<double> values, std::span<std::int32_t> index, CTransformScratch& scratch,
                      cudaStream_t stream);
+
+/// Floats per column tile in CTransformScratch::Order::box: 2s·min of each coordinate (rounded down), 2s·max (rounded
+/// up), both for d ≤ 4 coordinates (0 past d), then the tile's largest h_j.
+constexpr int kCtBoxStride = 9;
+/// Columns per tile of the register pass's shared-memory stage in the caller's order.
+constexpr int kCtTile = 256;
+/// Columns per tile of the tile pass (its stage and its boxes): on the benchmark's data (N(0, 1), d = 3, n = m = 100k,
+/// ψ ~ 0.1·N(0, 1)) a host model of the pass keeps some 15–21 % of 128-column tiles per row block, 20–28 % of
+/// 256-column ones (256 or 512 rows per block, 4 or 8 splits).
+constexpr int kCtBoxTile = 128;
+
+/// The tile pass's sorted problem (c_transform_tiles.cu): sides and h in Morton order, the boxes of its tiles of
+/// kCtBoxTile columns, each row block's home tile (the tile its middle row's code falls in), and the maps back to
+/// the caller's order.
+struct CtTileOrder {
+  CTransformSides sides;                 // sorted rows and columns
+  const float* h = nullptr;              // (ncols) sorted
+  const float* box = nullptr;            // (tiles × kCtBoxStride)
+  const int* homes = nullptr;            // (row blocks)
+  const int* row_ids = nullptr;          // (nrows) caller's row of sorted row i
+  const int* col_ids = nullptr;          // (ncols) caller's column of sorted column j
+};
+/// Sorts both sides (d ≤ 4) along a Morton curve of their common bounding box, fills the tiles' boxes (s: the cost
+/// scale) and the homes of blocks of rows_per_block sorted rows, into scratch.order. h: the columns' potential on the
+/// device.
+CtTileOrder prepare_ct_tiles(const CTransformSides& sides, const float* h, float s, int rows_per_block,
+                             CTransformScratch& scratch, cudaStream_t stream);
 
 /// Whether the tensor-core pass (c_transform_mma.cu) serves these operands: split fp16, 16 ≤ padded d ≤ 128.
 bool c_transform_mma_serves(const MmaOperands& rop, const MmaOperands& cop);

@@ -336,6 +336,8 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
   capture_ = link_ == nullptr;
   ct_choices_.cascade = options.cuda.c_transform_cascade;
   ct_choices_.columns = options.cuda.c_transform_columns == 0 ? 2 : options.cuda.c_transform_columns;
+  ct_choices_.tiles = options.cuda.c_transform_tiles;
+  ct_choices_.tile_rows = options.cuda.c_transform_tile_rows == 0 ? 2 : options.cuda.c_transform_tile_rows;
   const int devices = cuda_device_count();
   if (device_ < 0 || device_ >= devices) {
     throw std::runtime_error("CUDA device " + std::to_string(device_) + " asked for, but " +

@@ -11,8 +11,10 @@
 
 #if defined(__CUDACC__)
 #define FLASHOT_CT_HOST_DEVICE __host__ __device__
+#define FLASHOT_CT_FORCEINLINE __forceinline__
 #else
 #define FLASHOT_CT_HOST_DEVICE
+#define FLASHOT_CT_FORCEINLINE inline
 #endif
 
 namespace flashot::detail::ct {
@@ -65,6 +67,54 @@ FLASHOT_CT_HOST_DEVICE inline float score_bound(const ScoreBound& b, float s, fl
   const float two_s = 2.f * s;
   return 1.01f * (b.dot * two_s * norm_p * max_norm_q + b.sub * two_s * (norm_p * b.sub_p + max_norm_q * b.sub_q) +
                   b.unit * two_s + b.bias * max_bias + b.norm * s * max_norm_q * max_norm_q);
+}
+
+/// Products and sums rounded outwards, for the tile pass's bound: on the device the directed-rounding instructions, on
+/// the host one ulp beyond the nearest rounding (at least as far out).
+FLASHOT_CT_HOST_DEVICE FLASHOT_CT_FORCEINLINE float ct_mul_down(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rd(a, b);
+#else
+  return nextafterf(a * b, -INFINITY);
+#endif
+}
+FLASHOT_CT_HOST_DEVICE FLASHOT_CT_FORCEINLINE float ct_mul_up(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_ru(a, b);
+#else
+  return nextafterf(a * b, INFINITY);
+#endif
+}
+FLASHOT_CT_HOST_DEVICE FLASHOT_CT_FORCEINLINE float ct_add_up(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_ru(a, b);
+#else
+  return nextafterf(a + b, INFINITY);
+#endif
+}
+
+/// The tile pass's skip test (engine/cuda/c_transform.cu, ct_small_kernel): true only when no column q_j of a tile
+/// scores above `rest` exactly for the row p, t_ij = 2s⟨p, q_j⟩ + h_j − s‖q_j‖² = s‖p‖² − s‖p − q_j‖² + h_j. x =
+/// fp32(2s·p) (D coordinates), xn = Σ x_k² (fp32 FMA in coordinate order); lower / upper: the tile's 2s·min_j q_jk
+/// rounded down and 2s·max_j q_jk rounded up (ct_mul_down / ct_mul_up); hmax = max_j h_j; four_s = 4s (s > 0).
+/// Over the box 4s·t ≤ ‖2sp‖² − Σ_k e_k² + 4s·hmax, e_k the distance of 2s·p_k from [lower_k, upper_k]. The fp32
+/// evaluation (x's rounding included) errs by at most some 20·2^−24 of ‖x‖² + Σe² + 4s·|hmax| (each e_k² by ≤ 2^−22·
+/// (e_k² + x_k²), the sums and the product by 2^−24 of their terms); the margin takes 2^−18 of it, the bound is
+/// rounded up and 4s·rest down. tests/engine/ct_bound_test.cpp checks it against the box's exact maximum.
+template <int D>
+FLASHOT_CT_HOST_DEVICE FLASHOT_CT_FORCEINLINE bool ct_tile_below(const float (&x)[D], float xn, const float* lower,
+                                                 const float* upper, float hmax, float four_s, float rest) {
+  float e2 = 0.f;
+#if defined(__CUDA_ARCH__)
+#pragma unroll  // x stays in registers
+#endif
+  for (int k = 0; k < D; ++k) {
+    const float e = fmaxf(fmaxf(lower[k] - x[k], x[k] - upper[k]), 0.f);
+    e2 = fmaf(e, e, e2);
+  }
+  const float bound = fmaf(four_s, hmax, xn - e2);
+  const float margin = 0x1p-18f * (xn + e2 + four_s * fabsf(hmax));
+  return ct_add_up(bound, margin) < ct_mul_down(four_s, rest);
 }
 
 /// The cascade's second pass (engine/cuda/c_transform_wg.cu) runs over `count` listed rows, known on the device

@@ -61,6 +61,10 @@ void validate_cuda_tuning(const CudaTuning& t) {
   if (c != 0 && c != 1 && c != 2 && c != 4)
     throw std::invalid_argument("cuda.c_transform_columns must be 0 (default), 1, 2 or 4 (got " + std::to_string(c) +
                                 ")");
+  const int r = t.c_transform_tile_rows;
+  if (r != 0 && r != 2 && r != 4 && r != 8)
+    throw std::invalid_argument("cuda.c_transform_tile_rows must be 0 (default), 2, 4 or 8 (got " + std::to_string(r) +
+                                ")");
 }
 
 std::vector<float> weights_or_uniform(std::span<const float> w, std::size_t n) {

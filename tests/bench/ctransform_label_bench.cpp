@@ -3,12 +3,14 @@
 // x, y ~ N(0, 1) (n = m), random weights, ψ ~ 0.1·N(0, 1); labels uniform in [0, L), W = 1 − δ, fixed ε, fixed
 // iterations (no convergence checks, no diagnostics). Warm-up, then the median of --rep runs. Prints figures (one
 // CSV line per run: method,n,m,d,eps,iters,median_ms), asserts nothing. The c-transform's kernel choices
-// (CudaTuning): --ct-cascade 0|1 (c_transform_cascade), --ct-columns 1|2|4 (c_transform_columns); --copies C makes
-// every target point appear C times (near ties: C ≥ 4 sends rows to the full re-scan). stderr tells how many rows the
-// cascade scored again and how many were re-scanned (EngineStatistics).
+// (CudaTuning): --ct-cascade 0|1 (c_transform_cascade), --ct-columns 1|2|4 (c_transform_columns), --ct-tiles 0|1
+// (c_transform_tiles), --ct-tile-rows 2|4|8 (c_transform_tile_rows); --copies C makes every target point appear C
+// times (near ties: C ≥ 4 sends rows to the full re-scan). stderr tells how many rows the cascade scored again and how
+// many were re-scanned (EngineStatistics).
 //   flashot_ctransform_label_bench --mode ctransform|label [--n N] [--d D] [--classes L] [--lambda λ] [--eps E]
 //                                  [--iters K] [--rep R] [--backend cpu|cuda|auto] [--threads T]
-//                                  [--ct-cascade 0|1] [--ct-columns C] [--copies C]
+//                                  [--ct-cascade 0|1] [--ct-columns C] [--ct-tiles 0|1] [--ct-tile-rows R]
+//                                  [--copies C]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -75,6 +77,8 @@ int main(int argc, char** argv) {
     else if (k == "--threads") bo.threads = std::stoi(v);
     else if (k == "--ct-cascade") bo.cuda.c_transform_cascade = std::stoi(v) != 0;
     else if (k == "--ct-columns") bo.cuda.c_transform_columns = std::stoi(v);
+    else if (k == "--ct-tiles") bo.cuda.c_transform_tiles = std::stoi(v) != 0;
+    else if (k == "--ct-tile-rows") bo.cuda.c_transform_tile_rows = std::stoi(v);
     else if (k == "--copies") copies = std::stoull(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
@@ -97,9 +101,12 @@ int main(int argc, char** argv) {
     flashot::Problem problem({x, n, d}, {y, n, d}, a, b, bo);
     const double ms = median_ms([&] { (void)problem.c_transform(flashot::Side::kSource, psi); }, rep);
     const flashot::EngineStatistics st = problem.statistics();
-    std::fprintf(stderr, "# %s, %s; cascade %d, columns %d, copies %zu: rows rescored %lld, re-scanned %lld of %zu\n",
+    std::fprintf(stderr,
+                 "# %s, %s; cascade %d, columns %d, tiles %d, tile rows %d, copies %zu: rows rescored %lld, "
+                 "re-scanned %lld of %zu\n",
                  problem.backend_name().c_str(), problem.device_name().c_str(), int(bo.cuda.c_transform_cascade),
-                 bo.cuda.c_transform_columns, copies, st.c_transform_rescored, st.c_transform_rescanned, n);
+                 bo.cuda.c_transform_columns, int(bo.cuda.c_transform_tiles), bo.cuda.c_transform_tile_rows, copies,
+                 st.c_transform_rescored, st.c_transform_rescanned, n);
     std::printf("flashot_ctransform,%zu,%zu,%zu,0,0,%.4f\n", n, n, d, ms);
     return 0;
   }

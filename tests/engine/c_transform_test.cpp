@@ -340,17 +340,23 @@ struct Variant {
   ScoreKernel family = ScoreKernel::kAuto;
   bool warpgroup = true, cascade = true;
   int columns = 0;
+  bool tiles = true;  // the register pass's tile order (d ≤ 4)
+  int tile_rows = 0;
   std::string name() const {
     return std::string(to_string(family)) + (warpgroup ? "" : " mma.sync") + (cascade ? "" : " no-cascade") +
-           (columns != 0 ? " columns=" + std::to_string(columns) : "");
+           (columns != 0 ? " columns=" + std::to_string(columns) : "") + (tiles ? "" : " no-tiles") +
+           (tile_rows != 0 ? " tile-rows=" + std::to_string(tile_rows) : "");
   }
 };
 
 std::vector<Variant> cuda_variants(std::size_t d) {
   std::vector<Variant> v = {{ScoreKernel::kAuto, true, true, 0}, {ScoreKernel::kTiled, true, true, 0}};
-  if (d <= 4)  // the register pass's column groupings (R = 8 rows per thread)
-    for (const int columns : {1, 2, 4}) v.push_back({ScoreKernel::kRegister, true, true, columns});
-  else if (d <= 16)
+  if (d <= 4) {
+    // The register pass in the caller's order with its column groupings (R = 8 rows per thread), and in the tile
+    // order with each row count per thread.
+    for (const int columns : {1, 2, 4}) v.push_back({ScoreKernel::kRegister, true, true, columns, false});
+    for (const int rows : {2, 4, 8}) v.push_back({ScoreKernel::kRegister, true, true, 0, true, rows});
+  } else if (d <= 16)
     v.push_back({ScoreKernel::kRegister, true, true, 0});
   if (d <= 128) {
     v.push_back({ScoreKernel::kTensor, true, true, 0});   // the cascade on warpgroups (a Hopper GPU)
@@ -381,6 +387,8 @@ TEST_P(CTransformTest, EveryVariantGivesTheSameExactArgminsOnNearTies) {
           o.cuda.warpgroup_kernels = v.warpgroup;
           o.cuda.c_transform_cascade = v.cascade;
           o.cuda.c_transform_columns = v.columns;
+          o.cuda.c_transform_tiles = v.tiles;
+          o.cuda.c_transform_tile_rows = v.tile_rows;
           Problem problem({c.x, n, d}, {c.y, m, d}, {}, {}, o);
           const CTransform t = problem.c_transform(Side::kSource, c.g);
           const std::string what = where + " " + v.name();
@@ -458,6 +466,77 @@ TEST_P(CTransformTest, TheCascadeDecidesMostRowsInItsFirstPassAndTheRestExactly)
     EXPECT_EQ(u.index, t.index) << what;
     EXPECT_EQ(u.values, t.values) << what;
     EXPECT_EQ(plain.statistics().c_transform_rescored, 0) << what;
+  }
+}
+
+TEST_P(CTransformTest, TheTileOrderSkipsNoColumnThatCouldWin) {
+  if (GetParam() != "cuda") GTEST_SKIP() << "the tile order is the CUDA register pass's";
+  // At d ≤ 4 the register pass sorts both sides along a Morton curve and skips, per block of rows, every tile of 128
+  // columns whose box bound cannot beat the rows' candidate lists (docs/engine.md, "Hard c-transform"). Enough
+  // columns for many tiles (ragged: neither side a multiple of a block or a tile), on the tie-heavy layouts and on
+  // one where a far column with a large potential wins about half the rows (its tile lies at the far end of the
+  // order, and only its potential makes it win): every row count per thread gives the untiled pass's answers bit for
+  // bit, and the brute force's (exactly, where every near tie is an exact one: the lowest caller's index).
+  const std::size_t n = 5000, m = 6000;
+  for (const std::size_t d : {1, 2, 3, 4}) {
+    for (const int layout_index : {0, 1, 2, 3, 4}) {
+      const bool far_winner = layout_index == 4;
+      const Layout layout = far_winner ? Layout::kRandom : static_cast<Layout>(layout_index);
+      Cloud c = make_cloud(layout, n, m, d, 5000 + 10 * d + static_cast<std::size_t>(layout_index));
+      if (far_winner) {
+        const std::size_t j = m / 2;
+        double norm2 = 0;
+        for (std::size_t k = 0; k < d; ++k) norm2 += 100.0, c.y[j * d + k] = 10.f;
+        c.g[j] = static_cast<float>(norm2);  // value ‖p‖² − 2⟨p, q⟩ there: negative for about half the rows
+      }
+      const Brute ref = brute_force(c.x, n, c.y, m, d, c.g, 1.0);
+      const std::string where = std::string(far_winner ? "far-winner" : layout_name(layout)) +
+                                " d=" + std::to_string(d);
+      if (far_winner) {
+        std::size_t won = 0;
+        for (std::size_t i = 0; i < n; ++i) won += ref.index[i] == static_cast<std::int32_t>(m / 2) ? 1 : 0;
+        ASSERT_GT(won, n / 4) << where << ": the far column should win many rows";
+      }
+      BackendOptions o = options();
+      o.cuda.kernel = ScoreKernel::kRegister;
+      o.cuda.c_transform_tiles = false;
+      Problem plain({c.x, n, d}, {c.y, m, d}, {}, {}, o);
+      const CTransform u = plain.c_transform(Side::kSource, c.g);
+      for (const int rows : {2, 4, 8}) {
+        o.cuda.c_transform_tiles = true;
+        o.cuda.c_transform_tile_rows = rows;
+        Problem problem({c.x, n, d}, {c.y, m, d}, {}, {}, o);
+        const CTransform t = problem.c_transform(Side::kSource, c.g);
+        const std::string what = where + " tile-rows=" + std::to_string(rows);
+        ASSERT_EQ(t.index.size(), n) << what;
+        if (c.exact_ties) {
+          for (std::size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(t.index[i], ref.index[i]) << what << " row " << i;
+            ASSERT_EQ(t.values[i], static_cast<float>(ref.values[i])) << what << " row " << i;
+          }
+        } else {
+          EXPECT_LE(expect_matches(t, ref, c.x, c.y, d, c.g, 1.0, what), 2) << what;
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(t.index[i], u.index[i]) << what << " row " << i << " vs no-tiles";
+          ASSERT_EQ(t.values[i], u.values[i]) << what << " row " << i << " vs no-tiles";
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CTransformTest, RefusesAnUnknownTileRowCount) {
+  const TestProblem pr = make_problem({.n = 10, .m = 12, .d = 2, .seed = 1});
+  BackendOptions o = options();
+  o.cuda.c_transform_tile_rows = 3;
+  try {
+    Problem problem(pr.xv(), pr.yv(), {}, {}, o);
+    FAIL() << "c_transform_tile_rows = 3 must throw";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("c_transform_tile_rows"), std::string::npos) << what;
+    EXPECT_NE(what.find("got 3"), std::string::npos) << what;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "../../engine/src/ct_bound.hpp"
@@ -194,6 +195,91 @@ TEST(CTransformBound, TheBiasTermCoversAPotentialThatCancelsTheNorm) {
   const float e = ct::score_bound(ct::fp32_bound(d), o.s, r.norm_p, r.norm_q, std::abs(r.bias));
   EXPECT_LE(std::abs(double(r.fp32) - r.exact), e);
   EXPECT_GT(e, 0.f) << "the norm term keeps the bound positive where the bias and the row vanish";
+}
+
+/// One trial of the tile pass's skip test (ct::ct_tile_below) at D coordinates: a tile of 8 columns at scale
+/// `spread` around `centre` (per coordinate), potentials of scale `h_scale` (or cancelling s‖q‖² when `cancel`), a
+/// row inside, on the faces of or away from the box. Records a failure if the test skipped a rest below the box's
+/// exact maximum score, or did not skip one 2^−12 of the terms' size above it.
+template <int D>
+void tile_trial(std::mt19937_64& rng, float s, double centre, double spread, double h_scale, bool cancel, int where) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  float lo[D], hi[D];
+  float hmax = -INFINITY;
+  for (int k = 0; k < D; ++k) lo[k] = INFINITY, hi[k] = -INFINITY;
+  for (int j = 0; j < 8; ++j) {
+    double qq = 0;
+    for (int k = 0; k < D; ++k) {
+      const float q = static_cast<float>(centre + spread * normal(rng));
+      lo[k] = std::min(lo[k], q);
+      hi[k] = std::max(hi[k], q);
+      qq += double(q) * q;
+    }
+    const float h = cancel ? static_cast<float>(double(s) * qq * (1.0 + 1e-6 * normal(rng)))
+                           : static_cast<float>(h_scale * normal(rng));
+    hmax = std::max(hmax, h);
+  }
+  float p[D];
+  for (int k = 0; k < D; ++k) {
+    const double inside = lo[k] + (double(hi[k]) - lo[k]) * unit(rng);
+    if (where == 0) p[k] = static_cast<float>(inside);                                  // in the box
+    else if (where == 1) p[k] = unit(rng) < 0.5 ? lo[k] : hi[k];                       // on its faces
+    else p[k] = static_cast<float>(inside + 4 * (spread + std::abs(centre)) * normal(rng));  // away from it
+  }
+  // The kernel's operands: x = fp32(2s·p), ‖x‖² by fp32 FMA, the box scaled and rounded outwards.
+  const float two_s = 2.f * s, four_s = 4.f * s;
+  float x[D], lower[D], upper[D];
+  float xn = 0.f;
+  for (int k = 0; k < D; ++k) {
+    x[k] = two_s * p[k];
+    xn = std::fma(x[k], x[k], xn);
+    lower[k] = ct::ct_mul_down(two_s, lo[k]);
+    upper[k] = ct::ct_mul_up(two_s, hi[k]);
+  }
+  // The exact maximum over the box of t = s‖p‖² − s‖p − q‖² + h (long double: the terms' products are exact).
+  long double pp = 0, ee = 0;
+  for (int k = 0; k < D; ++k) {
+    const long double e = std::max({0.0L, (long double)lo[k] - p[k], (long double)p[k] - hi[k]});
+    pp += (long double)p[k] * p[k];
+    ee += e * e;
+  }
+  const long double top = (long double)s * (pp - ee) + hmax;
+  const long double size = (long double)s * (pp + ee) + std::abs((long double)hmax);
+  const std::string what = "D=" + std::to_string(D) + " s=" + std::to_string(s) + " centre=" + std::to_string(centre) +
+                           " spread=" + std::to_string(spread) + " where=" + std::to_string(where) +
+                           (cancel ? " cancelling h" : "");
+  // The largest float below the exact maximum: a column of the box may score above it, so the tile must be kept.
+  float below = static_cast<float>(top);
+  while ((long double)below >= top) below = std::nextafter(below, -INFINITY);
+  EXPECT_FALSE(ct::ct_tile_below(x, xn, lower, upper, hmax, four_s, below))
+      << what << ": skipped a rest " << below << " below the exact maximum " << double(top);
+  // 2^−12 of the terms above it: the margin (2^−18) must not keep the tile.
+  const float above = static_cast<float>(top + 0x1p-12L * size);
+  EXPECT_TRUE(ct::ct_tile_below(x, xn, lower, upper, hmax, four_s, above))
+      << what << ": kept a rest " << above << " above the exact maximum " << double(top);
+}
+
+TEST(CTransformBound, TheTileTestNeverSkipsATileThatCouldBeatTheRest) {
+  // The tile pass (d ≤ 4) skips a tile of columns for a row when its box bound lies below the row's rest: a bound
+  // below some column's exact score would lose the argmin. Random tiles at scales 10^−3 to 10^3, near the origin
+  // and far from it (the terms then cancel), potentials of every scale or cancelling s‖q‖², rows inside, on the
+  // faces of and away from the box, several cost scales: the test never skips a rest below the box's exact maximum
+  // score and always skips one 2^−12 of the terms' size above it.
+  std::mt19937_64 rng(2026);
+  std::uniform_real_distribution<double> exponent(-3.0, 3.0);
+  for (const float s : {1.f, 0.5f, 3.7f, 1e-3f, 250.f})
+    for (int trial = 0; trial < 400; ++trial) {
+      const double spread = std::pow(10.0, exponent(rng));
+      const double centre = trial % 3 == 0 ? 0.0 : std::pow(10.0, exponent(rng)) * (trial % 2 == 0 ? 1 : -1);
+      const double h_scale = std::pow(10.0, exponent(rng));
+      const bool cancel = trial % 5 == 0;
+      const int where = trial % 3;
+      tile_trial<1>(rng, s, centre, spread, h_scale, cancel, where);
+      tile_trial<2>(rng, s, centre, spread, h_scale, cancel, where);
+      tile_trial<3>(rng, s, centre, spread, h_scale, cancel, where);
+      tile_trial<4>(rng, s, centre, spread, h_scale, cancel, where);
+    }
 }
 
 TEST(CTransformBound, TheSecondPassGridCoversEveryCountAndFillsTheDevice) {

@@ -132,6 +132,15 @@ struct CudaTuning {
   /// 4; 0 = the default (2, the fastest on the H200: docs/engine.md). Results are identical whatever is chosen.
   /// Ignored elsewhere.
   int c_transform_columns = 0;
+  /// The hard c-transform's register pass at d ≤ 4: true orders both sides along a Morton curve, gives every tile of
+  /// 128 consecutive columns its bounding box and largest potential, and lets a block of rows skip every tile that
+  /// cannot score above any of its rows' candidate lists (docs/engine.md, "Hard c-transform"); false scans every
+  /// column in the given order. Results are identical either way. Ignored elsewhere.
+  bool c_transform_tiles = true;
+  /// With c_transform_tiles: rows per thread of the register pass, 2, 4 or 8 (a block of 128 threads holds 128
+  /// times as many rows, whose spread decides which tiles it skips); 0 = the default (2, the fastest on the H200:
+  /// docs/engine.md). Results are identical whatever is chosen. Ignored elsewhere.
+  int c_transform_tile_rows = 0;
 };
 
 /// Where the problem lives and how it computes. Fixed when the Problem is built.
