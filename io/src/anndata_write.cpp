@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "flashot/io/anndata.hpp"
+#include "anndata_encode.hpp"
 #include "flashot/io/errors.hpp"
 #include "h5/h5.hpp"
 #include "partial_file.hpp"
@@ -221,10 +222,6 @@ void write_string_array(const Writer& at, const std::string& name, const std::ve
   h5::set_encoding(ds.get(), "string-array", "0.2.0");
 }
 
-bool any_missing(const Column& c) {
-  return std::any_of(c.missing.begin(), c.missing.end(), [](std::uint8_t m) { return m != 0; });
-}
-
 void write_column(const Writer& at, const std::string& name, const Column& c) {
   switch (c.kind) {
     case Column::Kind::kCategorical: {
@@ -233,13 +230,13 @@ void write_column(const Writer& at, const std::string& name, const Column& c) {
       h5::set_attr_bool(group.get(), "ordered", c.ordered);
       const Writer inside = sub(at, group, name);
       const hsize_t n = c.codes.size();
-      // pandas stores codes in the narrowest signed type that holds every category
+      const std::size_t code_bytes = anndata_encode::code_bytes(c.categories.size());
       Id codes;
-      if (c.categories.size() < 128) {
+      if (code_bytes == 1) {
         std::vector<std::int8_t> narrow(c.codes.begin(), c.codes.end());
         codes = h5::write_numeric(inside, "codes", H5T_STD_I8LE, H5T_NATIVE_INT8, narrow.data(),
                                   std::span<const hsize_t>(&n, 1));
-      } else if (c.categories.size() < 32768) {
+      } else if (code_bytes == 2) {
         std::vector<std::int16_t> narrow(c.codes.begin(), c.codes.end());
         codes = h5::write_numeric(inside, "codes", H5T_STD_I16LE, H5T_NATIVE_INT16, narrow.data(),
                                   std::span<const hsize_t>(&n, 1));
@@ -253,41 +250,22 @@ void write_column(const Writer& at, const std::string& name, const Column& c) {
     }
     case Column::Kind::kNumeric: {
       const hsize_t n = c.numbers.size();
-      std::vector<double> values = c.numbers;
-      for (std::size_t i = 0; i < c.missing.size(); ++i) {
-        if (c.missing[i] != 0) values[i] = std::numeric_limits<double>::quiet_NaN();
-      }
+      const std::vector<double> values = anndata_encode::numbers_with_nan(c);
       Id ds = h5::write_numeric(at, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, values.data(),
                                 std::span<const hsize_t>(&n, 1));
       h5::set_encoding(ds.get(), "array", "0.2.0");
       return;
     }
     case Column::Kind::kString: {
-      if (!any_missing(c)) {
+      if (!anndata_encode::any_missing(c)) {
         write_string_array(at, name, c.strings);
         return;
       }
-      // Strings with missing entries become a categorical with code −1 where missing, as anndata's own
-      // strings_to_categoricals does: every anndata since 0.7 reads that, while `nullable-string-array` is
-      // unreadable before anndata 0.11 (Debian 12 ships 0.8).
-      std::set<std::string> distinct;
-      for (std::size_t i = 0; i < c.strings.size(); ++i) {
-        if (c.missing[i] == 0) distinct.insert(c.strings[i]);
-      }
-      Column as_categorical;
-      as_categorical.kind = Column::Kind::kCategorical;
-      as_categorical.categories.assign(distinct.begin(), distinct.end());
-      as_categorical.codes.reserve(c.strings.size());
-      for (std::size_t i = 0; i < c.strings.size(); ++i) {
-        const auto at_category = distinct.find(c.strings[i]);
-        as_categorical.codes.push_back(
-            c.missing[i] != 0 ? -1 : static_cast<std::int32_t>(std::distance(distinct.begin(), at_category)));
-      }
-      write_column(at, name, as_categorical);
+      write_column(at, name, anndata_encode::strings_as_categorical(c));
       return;
     }
     case Column::Kind::kBoolean: {
-      if (!any_missing(c)) {
+      if (!anndata_encode::any_missing(c)) {
         Id ds = h5::write_flags(at, name, c.flags);
         h5::set_encoding(ds.get(), "array", "0.2.0");
         return;
@@ -317,8 +295,7 @@ void write_dataframe(const Writer& at, const std::string& name, const std::vecto
   Id group = h5::create_group(at, name);
   h5::set_encoding(group.get(), "dataframe", "0.2.0");
   const Writer inside = sub(at, group, name);
-  // The index is stored under "_index" unless a column already has that name.
-  const std::string index_name = columns.count("_index") != 0 ? "__flashot_index" : "_index";
+  const std::string index_name = anndata_encode::index_key(columns);
   h5::set_attr_string(group.get(), "_index", index_name);
   write_string_array(inside, index_name, index);
   std::vector<std::string> order;

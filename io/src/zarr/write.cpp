@@ -1,7 +1,8 @@
 // Writing AnnData as zarr (write.hpp). The layout is what anndata ≥0.8 writes and reads: the same elements and
-// encodings as write_h5ad's .h5ad (anndata_write.cpp), arrays chunked along their first dimension (≈1 MiB chunks)
-// and zstd-compressed, strings as vlen-utf8, consolidated metadata at the root (.zmetadata for format 2, inline in
-// the root zarr.json for format 3), so anndata.read_zarr opens it with one metadata read.
+// encodings as write_h5ad's .h5ad (anndata_write.cpp; the column choices both make are in anndata_encode.hpp),
+// arrays chunked along their first dimension (≈1 MiB chunks) and zstd-compressed, strings as vlen-utf8, consolidated
+// metadata at the root (.zmetadata for format 2, inline in the root zarr.json for format 3), so anndata.read_zarr
+// opens it with one metadata read.
 
 #include "zarr/write.hpp"
 
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "anndata_encode.hpp"
 #include "flashot/io/errors.hpp"
 #include "partial_file.hpp"
 #include "zarr/anndata_zarr.hpp"
@@ -494,10 +496,6 @@ void write_strings(Writer& w, const std::string& path, const std::vector<std::st
   w.strings(path, values, enc("string-array", "0.2.0"));
 }
 
-bool any_missing(const Column& c) {
-  return std::any_of(c.missing.begin(), c.missing.end(), [](std::uint8_t m) { return m != 0; });
-}
-
 void write_column(Writer& w, const std::string& path, const Column& c) {
   switch (c.kind) {
     case Column::Kind::kCategorical: {
@@ -505,10 +503,11 @@ void write_column(Writer& w, const std::string& path, const Column& c) {
       attrs["ordered"] = c.ordered;
       w.group(path, attrs);
       const std::uint64_t n = c.codes.size();
-      if (c.categories.size() < 128) {
+      const std::size_t code_bytes = anndata_encode::code_bytes(c.categories.size());
+      if (code_bytes == 1) {
         std::vector<std::int8_t> narrow(c.codes.begin(), c.codes.end());
         w.array(join(path, "codes"), Elem::kInt8, {n}, narrow.data(), enc("array", "0.2.0"));
-      } else if (c.categories.size() < 32768) {
+      } else if (code_bytes == 2) {
         std::vector<std::int16_t> narrow(c.codes.begin(), c.codes.end());
         w.array(join(path, "codes"), Elem::kInt16, {n}, narrow.data(), enc("array", "0.2.0"));
       } else {
@@ -518,33 +517,20 @@ void write_column(Writer& w, const std::string& path, const Column& c) {
       return;
     }
     case Column::Kind::kNumeric: {
-      std::vector<double> values = c.numbers;
-      for (std::size_t i = 0; i < c.missing.size(); ++i) {
-        if (c.missing[i] != 0) values[i] = std::numeric_limits<double>::quiet_NaN();
-      }
+      const std::vector<double> values = anndata_encode::numbers_with_nan(c);
       w.array(path, Elem::kFloat64, {values.size()}, values.data(), enc("array", "0.2.0"));
       return;
     }
     case Column::Kind::kString: {
-      if (!any_missing(c)) {
+      if (!anndata_encode::any_missing(c)) {
         write_strings(w, path, c.strings);
         return;
       }
-      std::set<std::string> distinct;  // as write_h5ad: strings with missing entries become a categorical
-      for (std::size_t i = 0; i < c.strings.size(); ++i) {
-        if (c.missing[i] == 0) distinct.insert(c.strings[i]);
-      }
-      Column cat;
-      cat.kind = Column::Kind::kCategorical;
-      cat.categories.assign(distinct.begin(), distinct.end());
-      for (std::size_t i = 0; i < c.strings.size(); ++i) {
-        cat.codes.push_back(c.missing[i] != 0 ? -1 : static_cast<std::int32_t>(std::distance(distinct.begin(), distinct.find(c.strings[i]))));
-      }
-      write_column(w, path, cat);
+      write_column(w, path, anndata_encode::strings_as_categorical(c));
       return;
     }
     case Column::Kind::kBoolean: {
-      if (!any_missing(c)) {
+      if (!anndata_encode::any_missing(c)) {
         w.array(path, Elem::kBool, {c.flags.size()}, c.flags.data(), enc("array", "0.2.0"));
         return;
       }
@@ -558,7 +544,7 @@ void write_column(Writer& w, const std::string& path, const Column& c) {
 
 void write_dataframe(Writer& w, const std::string& path, const std::vector<std::string>& index,
                      const std::map<std::string, Column>& columns) {
-  const std::string index_name = columns.count("_index") != 0 ? "__flashot_index" : "_index";
+  const std::string index_name = anndata_encode::index_key(columns);
   json attrs = enc("dataframe", "0.2.0");
   attrs["_index"] = index_name;
   json order = json::array();
