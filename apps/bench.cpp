@@ -210,6 +210,10 @@ int bench_main(const std::vector<std::string>& args) {
        "CUDA score kernel family, for benchmarks and for measuring the dispatch table (docs/engine.md, \"Choosing "
        "the kernel\"): auto | register (d <= 16) | tiled | tensor (d <= 128) | tensor-bias (d <= 30: tensor, "
        "its one-pass sums' biases on the tensor cores too)")
+      ("subtile-overlap",
+       "CUDA, Hopper, d <= 16 (tensor, tensor-bias): the warpgroup kernels sum a tile's first subtile while the "
+       "second's products run (CudaTuning::subtile_overlap; docs/engine.md, \"Overlapping the subtiles\"); same "
+       "results, for A/B timing against the default")
       ("csv", "print only `method,n,m,d,eps,iters,median_ms` values on stdout (for scripts)")
       ("end-to-end", "instead: one whole job, timed once: upload, epsilon-scaling solve down to --eps until the "
                      "marginal error is at most --tolerance, barycentric projection of the source; prints one JSON "
@@ -256,6 +260,7 @@ int bench_main(const std::vector<std::string>& args) {
   const Multiscale multiscale = multiscale_option(vm);
   try {
     backend.cuda.kernel = parse_score_kernel(vm["kernel"].as<std::string>());
+    backend.cuda.subtile_overlap = vm.count("subtile-overlap") > 0;
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -330,9 +335,11 @@ int bench_main(const std::vector<std::string>& args) {
 
   const std::string method = "flashot_" + problem.backend_name();
   const std::string problem_text = (clusters ? "clusters " : "") + std::string("kernel=") +
-                                   to_string(backend.cuda.kernel) + " n=" + std::to_string(n) +
-                                   " m=" + std::to_string(m) + " d=" + std::to_string(d) + " eps=" + format_double(eps) +
-                                   " iters=" + std::to_string(iters) + " (" + to_string(solve.scheme) + ")";
+                                   to_string(backend.cuda.kernel) +
+                                   (backend.cuda.subtile_overlap ? " subtile-overlap" : "") +
+                                   " n=" + std::to_string(n) + " m=" + std::to_string(m) + " d=" + std::to_string(d) +
+                                   " eps=" + format_double(eps) + " iters=" + std::to_string(iters) + " (" +
+                                   to_string(solve.scheme) + ")";
   // 2·n·m exponentials per iteration is the two-LSE scheme's count (docs/design.md §2); a backend doing fewer still
   // gets the same denominator, so the figure compares implementations on equal terms.
   const double exps_per_second = 2.0 * double(n) * double(m) * double(iters) / (median_ms * 1e-3);

@@ -64,7 +64,9 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
   // Each thread that fetches (thread 0, then whichever warp leader frees a stage) walks with its own cursor.
   TileCursor cursor;
   const auto tile_start = [&](int it) { return cursor.at(lists, rb, cols.count, t_begin + it, cols.count); };
-  const auto epilogue = [&](float (&s)[MT][8][4], const float* vt, int, int, const std::uint8_t*) {
+  // Every subtile at once (WgWait::kWhole or kNextTile).
+  const auto epilogue = [&](float (&s)[MT][8][4], const float* vt, int, int, const std::uint8_t*,
+                            WgSubtiles<0, MT>) {
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
@@ -88,7 +90,8 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
         online_lse_row(top, [&](int e) { return s[mt][e / 2][2 * hh + e % 2]; }, run_max[mt][hh], run_sum[mt][hh]);
       }
   };
-  core.template run<KS <= 4 && MT == 1>(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
+  constexpr WgWait kWait = KS <= 4 && MT == 1 ? WgWait::kNextTile : WgWait::kWhole;
+  core.template run<kWait>(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll

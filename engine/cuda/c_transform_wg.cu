@@ -75,7 +75,9 @@ __global__ void __launch_bounds__(kWgThreads / MT, MT)
   const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
   const auto tile_start = [&](int it) { return j_begin + it * kMmaTile; };
   // Columns past j_end within the split's last tile belong to the next split (or are padding): masked here.
-  const auto epilogue = [&](float (&sc)[MT][8][4], const float* vt, int, int it, const std::uint8_t*) {
+  // Every subtile at once (WgWait::kWhole or kNextTile).
+  const auto epilogue = [&](float (&sc)[MT][8][4], const float* vt, int, int it, const std::uint8_t*,
+                            WgSubtiles<0, MT>) {
     const int base = tile_start(it);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
@@ -108,7 +110,8 @@ __global__ void __launch_bounds__(kWgThreads / MT, MT)
   // it the whole n = m = 100k, d = 64 call took 5.78 ms on the H200, where the pass's hi·hi products at the tensor
   // cores' peak and its epilogue's instructions at the issue rate would take some 1.3 and 1.1 ms (estimates):
   // latency. The three products: no overlap (a second accumulator with the lists would not fit).
-  core.template run<SINGLE && MT == 1>(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
+  constexpr WgWait kWait = SINGLE && MT == 1 ? WgWait::kNextTile : WgWait::kWhole;
+  core.template run<kWait>(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
   // The 4 lanes of a quad share a row: merge their lists.
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)

@@ -12,7 +12,9 @@ namespace {
 
 /// The log-sum-exp of split operands on warpgroups, 256 rows per block: lse_mma_kernel<KS, 3, false, SCREEN>'s
 /// contract (SCREEN: each warp screens its 16 × 64 tile; otherwise every entry is summed, three wgmma products).
-template <int KS, bool SCREEN, int MT>
+/// SPLIT (dense, MT = 2): each tile's subtiles are waited for and summed one at a time (WgWait::kSubtiles); every
+/// row's running max and sum see the same entries in the same order, so they are the same bit for bit.
+template <int KS, bool SCREEN, int MT, bool SPLIT = false>
 __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop,
                                             const float* __restrict__ h, Scale sc, float alpha, int cols_per_split,
                                             float2* __restrict__ partials, int* seeds, ScreenState* screen,
@@ -42,7 +44,9 @@ __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOpe
   const int j_end = min(cols.count, j_begin + cols_per_split);
   const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
   const auto tile_start = [&](int it) { return j_begin + it * kMmaTile; };
-  const auto epilogue = [&](float (&s)[MT][8][4], const float* vt, int, int it, const std::uint8_t* stage) {
+  const auto epilogue = [&](float (&s)[MT][8][4], const float* vt, int, int it, const std::uint8_t* stage,
+                            auto part) {
+    constexpr int kFirst = decltype(part)::kFirst, kLast = decltype(part)::kLast;
     if constexpr (SCREEN) {
       float floor[MT][2];
 #pragma unroll
@@ -56,7 +60,7 @@ __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOpe
     for (int nt = 0; nt < 8; ++nt) {
       const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+      for (int mt = kFirst; mt < kLast; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           s[mt][nt][2 * hh] = fmaf(alpha, s[mt][nt][2 * hh], b2.x);
@@ -64,7 +68,7 @@ __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOpe
         }
     }
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = kFirst; mt < kLast; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         float top = kNoMax;
@@ -79,7 +83,11 @@ __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOpe
         online_lse_row(top, [&](int e) { return s[mt][e / 2][2 * hh + e % 2]; }, run_max[mt][hh], run_sum[mt][hh]);
       }
   };
-  core.template run<!SCREEN && KS <= 4 && MT == 1>(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
+  static_assert(!SPLIT || (!SCREEN && MT == 2), "split waits: the dense body of two subtiles");
+  constexpr WgWait kWait = SPLIT                              ? WgWait::kSubtiles
+                           : !SCREEN && KS <= 4 && MT == 1 ? WgWait::kNextTile
+                                                             : WgWait::kWhole;
+  core.template run<kWait>(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -93,21 +101,22 @@ __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOpe
   close_site<SCREEN>(screen, true, counts);
 }
 
-/// The dense kernel of a site that is not screened (a screened site launches lse_wg_site_kernel).
-template <int KS>
+/// The dense kernel of a site that is not screened (a screened site launches lse_wg_site_kernel). SPLIT:
+/// lse_wg_body's (KS = 1).
+template <int KS, bool SPLIT = false>
 __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     lse_wg_kernel(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop, const float* __restrict__ h, Scale sc,
                   float alpha, int cols_per_split, float2* __restrict__ partials, const int* guard, int* seeds,
                   ScreenState* screen, float cut) {
   if (guard != nullptr && *guard == 0) return;
-  lse_wg_body<KS, false, wg_subtiles(KS)>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials, seeds,
-                                                screen, cut);
+  lse_wg_body<KS, false, wg_subtiles(KS), SPLIT>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials,
+                                                 seeds, screen, cut);
 }
 
 /// A screened site in one launch (rather than a screened and a dense launch of which one returns at once): the
 /// screened or the dense body, as the site's state says; the decision for the next launch is taken at the end of
-/// either (close_site).
-template <int KS>
+/// either (close_site). SPLIT: the dense body's (KS = 1).
+template <int KS, bool SPLIT = false>
 __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     lse_wg_site_kernel(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop, const float* __restrict__ h,
                        Scale sc, float alpha, int cols_per_split, float2* __restrict__ partials, const int* guard,
@@ -118,8 +127,28 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
                                                 screen, cut);
     close_site<false>(screen, false, TileCounts{});
   } else {
-    lse_wg_body<KS, false, wg_subtiles(KS)>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials,
-                                                 seeds, screen, cut);
+    lse_wg_body<KS, false, wg_subtiles(KS), SPLIT>(rows, cols, rop, cop, h, sc, alpha, cols_per_split, partials,
+                                                        seeds, screen, cut);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+template <int KS, bool SITE, bool SPLIT>
+void launch_lse_wg_variant(const SiteLaunch& at, const LseSiteArgs& a) {
+  constexpr int kMt = wg_subtiles(KS);
+  if constexpr (SITE) {
+    launch_kernel<lse_wg_site_kernel<KS, SPLIT>>(
+        at.grid, kWgThreads / kMt,
+        std::max(WgTileCore<KS, true, kMt>::kSharedBytes, WgTileCore<KS, false, kMt>::kSharedBytes),
+        at.stream, a.rows, a.cols, a.rop, a.cop, a.h, a.scale, a.alpha, a.cols_per_split, a.partials, a.guard,
+        a.seeds, at.screen, at.cut);
+  } else {
+    launch_kernel<lse_wg_kernel<KS, SPLIT>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes,
+                                            at.stream, a.rows, a.cols, a.rop, a.cop, a.h, a.scale, a.alpha,
+                                            a.cols_per_split, a.partials, a.guard, a.seeds, at.screen, at.cut);
   }
 }
 
@@ -127,20 +156,14 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
 
 template <int KS, bool SITE>
 void launch_lse_wg_kernel(const SiteLaunch& at, const LseSiteArgs& a) {
-  if constexpr (SITE) {
-    constexpr int kMt = wg_subtiles(KS);
-    launch_kernel<lse_wg_site_kernel<KS>>(
-        at.grid, kWgThreads / kMt,
-        std::max(WgTileCore<KS, true, kMt>::kSharedBytes, WgTileCore<KS, false, kMt>::kSharedBytes),
-        at.stream, a.rows, a.cols, a.rop, a.cop, a.h, a.scale, a.alpha, a.cols_per_split, a.partials, a.guard,
-        a.seeds, at.screen, at.cut);
-  } else {
-    constexpr int kMt = wg_subtiles(KS);
-    launch_kernel<lse_wg_kernel<KS>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes, at.stream,
-                                     a.rows,
-                                     a.cols, a.rop, a.cop, a.h, a.scale, a.alpha, a.cols_per_split, a.partials,
-                                     a.guard, a.seeds, at.screen, at.cut);
+  // Split waits where a warpgroup has two subtiles and the operands ask for them (MmaOperands::subtile_overlap).
+  if constexpr (wg_subtiles(KS) == 2) {
+    if (a.rop.subtile_overlap) {
+      launch_lse_wg_variant<KS, SITE, true>(at, a);
+      return;
+    }
   }
+  launch_lse_wg_variant<KS, SITE, false>(at, a);
 }
 
 }  // namespace flashot::detail::cuda

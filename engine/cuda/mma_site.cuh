@@ -50,8 +50,9 @@ __device__ __forceinline__ bool screen_keeps(const float (&s)[MT][8][4], const f
 
 /// The one-pass step's entries of a warp's tile (MT m16 subtiles × 64 columns, this lane's rows g, g + 8 of each):
 /// E = exp2(α·s + v_j + u) per entry, added to the rows' sums rs and, weighted by the rows' a, to this lane's column
-/// sums col[2·nt + q] (columns nt·8 + 2t + q).
-template <int MT>
+/// sums col[2·nt + q] (columns nt·8 + 2t + q). Subtiles FIRST .. LAST − 1 alone (the others' s are not read): the
+/// entries of subtiles (0, 1) then (1, 2) are added in the order of (0, 2)'s, so the sums are the same bit for bit.
+template <int MT, int FIRST = 0, int LAST = MT>
 __device__ __forceinline__ void add_entries(const float (&s)[MT][8][4], const float* vt, float alpha,
                                             const float (&u)[MT][2], const float (&a)[MT][2], float (&rs)[MT][2],
                                             float (&col)[16]) {
@@ -60,7 +61,7 @@ __device__ __forceinline__ void add_entries(const float (&s)[MT][8][4], const fl
   for (int nt = 0; nt < 8; ++nt) {
     const float2 b2 = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = FIRST; mt < LAST; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const float p0 = fmaf(alpha, s[mt][nt][2 * hh], b2.x + u[mt][hh]);

@@ -16,14 +16,14 @@ namespace {
 
 /// E = exp2(p) of a warp's tile whose accumulator p already is the exponent (MT m16 subtiles × 64 columns, this
 /// lane's rows g, g + 8 of each): added to the rows' sums rs and, weighted by the rows' a, to this lane's column sums
-/// col[2·nt + q] (columns nt·8 + 2t + q). add_entries' contract without the biases.
-template <int MT>
+/// col[2·nt + q] (columns nt·8 + 2t + q). add_entries' contract without the biases (subtiles FIRST .. LAST − 1).
+template <int MT, int FIRST = 0, int LAST = MT>
 __device__ __forceinline__ void add_exponentials(const float (&p)[MT][8][4], const float (&a)[MT][2],
                                                  float (&rs)[MT][2], float (&col)[16]) {
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = FIRST; mt < LAST; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const float e0 = fast_exp2(p[mt][nt][2 * hh]), e1 = fast_exp2(p[mt][nt][2 * hh + 1]);
@@ -33,18 +33,12 @@ __device__ __forceinline__ void add_exponentials(const float (&p)[MT][8][4], con
       }
 }
 
-/// The one-pass sums of the biased operands, 256 rows per block: rsum_i += Σ_j E_ij, csum_j += Σ_i a_i E_ij with
-/// E_ij = exp2(⟨A_i, B_j⟩), A the rows' (rop: x.count × 16·KS, hi and lo) and B the columns' operands (cop.tiles;
-/// cop.bias is copied with each tile and not read). Rows past x.count read zeros (E = 1, weight 0, no row sum
-/// stored); columns past y.count carry a sentinel exponent (E = 0). forecast: the step's SumsStep; its shift is
-/// already in the rows' operands, its skip returns here.
-template <int KS>
-__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
-    sums_bias_wg_kernel(PointSet x, int cols_count, MmaOperands rop, MmaOperands cop, int cols_per_split,
-                        float* __restrict__ rsum, float* __restrict__ csum, const SumsForecast* forecast) {
-  constexpr int kMt = wg_subtiles(KS);
-  if (forecast != nullptr && sums_step(*forecast).skip != 0) return;
-  using Core = WgTileCore<KS, false, kMt>;
+/// sums_bias_wg_kernel's body (MT subtiles per warpgroup).
+template <int KS, int MT, bool SPLIT>
+__device__ __forceinline__ void sums_bias_wg_body(PointSet x, int cols_count, MmaOperands rop, MmaOperands cop,
+                                                  int cols_per_split, float* __restrict__ rsum,
+                                                  float* __restrict__ csum) {
+  using Core = WgTileCore<KS, false, MT>;
   extern __shared__ __align__(128) std::uint8_t wg_smem[];
   // (stage, BN): the column sums of the stage's tile, added by every warp (shared atomics), taken by drain.
   __shared__ float colacc[Core::kStages][kMmaTile];
@@ -54,9 +48,9 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
   const int block_row0 = blockIdx.x * kWgBlockRows;
   Core core;
   core.load_rows(wg_smem, rop, block_row0, x.count);
-  float ar[kMt][2], rs[kMt][2] = {};  // (m16, row g / g + 8)
+  float ar[MT][2], rs[MT][2] = {};  // (m16, row g / g + 8)
 #pragma unroll
-  for (int mt = 0; mt < kMt; ++mt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int i = block_row0 + Core::subtile_row(mt) + gr + hh * 8;
@@ -66,9 +60,14 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
   const int j_end = min(cols_count, j_begin + cols_per_split);
   const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
   const auto tile_start = [&](int it) { return j_begin + ((it + blockIdx.x) % tiles) * kMmaTile; };
-  const auto epilogue = [&](float (&p)[kMt][8][4], const float*, int slot, int, const std::uint8_t*) {
-    float col[16] = {};  // (n8, 2): Σ over this lane's 2·MT rows of a_i E_ij, columns nt·8 + 2t + q
-    add_exponentials(p, ar, rs, col);
+  float col[16];  // (n8, 2): Σ over this lane's 2·MT rows of a_i E_ij, columns nt·8 + 2t + q (one tile's)
+  const auto epilogue = [&](float (&p)[MT][8][4], const float*, int slot, int, const std::uint8_t*, auto part) {
+    constexpr int kFirst = decltype(part)::kFirst, kLast = decltype(part)::kLast;
+    if constexpr (kFirst == 0)
+#pragma unroll
+      for (int c = 0; c < 16; ++c) col[c] = 0.f;
+    add_exponentials<MT, kFirst, kLast>(p, ar, rs, col);
+    if constexpr (kLast < MT) return;  // the tile's other subtile follows
     total_column_sums(col);
     atomicAdd(&colacc[slot][gr * 8 + 2 * t], col[0]);
     atomicAdd(&colacc[slot][gr * 8 + 2 * t + 1], col[1]);
@@ -82,9 +81,11 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
       if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
     }
   };
-  core.template run<kMt == 1>(wg_smem, cop, tiles, tile_start, epilogue, drain);
+  static_assert(!SPLIT || MT == 2, "split waits serve two subtiles");
+  constexpr WgWait kWait = SPLIT ? WgWait::kSubtiles : MT == 1 ? WgWait::kNextTile : WgWait::kWhole;
+  core.template run<kWait>(wg_smem, cop, tiles, tile_start, epilogue, drain);
 #pragma unroll
-  for (int mt = 0; mt < kMt; ++mt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float sum = quad_sum(rs[mt][hh]);
@@ -93,14 +94,44 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     }
 }
 
+/// The one-pass sums of the biased operands, 256 rows per block: rsum_i += Σ_j E_ij, csum_j += Σ_i a_i E_ij with
+/// E_ij = exp2(⟨A_i, B_j⟩), A the rows' (rop: x.count × 16·KS, hi and lo) and B the columns' operands (cop.tiles;
+/// cop.bias is copied with each tile and not read). Rows past x.count read zeros (E = 1, weight 0, no row sum
+/// stored); columns past y.count carry a sentinel exponent (E = 0). forecast: the step's SumsStep; its shift is
+/// already in the rows' operands, its skip returns here. SPLIT (KS = 1, two subtiles): each tile's subtiles are
+/// waited for and summed one at a time (WgWait::kSubtiles), with the same sums bit for bit.
+template <int KS, bool SPLIT = false>
+__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
+    sums_bias_wg_kernel(PointSet x, int cols_count, MmaOperands rop, MmaOperands cop, int cols_per_split,
+                        float* __restrict__ rsum, float* __restrict__ csum, const SumsForecast* forecast) {
+  if (forecast != nullptr && sums_step(*forecast).skip != 0) return;
+  sums_bias_wg_body<KS, wg_subtiles(KS), SPLIT>(x, cols_count, rop, cop, cols_per_split, rsum, csum);
+}
+
+}  // namespace
+
+namespace {
+
+template <int KS, bool SPLIT>
+void launch_sums_bias_wg_variant(const SiteLaunch& at, const BiasSumsArgs& a) {
+  constexpr int kMt = wg_subtiles(KS);
+  launch_kernel<sums_bias_wg_kernel<KS, SPLIT>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes,
+                                                at.stream, a.x, a.cols_count, a.rop, a.cop, a.cols_per_split, a.rsum,
+                                                a.csum, a.forecast);
+}
+
 }  // namespace
 
 template <int KS>
 void launch_sums_bias_wg_kernel(const SiteLaunch& at, const BiasSumsArgs& a) {
-  constexpr int kMt = wg_subtiles(KS);
-  launch_kernel<sums_bias_wg_kernel<KS>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes,
-                                         at.stream, a.x, a.cols_count, a.rop, a.cop, a.cols_per_split, a.rsum,
-                                         a.csum, a.forecast);
+  // Split waits where a warpgroup has two subtiles and the operands ask for them (MmaOperands::subtile_overlap).
+  if constexpr (wg_subtiles(KS) == 2) {
+    if (a.rop.subtile_overlap) {
+      launch_sums_bias_wg_variant<KS, true>(at, a);
+      return;
+    }
+  }
+  launch_sums_bias_wg_variant<KS, false>(at, a);
 }
 
 }  // namespace flashot::detail::cuda

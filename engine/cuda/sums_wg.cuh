@@ -12,8 +12,9 @@ namespace flashot::detail::cuda {
 namespace {
 
 /// The one-pass sums of split operands on warpgroups, 256 rows per block: sums_mma_kernel<KS, 3, false, SCREEN>'s
-/// contract.
-template <int KS, bool SCREEN, int MT>
+/// contract. SPLIT (dense, MT = 2): each tile's subtiles are waited for and summed one at a time
+/// (WgWait::kSubtiles), with the same sums bit for bit.
+template <int KS, bool SCREEN, int MT, bool SPLIT = false>
 __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop,
                                              const float* __restrict__ f, const float* __restrict__ g, Scale sc,
                                              float alpha, int cols_per_split, float* __restrict__ rsum,
@@ -44,7 +45,10 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
   const int j_end = min(y.count, j_begin + cols_per_split);
   const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
   const auto tile_start = [&](int it) { return j_begin + ((it + blockIdx.x) % tiles) * kMmaTile; };
-  const auto epilogue = [&](float (&s)[MT][8][4], const float* vt, int slot, int, const std::uint8_t* stage) {
+  float col[16];  // (n8, 2): Σ over this lane's 2·MT rows of a_i E_ij, columns nt·8 + 2t + q (one tile's)
+  const auto epilogue = [&](float (&s)[MT][8][4], const float* vt, int slot, int, const std::uint8_t* stage,
+                            auto part) {
+    constexpr int kFirst = decltype(part)::kFirst, kLast = decltype(part)::kLast;
     if constexpr (SCREEN) {
       float floor[MT][2];  // an invalid row (u = −∞) is never kept
 #pragma unroll
@@ -54,8 +58,11 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
       if (!keep) return;
       core.add_cross(stage, wg_smem, s);
     }
-    float col[16] = {};  // (n8, 2): Σ over this lane's 2·MT rows of a_i E_ij, columns nt·8 + 2t + q
-    add_entries(s, vt, alpha, u, ar, rs, col);
+    if constexpr (kFirst == 0)
+#pragma unroll
+      for (int c = 0; c < 16; ++c) col[c] = 0.f;
+    add_entries<MT, kFirst, kLast>(s, vt, alpha, u, ar, rs, col);
+    if constexpr (kLast < MT) return;  // the tile's other subtile follows
     total_column_sums(col);
     atomicAdd(&colacc[slot][gr * 8 + 2 * t], col[0]);
     atomicAdd(&colacc[slot][gr * 8 + 2 * t + 1], col[1]);
@@ -70,7 +77,11 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
       if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
     }
   };
-  core.template run<!SCREEN && KS <= 4 && MT == 1>(wg_smem, yop, tiles, tile_start, epilogue, drain);
+  static_assert(!SPLIT || (!SCREEN && MT == 2), "split waits: the dense body of two subtiles");
+  constexpr WgWait kWait = SPLIT                              ? WgWait::kSubtiles
+                           : !SCREEN && KS <= 4 && MT == 1 ? WgWait::kNextTile
+                                                             : WgWait::kWhole;
+  core.template run<kWait>(wg_smem, yop, tiles, tile_start, epilogue, drain);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -82,8 +93,9 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
   close_site<SCREEN>(screen, true, counts);
 }
 
-/// The dense kernel of a sums site that is not screened (a screened one launches sums_wg_site_kernel).
-template <int KS>
+/// The dense kernel of a sums site that is not screened (a screened one launches sums_wg_site_kernel). SPLIT:
+/// sums_wg_body's (KS = 1).
+template <int KS, bool SPLIT = false>
 __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     sums_wg_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
                    const float* __restrict__ g, Scale sc, float alpha, int cols_per_split, float* __restrict__ rsum,
@@ -91,12 +103,12 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
   const SumsStep step = forecast != nullptr ? sums_step(*forecast) : SumsStep{};
   if (step.skip != 0) return;
   const float shift = step.shift;
-  sums_wg_body<KS, false, wg_subtiles(KS)>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum, shift,
-                                                 screen, cut);
+  sums_wg_body<KS, false, wg_subtiles(KS), SPLIT>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum,
+                                                  shift, screen, cut);
 }
 
-/// The sums of a screened site in one launch (lse_wg_site_kernel).
-template <int KS>
+/// The sums of a screened site in one launch (lse_wg_site_kernel). SPLIT: its dense body's (KS = 1).
+template <int KS, bool SPLIT = false>
 __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     sums_wg_site_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
                         const float* __restrict__ g, Scale sc, float alpha, int cols_per_split,
@@ -111,8 +123,28 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
                                                  shift, screen, cut);
     close_site<false>(screen, false, TileCounts{});
   } else {
-    sums_wg_body<KS, false, wg_subtiles(KS)>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum,
-                                                  shift, screen, cut);
+    sums_wg_body<KS, false, wg_subtiles(KS), SPLIT>(x, y, xop, yop, f, g, sc, alpha, cols_per_split, rsum, csum,
+                                                         shift, screen, cut);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+template <int KS, bool SITE, bool SPLIT>
+void launch_sums_wg_variant(const SiteLaunch& at, const SumsSiteArgs& a) {
+  constexpr int kMt = wg_subtiles(KS);
+  if constexpr (SITE) {
+    launch_kernel<sums_wg_site_kernel<KS, SPLIT>>(
+        at.grid, kWgThreads / kMt,
+        std::max(WgTileCore<KS, true, kMt>::kSharedBytes, WgTileCore<KS, false, kMt>::kSharedBytes),
+        at.stream, a.x, a.y, a.xop, a.yop, a.f, a.g, a.scale, a.alpha, a.cols_per_split, a.rsum, a.csum,
+        a.forecast, at.screen, at.cut);
+  } else {
+    launch_kernel<sums_wg_kernel<KS, SPLIT>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes,
+                                             at.stream, a.x, a.y, a.xop, a.yop, a.f, a.g, a.scale, a.alpha,
+                                             a.cols_per_split, a.rsum, a.csum, a.forecast, at.screen, at.cut);
   }
 }
 
@@ -120,20 +152,14 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
 
 template <int KS, bool SITE>
 void launch_sums_wg_kernel(const SiteLaunch& at, const SumsSiteArgs& a) {
-  if constexpr (SITE) {
-    constexpr int kMt = wg_subtiles(KS);
-    launch_kernel<sums_wg_site_kernel<KS>>(
-        at.grid, kWgThreads / kMt,
-        std::max(WgTileCore<KS, true, kMt>::kSharedBytes, WgTileCore<KS, false, kMt>::kSharedBytes),
-        at.stream, a.x, a.y, a.xop, a.yop, a.f, a.g, a.scale, a.alpha, a.cols_per_split, a.rsum, a.csum,
-        a.forecast, at.screen, at.cut);
-  } else {
-    constexpr int kMt = wg_subtiles(KS);
-    launch_kernel<sums_wg_kernel<KS>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes, at.stream,
-                                      a.x, a.y,
-                                      a.xop, a.yop, a.f, a.g, a.scale, a.alpha, a.cols_per_split, a.rsum, a.csum,
-                                      a.forecast, at.screen, at.cut);
+  // Split waits where a warpgroup has two subtiles and the operands ask for them (MmaOperands::subtile_overlap).
+  if constexpr (wg_subtiles(KS) == 2) {
+    if (a.xop.subtile_overlap) {
+      launch_sums_wg_variant<KS, SITE, true>(at, a);
+      return;
+    }
   }
+  launch_sums_wg_variant<KS, SITE, false>(at, a);
 }
 
 }  // namespace flashot::detail::cuda

@@ -37,6 +37,25 @@ namespace {
 /// (two warpgroups of 128 rows, each warp 2 × 16 rows: rows mt·64 + (warp % 4)·16 of its warpgroup's 128), so that
 /// a lane sums four rows per column before the column transpose-sum and a tile's fixed costs (its arrival, the
 /// wgmma fence and wait, the stage count) serve 64 entries per lane instead of 32, and two blocks share an SM.
+/// How WgTileCore::run waits for a tile's wgmma products before its epilogue.
+enum class WgWait {
+  kWhole,     // one group per tile, waited for whole (wait_group 0), then one epilogue of all subtiles
+  kNextTile,  // kWhole's, with tile it + 1's group issued before tile it's epilogue: two accumulators (MT = 1)
+  // MT = 2: one group per subtile (both issued at once); wait_group 1 → subtile 0's epilogue, while subtile 1's
+  // products run on the tensor cores; wait_group 0 → subtile 1's. No second accumulator: the same registers as
+  // kWhole, the same products and, for an epilogue that sums each subtile's entries in kWhole's order, the same
+  // results bit for bit (CudaTuning::subtile_overlap; docs/engine.md, "Overlapping the subtiles").
+  kSubtiles,
+};
+
+/// The m64 subtiles [FIRST, LAST) whose products one epilogue call of WgTileCore::run may read (the others' may still
+/// be in flight): the whole tile (0, MT) under WgWait::kWhole and kNextTile, (0, 1) then (1, 2) under kSubtiles. A
+/// call with FIRST = 0 is a tile's first, one with LAST = MT its last.
+template <int FIRST, int LAST>
+struct WgSubtiles {
+  static constexpr int kFirst = FIRST, kLast = LAST;
+};
+
 template <int KS, bool SCREEN, int MT = 1, bool HI_ONLY = false>
 struct WgTileCore {
   static_assert(MT == 1 || MT == 2, "one or two m64 subtiles per warpgroup");
@@ -93,8 +112,10 @@ struct WgTileCore {
   }
 
   /// Issues d = ⟨row, column⟩ of the warpgroup's 64·MT rows × the stage's 64 columns (this warp's 16 rows of
-  /// subtile mt in d[mt], in MmaTileCore's (m16, n8, C fragment) layout) as one wgmma group: hi·hi alone (SCREEN),
-  /// else hi·hi + hi·lo + lo·hi.
+  /// subtile mt in d[mt], in MmaTileCore's (m16, n8, C fragment) layout) as one wgmma group, or, GROUP_PER_SUBTILE,
+  /// one group per subtile in subtile order: hi·hi alone (SCREEN), else hi·hi + hi·lo + lo·hi. The products and
+  /// their order within a subtile are the same either way.
+  template <bool GROUP_PER_SUBTILE = false>
   __device__ __forceinline__ void issue_product(std::uint32_t stage_address, float (&d)[MT][8][4]) const {
     wgmma::fence();
 #pragma unroll
@@ -110,8 +131,9 @@ struct WgTileCore {
           wgmma::mma_n64(d[mt], a_lo[mt][ks], wgmma::descriptor(stage_address + ks * 256, kChunks), true);
         }
       }
+      if constexpr (GROUP_PER_SUBTILE) wgmma::commit();
     }
-    wgmma::commit();
+    if constexpr (!GROUP_PER_SUBTILE) wgmma::commit();
   }
 
   /// d += hi·lo + lo·hi of this warp's 16 rows and the stage's columns: the rows' lo A fragments by ldmatrix from
@@ -155,13 +177,18 @@ struct WgTileCore {
   /// to do so runs drain(stage index, it) (what the epilogues left in shared memory for that stage) and fetches tile
   /// it + kStages into the stage. So a warpgroup may run up to kStages − 1 tiles ahead of another: one multiplies
   /// while another sums, and a warp with a costly tile (a screened kernel's kept one) delays no other warpgroup.
-  /// OVERLAP (dense kernels, and HI_ONLY ones, whose registers hold a second accumulator): tile it + 1's product is
-  /// issued before tile it's epilogue.
-  template <bool OVERLAP, typename TileStart, typename Epilogue, typename Drain>
+  /// The epilogue is called as epilogue(d, vt, stage index, it, stage, WgSubtiles<FIRST, LAST>{}) and reads the
+  /// products of subtiles FIRST .. LAST − 1 alone: once per tile with (0, MT), or, WAIT = WgWait::kSubtiles, once
+  /// per subtile. WgWait::kNextTile (dense kernels, and HI_ONLY ones, whose registers hold a second accumulator):
+  /// tile it + 1's product is issued before tile it's epilogue.
+  template <WgWait WAIT, typename TileStart, typename Epilogue, typename Drain>
   __device__ __forceinline__ void run(std::uint8_t* smem, const MmaOperands& cop, int tiles, TileStart tile_start,
                                       Epilogue epilogue, Drain drain) const {
+    constexpr bool OVERLAP = WAIT == WgWait::kNextTile;
     static_assert(!(OVERLAP && kRowsLo), "the screened kernels change their scores on some paths only (kept tiles)");
     static_assert(!(OVERLAP && MT > 1), "two accumulators of two subtiles exceed the registers");
+    static_assert(WAIT != WgWait::kSubtiles || (MT == 2 && !kRowsLo),
+                  "split waits serve two subtiles whose every tile is summed (the screen decides for both at once)");
     asm volatile("cp.async.commit_group;\n" ::: "memory");  // the rows' lo halves (SCREEN, load_rows)
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     if (tiles <= 0) return;
@@ -208,7 +235,7 @@ struct WgTileCore {
     const auto consume = [&](float (&d)[MT][8][4], int it) {
       const int s = it % kStages;
       const std::uint8_t* stage = smem + s * kStageBytes;
-      epilogue(d, reinterpret_cast<const float*>(stage + 2 * kArrayBytes), s, it, stage);
+      epilogue(d, reinterpret_cast<const float*>(stage + 2 * kArrayBytes), s, it, stage, WgSubtiles<0, MT>{});
       release(it);
     };
     const auto stage_address = [&](int it) { return smem_address + (it % kStages) * kStageBytes; };
@@ -236,6 +263,23 @@ struct WgTileCore {
       }
       if (it < tiles) step(da, db, it);
       wgmma::wait<0>();
+    } else if constexpr (WAIT == WgWait::kSubtiles) {
+      // Subtile 0 is summed while subtile 1's products run; both groups are waited for within the body.
+      for (int it = 0; it < tiles; ++it) {
+        arrived(it);
+        float d[MT][8][4];
+        issue_product<true>(stage_address(it), d);
+        const int s = it % kStages;
+        const std::uint8_t* stage = smem + s * kStageBytes;
+        const float* vt = reinterpret_cast<const float*>(stage + 2 * kArrayBytes);
+        wgmma::wait<1>();  // subtile 0's group
+        wgmma::fence_operands(d[0]);
+        epilogue(d, vt, s, it, stage, WgSubtiles<0, 1>{});
+        wgmma::wait<0>();  // subtile 1's
+        wgmma::fence_operands(d[1]);
+        epilogue(d, vt, s, it, stage, WgSubtiles<1, 2>{});
+        release(it);
+      }
     } else {
       for (int it = 0; it < tiles; ++it) {
         arrived(it);

@@ -45,11 +45,13 @@ TEST(Bench, HumanOutputNamesBackendAndMedian) {
 }
 
 TEST(Bench, ClusteredDataAndAForcedKernelRun) {
-  // --kernel only steers the CUDA backend; the CPU backend accepts and ignores it (as --screening).
-  const CommandResult r = run_flashot({"bench", "--n", "300", "--m", "250", "--d", "7", "--iters", "3", "--repeats",
-                                       "2", "--backend", "cpu", "--data", "clusters", "--kernel", "register"});
+  // --kernel and --subtile-overlap only steer the CUDA backend; the CPU backend accepts and ignores them (as
+  // --screening), and the line names them.
+  const CommandResult r =
+      run_flashot({"bench", "--n", "300", "--m", "250", "--d", "7", "--iters", "3", "--repeats", "2", "--backend",
+                   "cpu", "--data", "clusters", "--kernel", "register", "--subtile-overlap"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("clusters kernel=register"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("clusters kernel=register subtile-overlap"), std::string::npos) << r.out;
 }
 
 TEST(Usage, BadOptionValuesExitTwoWithOneLine) {

@@ -141,6 +141,12 @@ struct CudaTuning {
   /// times as many rows, whose spread decides which tiles it skips); 0 = the default (2, the fastest on the H200:
   /// docs/engine.md). Results are identical whatever is chosen. Ignored elsewhere.
   int c_transform_tile_rows = 0;
+  /// The warpgroup kernels whose warpgroups hold two m64 subtiles (d ≤ 16 on a Hopper GPU: the dense LSE, the
+  /// one-pass sums and their biased form at d ≤ 14) commit each column tile's products as one wgmma group per
+  /// subtile and sum subtile 0 while subtile 1's products run; false waits for both before summing either. The
+  /// same products summed in the same order: results equal either way up to the order of the kernels' atomic
+  /// additions (docs/engine.md, "Overlapping the subtiles"). `flashot bench --subtile-overlap`. Ignored elsewhere.
+  bool subtile_overlap = false;
 };
 
 /// Where the problem lives and how it computes. Fixed when the Problem is built.
