@@ -31,8 +31,10 @@ constexpr double kMaxListedPairs = 2.0e9;
 /// columns together) is checked: the lists certified for the elementwise maximum of its input and output are joined
 /// to the current ones and, where that adds pairs, it is undone and run again (docs/multiscale.md, "Watched
 /// iterations"). A row block that lost its pairs rises by more than τ·ε in one iteration (115 ε in the reproduction
-/// of tests/engine/multiscale_test.cpp); the normal course of a solve, over-relaxed or not, rises by a few ε.
-constexpr double kRiseShare = 0.5;
+/// of tests/engine/multiscale_test.cpp); the normal course of a solve rises by a few ε, and a start far from the
+/// fixed point (10⁷ points on one H200) by 5 ε or more per iteration for many iterations, where redoing each one
+/// cost more than it saved (a list derivation and an iteration, ≈ 2 s there).
+constexpr double kRiseShare = 1.0;
 /// Times one iteration is run again on wider lists before it is kept whatever it rose (the lists only grow, so a
 /// redo is rarely needed twice; the checks stay certified either way).
 constexpr int kMaxRedo = 3;
@@ -58,8 +60,8 @@ struct MultiscaleLevel {
   double leaf_radius = 0;                       // mass-weighted mean leaf-block radius, the larger side
   std::shared_ptr<const BlockPattern> pattern;  // what the backend holds now (null: dense)
   // Host copies for the watched iterations (Run::watched_step): the current potentials (valid while `known`), an
-  // iteration's output, the elementwise maximum of the two, and the potentials the lists were last derived from.
-  std::vector<float> now_f, now_g, next_f, next_g, high_f, high_g, ref_f, ref_g;
+  // iteration's output, and the elementwise maximum of the two.
+  std::vector<float> now_f, now_g, next_f, next_g, high_f, high_g;
   bool known = false;
 
   std::size_t count(Side side) const { return side == Side::kSource ? n : m; }
@@ -168,8 +170,7 @@ struct Run {
     return lists_for(L, epsilon, L.now_f, L.now_g);
   }
 
-  /// Block lists certified for potentials f, g (the level's order) at ε, which become the watched iterations'
-  /// reference (whatever is installed next holds these lists). Returns null for dense.
+  /// Block lists certified for potentials f, g (the level's order) at ε. Returns null for dense.
   PatternResult lists_for(MultiscaleLevel& L, double epsilon, const std::vector<float>& f,
                           const std::vector<float>& g) {
     const auto t0 = Clock::now();
@@ -181,8 +182,6 @@ struct Run {
     const double all = static_cast<double>(L.tx->blocks) * static_cast<double>(L.ty->blocks);
     q.max_pairs = static_cast<std::size_t>(std::min(kMaxListedPairs, dense_fraction * all));
     PatternResult p = certified_pattern(*L.tx, *L.ty, L.x, L.y, f, g, q);
-    L.ref_f = f;
-    L.ref_g = g;
     r.multiscale.pattern_seconds += seconds_since(t0);
     return p;
   }
@@ -244,9 +243,7 @@ struct Run {
   /// rows' mass). So after each iteration its rise over its input is measured; above kRiseShare·τ·ε the lists
   /// certified for the elementwise maximum of its input and output are joined to the current ones, and unless
   /// that adds nothing (then they were certified at τ for both) the iteration is undone and runs again, its
-  /// truncated sums only larger and its rows' result only lower. A kept iteration whose potentials rose by more
-  /// than τ·ε over those the lists were derived from (their certificate is spent) has the lists of its output
-  /// joined to the current ones. Dense (no lists): plain iterations.
+  /// truncated sums only larger and its rows' result only lower. Dense (no lists): plain iterations.
   bool advance(MultiscaleLevel& L, const IterationParams& ip, int count, int k, MultiscaleStage& st) {
     for (int t = 0; t < count; ++t) {
       if (!L.pattern) {
@@ -279,10 +276,6 @@ struct Run {
       if (rise <= allowed || attempt == kMaxRedo || !L.pattern) {
         std::swap(L.now_f, L.next_f);
         std::swap(L.now_g, L.next_g);
-        if (L.pattern && largest_rise(L.now_f, L.ref_f) + largest_rise(L.now_g, L.ref_g) > truncation * eps[k]) {
-          ++st.rechecks;
-          widen(L, lists_for(L, eps[k], L.now_f, L.now_g), st);
-        }
         return true;
       }
       ++st.rechecks;
