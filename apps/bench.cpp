@@ -98,6 +98,7 @@ BenchData bench_data(const std::string& data, const std::string& pair, std::size
 struct EndToEnd {
   double eps = 0, blur_relative = 0, tolerance = 0, scaling = 0.5;
   int max_iterations = 10000;
+  int check_every = 10;
   bool progress = false;  // one line per marginal-error check on stderr
   Scheme scheme = Scheme::kSymmetric;
   Multiscale multiscale = Multiscale::kAuto;
@@ -127,6 +128,7 @@ int end_to_end(std::size_t n, std::size_t m, std::size_t d, const EndToEnd& e, c
   solve.scaling = scaling;
   solve.tolerance = tolerance;
   solve.max_iterations = e.max_iterations;
+  solve.check_every = e.check_every;
   solve.scheme = scheme;
   const auto solve_start = std::chrono::steady_clock::now();
   if (e.progress) {
@@ -184,7 +186,8 @@ int end_to_end(std::size_t n, std::size_t m, std::size_t d, const EndToEnd& e, c
     std::cout << (k ? "," : "") << "{\"epsilon\":" << number(s.epsilon) << ",\"iterations\":" << s.iterations
               << ",\"coarse\":" << (s.coarse ? "true" : "false") << ",\"dense\":" << (s.dense ? "true" : "false")
               << ",\"kept_pairs\":" << s.kept_pairs << ",\"total_pairs\":" << s.total_pairs
-              << ",\"kept_fraction\":" << number(s.kept_fraction) << ",\"rechecks\":" << s.rechecks << "}";
+              << ",\"kept_fraction\":" << number(s.kept_fraction) << ",\"rechecks\":" << s.rechecks
+              << ",\"redone\":" << s.redone << ",\"largest_rise\":" << number(s.largest_rise) << "}";
   }
   std::cout << "]}}" << std::endl;
   return 0;
@@ -221,6 +224,8 @@ int bench_main(const std::vector<std::string>& args) {
       ("tolerance", po::value<double>()->default_value(1e-3), "--end-to-end: marginal-error tolerance")
       ("max-iterations", po::value<long long>()->default_value(10000),
        "--end-to-end: iteration budget of the whole solve (all stages)")
+      ("check-every", po::value<long long>()->default_value(10),
+       "--end-to-end: iterations of the final stage between marginal-error checks")
       ("progress", "--end-to-end: print every marginal-error check (seconds, stage, epsilon, iteration, error) "
                    "on stderr")
       ("scaling", po::value<double>()->default_value(0.5), "--end-to-end: epsilon-scaling factor on the blur")
@@ -290,6 +295,10 @@ int bench_main(const std::vector<std::string>& args) {
     if (budget > 1'000'000'000)
       throw UsageError("--max-iterations is too large (got " + std::to_string(budget) + ")");
     e.max_iterations = static_cast<int>(budget);
+    const long long check_every = require_positive(vm, "check-every");
+    if (check_every > 1'000'000'000)
+      throw UsageError("--check-every is too large (got " + std::to_string(check_every) + ")");
+    e.check_every = static_cast<int>(check_every);
     e.progress = vm.count("progress") > 0;
     return end_to_end(n, m, d, e, backend);
   }

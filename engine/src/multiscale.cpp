@@ -27,6 +27,17 @@ constexpr double kDensePairs = double{1 << 24};
 constexpr double kSwitchRadii = 2.0;
 /// Block lists are never longer than this (the BlockPattern offsets are 32-bit).
 constexpr double kMaxListedPairs = 2.0e9;
+/// An iteration on block lists whose potentials rose by more than this share of τ·ε in that one iteration (rows and
+/// columns together) is checked: the lists certified for the elementwise maximum of its input and output are joined
+/// to the current ones and, where that adds pairs, it is undone and run again (docs/multiscale.md, "Watched
+/// iterations"). A row block that lost its pairs rises by more than τ·ε in one iteration (115 ε in the reproduction
+/// of tests/engine/multiscale_test.cpp); the normal course of a solve rises by a few ε, and a start far from the
+/// fixed point (10⁷ points on one H200) by 5 ε or more per iteration for many iterations, where redoing each one
+/// cost more than it saved (a list derivation and an iteration, ≈ 2 s there).
+constexpr double kRiseShare = 1.0;
+/// Times one iteration is run again on wider lists before it is kept whatever it rose (the lists only grow, so a
+/// redo is rarely needed twice; the checks stay certified either way).
+constexpr int kMaxRedo = 3;
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -48,6 +59,10 @@ struct MultiscaleLevel {
   std::unique_ptr<MultiscaleLevel> coarse;      // the centres of this level's leaf blocks
   double leaf_radius = 0;                       // mass-weighted mean leaf-block radius, the larger side
   std::shared_ptr<const BlockPattern> pattern;  // what the backend holds now (null: dense)
+  // Host copies for the watched iterations (Run::watched_step): the current potentials (valid while `known`), an
+  // iteration's output, and the elementwise maximum of the two.
+  std::vector<float> now_f, now_g, next_f, next_g, high_f, high_g;
+  bool known = false;
 
   std::size_t count(Side side) const { return side == Side::kSource ? n : m; }
   /// Values of this level's order back to its input order (the coarser level's blocks, or the caller's points).
@@ -148,9 +163,17 @@ struct Run {
 
   /// Block lists of the level's current potentials at ε. Returns null for dense.
   PatternResult lists(MultiscaleLevel& L, double epsilon) {
+    L.now_f.resize(L.n);
+    L.now_g.resize(L.m);
+    L.backend->get_potentials(L.now_f, L.now_g);
+    L.known = true;
+    return lists_for(L, epsilon, L.now_f, L.now_g);
+  }
+
+  /// Block lists certified for potentials f, g (the level's order) at ε. Returns null for dense.
+  PatternResult lists_for(MultiscaleLevel& L, double epsilon, const std::vector<float>& f,
+                          const std::vector<float>& g) {
     const auto t0 = Clock::now();
-    std::vector<float> f(L.n), g(L.m);
-    L.backend->get_potentials(f, g);
     PatternRequest q;
     q.epsilon = epsilon;
     q.cost_scale = s;
@@ -188,7 +211,11 @@ struct Run {
       return true;
     }
     ++st.rechecks;
-    PatternResult p = lists(L, epsilon);
+    return widen(L, lists(L, epsilon), st);
+  }
+
+  /// Installs the union of L's lists and p's (dense when p is). Returns true when a pair was added.
+  bool widen(MultiscaleLevel& L, const PatternResult& p, MultiscaleStage& st) {
     if (!p.pattern) {
       install(L, nullptr, st, 1.0);
       return true;
@@ -206,6 +233,79 @@ struct Run {
     }
     install(L, merged, st, points / (static_cast<double>(L.n) * static_cast<double>(L.m)));
     return true;
+  }
+
+  /// Iterations on L's lists, each one watched (docs/multiscale.md, "Watched iterations"). Lists derived from
+  /// potentials (f⁰, g⁰) leave out only pairs with f⁰_i + g⁰_j − C_ij ≤ −ε(τ + log M); for potentials at most ρ_f
+  /// above f⁰ on every row and ρ_g above g⁰ on every column they are certified at τ − (ρ_f + ρ_g)/ε. A row whose
+  /// lists lack the pairs its update needs rises further than the exact update would (a truncated sum is never
+  /// above the full one), and iterating on such lists drifts without bound (the pairs they keep cannot carry the
+  /// rows' mass). So after each iteration its rise over its input is measured; above kRiseShare·τ·ε the lists
+  /// certified for the elementwise maximum of its input and output are joined to the current ones, and unless
+  /// that adds nothing (then they were certified at τ for both) the iteration is undone and runs again, its
+  /// truncated sums only larger and its rows' result only lower. Dense (no lists): plain iterations.
+  bool advance(MultiscaleLevel& L, const IterationParams& ip, int count, int k, MultiscaleStage& st) {
+    for (int t = 0; t < count; ++t) {
+      if (!L.pattern) {
+        L.known = false;
+        return L.backend->iterate(ip, count - t);
+      }
+      if (!watched_step(L, ip, k, st)) return false;
+    }
+    return true;
+  }
+
+  bool watched_step(MultiscaleLevel& L, const IterationParams& ip, int k, MultiscaleStage& st) {
+    if (!L.known) {
+      L.now_f.resize(L.n);
+      L.now_g.resize(L.m);
+      L.backend->get_potentials(L.now_f, L.now_g);
+      L.known = true;
+    }
+    L.next_f.resize(L.n);
+    L.next_g.resize(L.m);
+    const double allowed = kRiseShare * truncation * eps[k];
+    for (int attempt = 0;; ++attempt) {
+      if (!L.backend->iterate(ip, 1)) {
+        L.known = false;
+        return false;
+      }
+      L.backend->get_potentials(L.next_f, L.next_g);
+      const double rise = largest_rise(L.next_f, L.now_f) + largest_rise(L.next_g, L.now_g);
+      st.largest_rise = std::max(st.largest_rise, rise / eps[k]);
+      if (rise <= allowed || attempt == kMaxRedo || !L.pattern) {
+        std::swap(L.now_f, L.next_f);
+        std::swap(L.now_g, L.next_g);
+        return true;
+      }
+      ++st.rechecks;
+      elementwise_max(L.high_f, L.now_f, L.next_f);
+      elementwise_max(L.high_g, L.now_g, L.next_g);
+      if (!widen(L, lists_for(L, eps[k], L.high_f, L.high_g), st)) {
+        std::swap(L.now_f, L.next_f);
+        std::swap(L.now_g, L.next_g);
+        return true;
+      }
+      ++st.redone;
+      L.backend->set_potentials(L.now_f, L.now_g);
+    }
+  }
+
+  /// max(0, max_i out_i − in_i): how far one iteration raised a side's potentials.
+  static double largest_rise(const std::vector<float>& out, const std::vector<float>& in) {
+    double rise = 0;
+    const std::size_t count = out.size();
+#pragma omp parallel for reduction(max : rise) schedule(static)
+    for (std::size_t i = 0; i < count; ++i)
+      rise = std::max(rise, static_cast<double>(out[i]) - static_cast<double>(in[i]));
+    return rise;
+  }
+
+  static void elementwise_max(std::vector<float>& into, const std::vector<float>& a, const std::vector<float>& b) {
+    const std::size_t count = a.size();
+    into.resize(count);
+#pragma omp parallel for schedule(static)
+    for (std::size_t i = 0; i < count; ++i) into[i] = std::max(a[i], b[i]);
   }
 
   /// Runs stages [kb, ke) on level L from `f`, `g` (the level's order; empty: zero, or the coarser level's
@@ -257,6 +357,7 @@ struct Run {
       }
     }
     L.backend->set_potentials(f, g);
+    L.known = false;
     for (int k = split; k < ke && !stopped; ++k) run_stage(L, k, is_top && k == stage_count() - 1);
   }
 
@@ -285,7 +386,7 @@ struct Run {
     const int carried = k == settled_stage ? settled_iterations : 0;
     StageReport stage{eps[k], 0};
     if (!final_stage) {
-      const bool ok = L.backend->iterate(ip, o.stage_iterations);
+      const bool ok = advance(L, ip, o.stage_iterations, k, st);
       st.iterations = o.stage_iterations;
       stage.iterations = carried + o.stage_iterations;
       r.iterations += o.stage_iterations;
@@ -355,8 +456,8 @@ struct Run {
       IterationParams plain = ip;
       plain.relaxation = 1;
       const bool split = checking && ip.relaxation != 1;
-      const bool ok = split ? L.backend->iterate(ip, step - 1) && L.backend->iterate(plain, 1)
-                            : L.backend->iterate(ip, step);
+      const bool ok = split ? advance(L, ip, step - 1, k, st) && advance(L, plain, 1, k, st)
+                            : advance(L, ip, step, k, st);
       done += step;
       r.iterations += step;
       if (final) error_current = false;
@@ -442,6 +543,7 @@ class PlanBackend final : public Backend {
     L_.from_input(f, 1, Side::kSource, fp);
     L_.from_input(g, 1, Side::kTarget, gp);
     L_.backend->set_potentials(fp, gp);
+    L_.known = false;
     ++version_;
   }
   void get_potentials(std::span<float> f, std::span<float> g) const override {
@@ -453,6 +555,7 @@ class PlanBackend final : public Backend {
   bool iterate(const IterationParams& p, int count) override {
     prepare(p.epsilon, p.cost_scale);
     const bool ok = L_.backend->iterate(p, count);
+    L_.known = false;
     ++version_;
     return ok;
   }

@@ -67,12 +67,12 @@ int main(int argc, char** argv) {
   std::printf("%s: %d iterations, %.2f s (hierarchy %.2f s, lists %.2f s), marginal error %.3g, certified %d\n",
               r.message.c_str(), r.iterations, seconds, ms.hierarchy_seconds, ms.pattern_seconds, r.marginal_error,
               ms.certified ? 1 : 0);
-  std::printf("stage  eps        blur/diam  coarse dense iters  kept_pairs/total        kept_fraction rechecks\n");
+  std::printf("stage  eps        blur/diam  coarse dense iters  kept_pairs/total        kept_fraction rechecks redone rise/eps\n");
   for (std::size_t k = 0; k < ms.stages.size(); ++k) {
     const MultiscaleStage& s = ms.stages[k];
-    std::printf("%5zu  %-9.3g  %-9.4f  %-6d %-5d %-6d %10llu/%-12llu %-13.4g %d\n", k, s.epsilon,
+    std::printf("%5zu  %-9.3g  %-9.4f  %-6d %-5d %-6d %10llu/%-12llu %-13.4g %-8d %-6d %.3g\n", k, s.epsilon,
                 std::sqrt(s.epsilon) / r.diameter, s.coarse ? 1 : 0, s.dense ? 1 : 0, s.iterations, s.kept_pairs,
-                s.total_pairs, s.kept_fraction, s.rechecks);
+                s.total_pairs, s.kept_fraction, s.rechecks, s.redone, s.largest_rise);
   }
   std::printf("dual cost %.10g, primal cost %.10g\n", r.dual_cost, r.primal_cost);
   std::printf("checks (iteration: marginal error, omega):");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <numeric>
 #include <span>
 #include <string>
@@ -437,6 +438,68 @@ TEST(Multiscale, TheCoarserLevelsSettlingIsReportedAndCancellable) {
   EXPECT_EQ(reported, cancelled.iterations);
   EXPECT_EQ(cancelled.f.size(), n);
   for (float v : cancelled.f) ASSERT_TRUE(std::isfinite(v));
+}
+
+/// n points on a circle of radius 1 in the plane z = 0 (d = 3), evenly spaced from angle `phase`: a curve, so
+/// blocks of 256 consecutive points are short arcs and a small blur lists few block pairs.
+std::vector<float> circle(std::size_t n, double phase) {
+  std::vector<float> p(n * 3, 0.0f);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double t = phase + 2 * std::numbers::pi * static_cast<double>(i) / static_cast<double>(n);
+    p[i * 3] = static_cast<float>(std::cos(t));
+    p[i * 3 + 1] = static_cast<float>(std::sin(t));
+  }
+  return p;
+}
+
+// A stage whose first lists come from potentials far off the fixed point: what a coarser level hands down where
+// its extrapolation is wrong (docs/multiscale.md, "Watched iterations"; at 10⁷ points on one H200 the first check
+// of the final stage read 2·10²³). Here the rows of one arc of a circle start 40 ε too low, so their lists keep
+// little more than each block's best pair; iterating on those lists drifts without bound (the pairs they keep
+// cannot carry the arc's mass): before the watched iterations the first check read 6·10⁹² and 100 iterations did
+// not converge. Now the iteration that rises past what its lists were certified for runs again on wider lists:
+// the first check is within the tolerance, as from the fixed point itself.
+TEST(Multiscale, AStageFromPotentialsFarOffDoesNotDriftOnItsFirstLists) {
+  const std::size_t n = 8192, d = 3;
+  const std::vector<float> x = circle(n, 0.0);
+  const std::vector<float> y = synthetic::deform(circle(n, 0.37 / static_cast<double>(n)), d, 3, 0.05);
+  Problem problem({x, n, d}, {y, n, d}, {}, {}, backend_options("cpu", 2));
+  const double blur = 0.1;  // the arc of a block (0.2) is two blurs: each row block needs ~5 column blocks
+  SolveOptions o;
+  o.blur = blur;
+  o.tolerance = 1e-3;
+  o.max_iterations = 1000;
+  o.scheme = Scheme::kAlternating;
+  o.multiscale = Multiscale::kOn;
+  const SolveResult fixed = problem.solve(o);
+  ASSERT_TRUE(fixed.converged) << fixed.message;
+  ASSERT_FALSE(fixed.multiscale.stages.back().dense);
+  // One stage at the final ε (a diameter equal to the blur: the schedule's first ε is its last), from the fixed
+  // point with the arc x > 0.5 lowered by 40 ε.
+  SolveOptions w = o;
+  w.diameter = blur;
+  w.tolerance = 1e-2;
+  w.max_iterations = 100;
+  w.initial_f = fixed.f;
+  w.initial_g = fixed.g;
+  for (std::size_t i = 0; i < n; ++i)
+    if (x[i * 3] > 0.5f) w.initial_f[i] -= static_cast<float>(40 * fixed.epsilon);
+  std::vector<double> errors;
+  w.progress = [&](const Progress& p) {
+    errors.push_back(p.marginal_error);
+    return true;
+  };
+  const SolveResult r = problem.solve(w);
+  ASSERT_EQ(r.multiscale.stages.size(), 1u);
+  const MultiscaleStage& stage = r.multiscale.stages.front();
+  ASSERT_FALSE(stage.dense);
+  ASSERT_FALSE(errors.empty()) << r.message;
+  EXPECT_LE(errors.front(), w.tolerance) << "first check";
+  EXPECT_TRUE(r.converged) << r.message;
+  EXPECT_LE(r.iterations, w.check_every);
+  EXPECT_TRUE(r.multiscale.certified);
+  EXPECT_GE(stage.redone, 1) << "no iteration was run again: the perturbation no longer exercises the watch";
+  EXPECT_NEAR(r.dual_cost, fixed.dual_cost, 1e-3 * std::abs(fixed.dual_cost));
 }
 
 TEST(Synthetic, SeededShapesAndDeformation) {

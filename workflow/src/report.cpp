@@ -45,7 +45,8 @@ nlohmann::json solve_json(const SolveResult& r) {
     for (const MultiscaleStage& s : r.multiscale.stages)
       ms["stages"].push_back({{"epsilon", number(s.epsilon)}, {"iterations", s.iterations}, {"coarse", s.coarse},
                               {"dense", s.dense}, {"kept_pairs", s.kept_pairs}, {"total_pairs", s.total_pairs},
-                              {"kept_fraction", number(s.kept_fraction)}, {"rechecks", s.rechecks}});
+                              {"kept_fraction", number(s.kept_fraction)}, {"rechecks", s.rechecks},
+                              {"redone", s.redone}, {"largest_rise", number(s.largest_rise)}});
   }
   j["multiscale"] = ms;
   j["checks"] = nlohmann::json::array();

@@ -270,6 +270,13 @@ struct MultiscaleStage {
   unsigned long long total_pairs = 0;  ///< all block pairs
   double kept_fraction = 1;        ///< share of the n·m point pairs inside the visited block pairs
   int rechecks = 0;                ///< times the block lists were re-derived from moved potentials in this stage
+  /// Iterations undone and run again on wider lists: one iteration rose by over τ·ε and the lists certified for its
+  /// input and output added pairs (docs/multiscale.md, "Watched iterations"). Their lists count in rechecks.
+  int redone = 0;
+  /// The largest rise of one iteration's potentials over its input, rows and columns together, in units of ε (before
+  /// any redo): a few ε in the normal course of a solve, tens or more where the stage started from potentials whose
+  /// lists lacked pairs its first iterations needed. 0 for a stage without lists.
+  double largest_rise = 0;
 };
 /// What a multiscale solve did (SolveResult::multiscale); `used` false for a dense solve.
 struct MultiscaleReport {
