@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
       block = defaults.anderson_block, coarse = defaults.coarse_points, check_every = defaults.check_every;
   double coarse_tol = defaults.coarse_tolerance;
   double coarse_factor = defaults.coarse_factor, rotation = 30, overrelaxation = defaults.overrelaxation;
-  int checks = 0, plateau = defaults.plateau_search, groups = defaults.correction_groups;  // 1: print every marginal-error check of the inner solves
+  int checks = 0;  // 1: print every marginal-error check of the inner solves
+  int plateau = defaults.plateau_search, groups = defaults.correction_groups;
   std::string scheme = "alternating", dump;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   for (int i = 1; i + 1 < argc; i += 2) {

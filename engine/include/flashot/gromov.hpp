@@ -116,10 +116,11 @@ struct GromovOptions {
   /// only: the answer is still the engine's iterate and its own check.
   bool plateau_search = true;
   /// > 0: the group correction of the inner solves (docs/gromov-wasserstein.md §4, "Group correction"), balanced
-  /// problems only: each side's augmented points are split into this many k-means groups, and at the start of every
-  /// inner solve and at marginal-error checks that improved less than 3% the potentials are shifted by one
-  /// constant per group, solved exactly so that the plan's mass between groups meets the group marginals (one
-  /// Sinkhorn iteration's work). Changes the path only. 0: off.
+  /// problems only: each side's augmented points are split into this many k-means groups, and at marginal-error
+  /// checks that improved less than 3% on the last one the potentials are shifted by one constant per group,
+  /// solved exactly so that the plan's mass between groups meets the group marginals (about one Sinkhorn
+  /// iteration's work). Both inner paths: Anderson (alternating with plateau_search) and plain (anderson_memory
+  /// = −1). Changes the path only. 0: off.
   int correction_groups = 32;
   /// > 0: inexact inner solves. The first is solved to `first_tolerance`, each later one to
   /// max(inner_tolerance, min(previous tolerance, adaptive_tolerance · last relative objective change)); the outer
