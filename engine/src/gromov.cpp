@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -72,6 +75,370 @@ bool solve_small(std::vector<double>& g, std::vector<double>& rhs, std::size_t k
   return true;
 }
 
+/// `k` groups of the rows of `pts` (count × dim) by k-means (k-means++ seeding and Lloyd iterations on a fixed-
+/// seed sample of at most 4096 rows, then every row to its nearest centre). Returns the group of each row; every
+/// group that is returned holds at least one row (empty ones are dropped and the rest renumbered).
+std::vector<int> kmeans_groups(const std::vector<float>& pts, std::size_t count, std::size_t dim, int k,
+                               std::uint64_t seed, int& groups) {
+  std::mt19937_64 rng(seed);
+  const std::size_t sample_size = std::min<std::size_t>(count, 4096);
+  std::vector<std::size_t> sample(count);
+  for (std::size_t i = 0; i < count; ++i) sample[i] = i;
+  for (std::size_t i = 0; i < sample_size; ++i) {
+    std::uniform_int_distribution<std::size_t> pick(i, count - 1);
+    std::swap(sample[i], sample[pick(rng)]);
+  }
+  sample.resize(sample_size);
+  const std::size_t kk = std::min<std::size_t>(static_cast<std::size_t>(k), sample_size);
+  const auto dist2 = [&](std::size_t row, const double* c) {
+    double s = 0;
+    for (std::size_t d = 0; d < dim; ++d) {
+      const double t = pts[row * dim + d] - c[d];
+      s += t * t;
+    }
+    return s;
+  };
+  std::vector<double> centres(kk * dim);
+  std::vector<double> nearest(sample_size, std::numeric_limits<double>::infinity());
+  for (std::size_t c = 0; c < kk; ++c) {  // k-means++: the next centre drawn with probability ∝ squared distance
+    std::size_t chosen = 0;
+    if (c == 0) {
+      chosen = sample[0];
+    } else {
+      double total = 0;
+      for (double v : nearest) total += v;
+      std::uniform_real_distribution<double> u(0, total);
+      double at = u(rng);
+      std::size_t s = 0;
+      for (; s + 1 < sample_size && at >= nearest[s]; ++s) at -= nearest[s];
+      chosen = sample[s];
+    }
+    for (std::size_t d = 0; d < dim; ++d) centres[c * dim + d] = pts[chosen * dim + d];
+    for (std::size_t s = 0; s < sample_size; ++s) nearest[s] = std::min(nearest[s], dist2(sample[s], &centres[c * dim]));
+  }
+  const auto assign = [&](std::size_t row) {
+    std::size_t best = 0;
+    double best_d = std::numeric_limits<double>::infinity();
+    for (std::size_t c = 0; c < kk; ++c) {
+      const double d = dist2(row, &centres[c * dim]);
+      if (d < best_d) best_d = d, best = c;
+    }
+    return best;
+  };
+  for (int it = 0; it < 10; ++it) {  // Lloyd iterations on the sample
+    std::vector<double> sum(kk * dim, 0.0);
+    std::vector<std::size_t> size(kk, 0);
+    for (std::size_t s : sample) {
+      const std::size_t c = assign(s);
+      ++size[c];
+      for (std::size_t d = 0; d < dim; ++d) sum[c * dim + d] += pts[s * dim + d];
+    }
+    for (std::size_t c = 0; c < kk; ++c)
+      if (size[c] > 0)
+        for (std::size_t d = 0; d < dim; ++d) centres[c * dim + d] = sum[c * dim + d] / static_cast<double>(size[c]);
+  }
+  std::vector<int> group(count), renumber(kk, -1);
+  groups = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t c = assign(i);
+    if (renumber[c] < 0) renumber[c] = groups++;
+    group[i] = renumber[c];
+  }
+  return group;
+}
+
+/// The two-level correction of the inner solves (docs/gromov-wasserstein.md §4, "Group correction"): for a
+/// partition of the source points into groups k and of the target points into groups l, the potentials are
+/// shifted by one constant per group, (f_i + δ_k(i), g_j + η_l(j)), chosen so that the plan's group marginals are
+/// exact: Σ_l Q_kl e^{(δ_k + η_l)/ε} = A_k = Σ_{i∈k} a_i and Σ_k … = B_l, where Q_kl = Σ_{i∈k, j∈l} P_ij. At a
+/// fixed point every partition's group marginals are exact, so the correction never moves away from it; what it
+/// removes in one step are the slow modes of Sinkhorn that are (near) constant on groups — a group of cells whose
+/// potentials must shift rigidly across a cost gap (the plateaus of §7). Balanced problems only.
+///
+/// Q is formed in the log domain from one soft c-transform per target group: with f̂⁽ˡ⁾ = softmin over j ∈ l of
+/// g (the engine's f-update on the problem restricted to the group's targets), Σ_{j∈l} P_ij = a_i e^{(f_i −
+/// f̂⁽ˡ⁾_i)/ε}, so Q_kl = Σ_{i∈k} a_i e^{(f_i − f̂⁽ˡ⁾_i)/ε} even where it is far below fp32's range (e^{−93}: the
+/// blocks the plateau's mass must cross). The L restricted problems together cost one Sinkhorn iteration. The
+/// K + L offsets solve the small balanced problem exactly by Newton's method on its concave dual.
+class GroupCorrection {
+ public:
+  GroupCorrection(const std::vector<float>& phi, std::size_t n, const std::vector<float>& psi, std::size_t m,
+                  std::size_t dim, std::span<const float> wa, std::span<const float> wb,
+                  const std::vector<int>& source_group, int source_groups, const std::vector<int>& target_group,
+                  int target_groups, const BackendOptions& backend)
+      : n_(n), m_(m), k_(source_groups), l_(target_groups), source_group_(source_group), target_group_(target_group),
+        wa_(wa.begin(), wa.end()) {
+    members_.resize(l_);
+    for (std::size_t j = 0; j < m; ++j) members_[target_group[j]].push_back(j);
+    mass_a_.assign(k_, 0.0);
+    mass_b_.assign(l_, 0.0);
+    for (std::size_t i = 0; i < n; ++i) mass_a_[source_group[i]] += wa[i];
+    for (std::size_t j = 0; j < m; ++j) mass_b_[target_group[j]] += wb[j];
+    double ta = 0, tb = 0;
+    for (double v : mass_a_) ta += v;
+    for (double v : mass_b_) tb += v;
+    for (double& v : mass_b_) v *= ta / tb;  // the engine's balanced problem with unequal masses: scale to a's
+    // A group of zero mass (zero weights) has no finite shift: no correction then.
+    for (double v : mass_a_) usable_ &= v > 0;
+    for (double v : mass_b_) usable_ &= v > 0;
+    if (!usable_) return;
+    problems_.reserve(l_);
+    double total_a = 0;
+    for (float w : wa) total_a += w;
+    for (int l = 0; l < l_; ++l) {
+      // The engine's balanced solve wants equal masses: the group's weights are scaled by s to a's total, which
+      // lowers its softmin by ε·log s (added back in apply).
+      std::vector<float> pts(members_[l].size() * dim), w(members_[l].size());
+      double total = 0;
+      for (std::size_t j : members_[l]) total += wb[j];
+      const double s = total_a / total;
+      log_scale_.push_back(std::log(s));
+      for (std::size_t t = 0; t < members_[l].size(); ++t) {
+        const std::size_t j = members_[l][t];
+        for (std::size_t c = 0; c < dim; ++c) pts[t * dim + c] = psi[j * dim + c];
+        w[t] = static_cast<float>(wb[j] * s);
+      }
+      problems_.emplace_back(PointsView{phi, n, dim}, PointsView{pts, members_[l].size(), dim}, wa, w, backend);
+    }
+  }
+
+  /// Adds the group offsets to z = [f; g] (n + m, the engine's potentials at ε). Returns the relative L1 error of
+  /// the group marginals before the correction, or NaN when it was not applied (a non-finite c-transform, or
+  /// Newton's method did not converge).
+  double apply(std::vector<double>& z, double epsilon) {
+    if (!usable_) return std::numeric_limits<double>::quiet_NaN();
+    // log Q_kl = LSE_{i∈k} [log a_i + (f_i − f̂⁽ˡ⁾_i)/ε]
+    std::vector<double> log_q(static_cast<std::size_t>(k_) * l_, -std::numeric_limits<double>::infinity());
+    SolveOptions so;
+    so.epsilon = epsilon;
+    so.max_iterations = 1;
+    so.tolerance = 0;
+    so.scheme = Scheme::kAlternating;  // f = softmin(g) first: the f of the result
+    so.overrelaxation = 1;
+    so.diagnostics = false;
+    so.multiscale = Multiscale::kOff;
+    std::vector<double> top(k_);
+    std::vector<double> term(n_);
+    for (int l = 0; l < l_; ++l) {
+      so.initial_g.resize(members_[l].size());
+      for (std::size_t t = 0; t < members_[l].size(); ++t) so.initial_g[t] = static_cast<float>(z[n_ + members_[l][t]]);
+      const SolveResult r = problems_[l].solve(so);
+      std::fill(top.begin(), top.end(), -std::numeric_limits<double>::infinity());
+      for (std::size_t i = 0; i < n_; ++i) {
+        if (!(wa_[i] > 0)) {
+          term[i] = -std::numeric_limits<double>::infinity();
+          continue;
+        }
+        term[i] = std::log(static_cast<double>(wa_[i])) + (z[i] - static_cast<double>(r.f[i])) / epsilon -
+                  log_scale_[l];
+        if (!std::isfinite(term[i])) return std::numeric_limits<double>::quiet_NaN();
+        top[source_group_[i]] = std::max(top[source_group_[i]], term[i]);
+      }
+      std::vector<double> sum(k_, 0.0);
+      for (std::size_t i = 0; i < n_; ++i)
+        if (std::isfinite(term[i])) sum[source_group_[i]] += std::exp(term[i] - top[source_group_[i]]);
+      for (int k = 0; k < k_; ++k)
+        if (sum[k] > 0) log_q[static_cast<std::size_t>(k) * l_ + l] = top[k] + std::log(sum[k]);
+    }
+    std::vector<double> u(k_, 0.0), v(l_, 0.0);  // offsets / ε
+    const double before = group_error(log_q, u, v);
+    if (!newton(log_q, u, v)) return std::numeric_limits<double>::quiet_NaN();
+    for (std::size_t i = 0; i < n_; ++i) z[i] += epsilon * u[source_group_[i]];
+    for (std::size_t j = 0; j < m_; ++j) z[n_ + j] += epsilon * v[target_group_[j]];
+    return before;
+  }
+
+ private:
+  /// Σ_k |row_k − A_k| + Σ_l |col_l − B_l| over Σ A, for the group plan Q_kl e^{u_k + v_l}.
+  double group_error(const std::vector<double>& log_q, const std::vector<double>& u, const std::vector<double>& v) const {
+    std::vector<double> row(k_, 0.0), col(l_, 0.0);
+    for (int k = 0; k < k_; ++k)
+      for (int l = 0; l < l_; ++l) {
+        const double p = std::exp(log_q[static_cast<std::size_t>(k) * l_ + l] + u[k] + v[l]);
+        row[k] += p;
+        col[l] += p;
+      }
+    double err = 0, total = 0;
+    for (int k = 0; k < k_; ++k) err += std::abs(row[k] - mass_a_[k]), total += mass_a_[k];
+    for (int l = 0; l < l_; ++l) err += std::abs(col[l] - mass_b_[l]);
+    return err / total;
+  }
+
+  /// Solves the group marginals for u, v: a few log-domain Sinkhorn sweeps (they make the group plan finite
+  /// whatever the start: the warm potentials of a new cost can be far off), then Newton's method on the marginal
+  /// equations G(u, v) = 0 — the Jacobian is −[diag(row) Q; Qᵀ diag(col)], the Hessian of the concave dual
+  /// Σ A_k u_k + Σ B_l v_l − Σ_kl Q_kl e^{u_k + v_l}, with the gauge fixed by holding v_L — with an exact line
+  /// search on the dual. The groups of one cell type couple strongly and different types only through blocks at
+  /// e^{−40} and below, so the group problem has the plateau too (Sinkhorn sweeps leave its error where it was);
+  /// Newton's direction points along it. True when the group marginals end within 10⁻⁶ of the mass.
+  bool newton(const std::vector<double>& log_q, std::vector<double>& u, std::vector<double>& v) const {
+    const std::size_t kn = k_, ln = l_, dim = kn + ln - 1;
+    double total = 0;
+    for (double a : mass_a_) total += a;
+    const auto lse_row = [&](std::size_t k) {
+      double top = -std::numeric_limits<double>::infinity();
+      for (std::size_t l = 0; l < ln; ++l) top = std::max(top, log_q[k * ln + l] + v[l]);
+      if (!std::isfinite(top)) return top;
+      double sum = 0;
+      for (std::size_t l = 0; l < ln; ++l) sum += std::exp(log_q[k * ln + l] + v[l] - top);
+      return top + std::log(sum);
+    };
+    const auto lse_col = [&](std::size_t l) {
+      double top = -std::numeric_limits<double>::infinity();
+      for (std::size_t k = 0; k < kn; ++k) top = std::max(top, log_q[k * ln + l] + u[k]);
+      if (!std::isfinite(top)) return top;
+      double sum = 0;
+      for (std::size_t k = 0; k < kn; ++k) sum += std::exp(log_q[k * ln + l] + u[k] - top);
+      return top + std::log(sum);
+    };
+    for (int sweep = 0; sweep < 20; ++sweep) {
+      for (std::size_t k = 0; k < kn; ++k) {
+        const double r = lse_row(k);
+        if (!std::isfinite(r)) return false;
+        u[k] = std::log(mass_a_[k]) - r;
+      }
+      for (std::size_t l = 0; l < ln; ++l) {
+        const double c = lse_col(l);
+        if (!std::isfinite(c)) return false;
+        v[l] = std::log(mass_b_[l]) - c;
+      }
+    }
+    // The residuals G (rows, then columns) and the group plan at (uu, vv).
+    const auto residual = [&](const std::vector<double>& uu, const std::vector<double>& vv, std::vector<double>& p,
+                              std::vector<double>& row, std::vector<double>& col) {
+      p.assign(kn * ln, 0.0);
+      row.assign(kn, 0.0);
+      col.assign(ln, 0.0);
+      for (std::size_t k = 0; k < kn; ++k)
+        for (std::size_t l = 0; l < ln; ++l) {
+          const double e = std::exp(log_q[k * ln + l] + uu[k] + vv[l]);
+          p[k * ln + l] = e;
+          row[k] += e;
+          col[l] += e;
+        }
+      double err = 0;
+      for (std::size_t k = 0; k < kn; ++k) err += std::abs(mass_a_[k] - row[k]);
+      for (std::size_t l = 0; l < ln; ++l) err += std::abs(mass_b_[l] - col[l]);
+      return std::isfinite(err) ? err : std::numeric_limits<double>::infinity();
+    };
+    std::vector<double> p, row, col;
+    double err = residual(u, v, p, row, col);
+    for (int it = 0; it < 200 && err > 1e-12 * total; ++it) {
+      std::vector<double> h(dim * dim, 0.0), step(dim);
+      for (std::size_t k = 0; k < kn; ++k) step[k] = mass_a_[k] - row[k];
+      for (std::size_t l = 0; l + 1 < ln; ++l) step[kn + l] = mass_b_[l] - col[l];
+      // A ridge of 10⁻¹² of the mass keeps the elimination finite where types are decoupled to fp64's range
+      // (only the direction is used).
+      const double ridge = 1e-12 * total;
+      for (std::size_t k = 0; k < kn; ++k) h[k * dim + k] = row[k] + ridge;
+      for (std::size_t l = 0; l + 1 < ln; ++l) h[(kn + l) * dim + kn + l] = col[l] + ridge;
+      for (std::size_t k = 0; k < kn; ++k)
+        for (std::size_t l = 0; l + 1 < ln; ++l) h[k * dim + kn + l] = h[(kn + l) * dim + k] = p[k * ln + l];
+      if (!solve_small(h, step, dim)) break;
+      // Exact line search on the concave dual along the Newton direction d (unit max-norm): its slope
+      // ⟨G(x + t d), d⟩ falls monotonically in t; doubling from the Newton length brackets the zero, bisection
+      // finds it. Across a weak coupling the Newton length is astronomical (the Jacobian is nearly singular) and
+      // the dual is linear along it until the blocks' mass appears, so neither the full step nor a decrease of
+      // ‖G‖ can be asked for.
+      double longest = 0;
+      for (double x : step) longest = std::max(longest, std::abs(x));
+      if (!(longest > 0) || !std::isfinite(longest)) break;
+      for (double& x : step) x /= longest;
+      const auto slope = [&](double t) {
+        std::vector<double> uu = u, vv = v, pp, rr, cc;
+        for (std::size_t k = 0; k < kn; ++k) uu[k] += t * step[k];
+        for (std::size_t l = 0; l + 1 < ln; ++l) vv[l] += t * step[kn + l];
+        residual(uu, vv, pp, rr, cc);
+        double s = 0;
+        for (std::size_t k = 0; k < kn; ++k) s += step[k] * (mass_a_[k] - rr[k]);
+        for (std::size_t l = 0; l + 1 < ln; ++l) s += step[kn + l] * (mass_b_[l] - cc[l]);
+        return std::isfinite(s) ? s : -std::numeric_limits<double>::infinity();
+      };
+      if (!(slope(0) > 0)) break;
+      double lo = 0, hi = std::min(longest, 1e6);
+      while (slope(hi) > 0 && hi < 1e6) lo = hi, hi *= 2;
+      for (int b = 0; b < 60 && hi - lo > 1e-12 * hi; ++b) {
+        const double mid = 0.5 * (lo + hi);
+        (slope(mid) > 0 ? lo : hi) = mid;
+      }
+      const double t = lo > 0 ? lo : hi;
+      for (std::size_t k = 0; k < kn; ++k) u[k] += t * step[k];
+      for (std::size_t l = 0; l + 1 < ln; ++l) v[l] += t * step[kn + l];
+      err = residual(u, v, p, row, col);
+    }
+    return err <= 1e-6 * total;
+  }
+
+  std::size_t n_, m_;
+  int k_, l_;
+  const std::vector<int>& source_group_;
+  const std::vector<int>& target_group_;
+  std::vector<float> wa_;
+  std::vector<std::vector<std::size_t>> members_;
+  std::vector<double> mass_a_, mass_b_;
+  std::vector<double> log_scale_;  // log of the factor each group's target weights were scaled by
+  bool usable_ = true;
+  std::vector<Problem> problems_;
+};
+
+/// One plain inner solve (the engine's own loop, `anderson_memory` = −1) with the group correction: at the start
+/// of a warm solve, and whenever a marginal-error check of the final ε improved by less than 3% on the last one
+/// (progress callback: the engine stops there and hands back its potentials), the potentials get the correction
+/// and the engine continues from them, over-relaxation ω carried over. Each correction counts as one iteration of
+/// the budget (it costs about one). The answer is the engine's iterate and its own check.
+SolveResult corrected_solve(Problem& problem, SolveOptions so, const std::function<double(std::vector<double>&)>& correct) {
+  if (!correct) return problem.solve(so);
+  const std::size_t n = problem.n(), m = problem.m();
+  const int budget = so.max_iterations;
+  const double tol = so.tolerance;
+  const ProgressCallback progress = std::move(so.progress);
+  const auto take = [&](const std::vector<float>& f, const std::vector<float>& g) {
+    std::vector<double> z(n + m);
+    for (std::size_t i = 0; i < n; ++i) z[i] = f[i];
+    for (std::size_t j = 0; j < m; ++j) z[n + j] = g[j];
+    return z;
+  };
+  const auto put = [&](const std::vector<double>& z) {
+    so.initial_f.resize(n);
+    so.initial_g.resize(m);
+    for (std::size_t i = 0; i < n; ++i) so.initial_f[i] = static_cast<float>(z[i]);
+    for (std::size_t j = 0; j < m; ++j) so.initial_g[j] = static_cast<float>(z[n + j]);
+  };
+  int done = 0;
+  while (true) {
+    double last_error = std::numeric_limits<double>::infinity();
+    bool flagged = false;
+    const int offset = done;
+    so.max_iterations = std::max(1, budget - done);
+    so.progress = [&](const Progress& pr) {
+      if (progress) {
+        Progress shifted = pr;
+        shifted.iteration += offset;
+        shifted.max_iterations = budget;
+        if (!progress(shifted)) return false;
+      }
+      if (pr.stage + 1 < pr.stage_count || !std::isfinite(pr.marginal_error)) return true;
+      const bool flat = pr.marginal_error > 0.97 * last_error && pr.marginal_error > 2 * tol;
+      last_error = pr.marginal_error;
+      if (flat && offset + pr.iteration + 2 * so.check_every < budget) {
+        flagged = true;
+        return false;
+      }
+      return true;
+    };
+    SolveResult s = problem.solve(so);
+    done += s.iterations;
+    s.iterations = done;
+    if (!(s.reason == StopReason::kCancelled && flagged)) return s;
+    std::vector<double> z = take(s.f, s.g);
+    ++done;
+    if (std::isfinite(correct(z))) put(z);
+    else put(take(s.f, s.g));
+    so.epsilon = s.epsilon;  // the ε-scaling of a cold start is over (flat checks are the final stage's)
+    so.overrelaxation_start = std::clamp(s.overrelaxation, 1.0, 1.95);
+  }
+}
+
 /// One inner solve with Anderson acceleration of the Sinkhorn map (docs/gromov-wasserstein.md §4, "Inner
 /// solves"). `so` carries ε (or an ε-scaling schedule for a cold start), the start, the tolerance, check cadence
 /// and budget. The engine runs `block` Sinkhorn iterations per call; the potentials z = [f; g] between calls are
@@ -79,7 +446,7 @@ bool solve_small(std::vector<double>& g, std::vector<double>& rhs, std::size_t k
 /// the residual grows. The answer is always the engine's own iterate S(z) and its own marginal-error check, so
 /// the acceleration changes the path, never the fixed point or the stopping rule.
 SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int block, bool balanced,
-                           bool plateau_search) {
+                           bool plateau_search, const std::function<double(std::vector<double>&)>& correct) {
   const std::size_t n = problem.n(), m = problem.m(), len = n + m;
   const double tol = so.tolerance;
   const int budget = so.max_iterations, check_every = so.check_every;
@@ -115,6 +482,7 @@ SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int bl
     have_z = true;
   }
   (void)have_z;
+  bool correct_next = true;  // at a flat check: the group correction, then the search, alternately
   so.initial_f.resize(n);
   so.initial_g.resize(m);
   std::vector<double> fallback;  // the last plain iterate, where a failed extrapolation restarts
@@ -184,7 +552,7 @@ SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int bl
     fallback.resize(len);
     for (std::size_t i = 0; i < n; ++i) fallback[i] = last.f[i];
     for (std::size_t j = 0; j < m; ++j) fallback[n + j] = last.g[j];
-    if (check && search) {
+    if (check && (search || correct)) {
       // Plateau search (docs/gromov-wasserstein.md §4, "Plateaus"): a check that improved by less than 3% on the
       // last one is a slow mode — a group of points whose marginal is off by a fraction δ (cell types sampled in
       // different proportions on the two sides) must shift its potentials rigidly by a cost gap of ~100ε before
@@ -196,7 +564,23 @@ SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int bl
       // improved on the plateau by more than 3%, else from the furthest one short of the turning point (the
       // error cannot see progress along a plateau). Only the path changes.
       const bool flat = !check_point.empty() && error_now > 0.97 * check_error && error_now > 2 * tol;
-      if (flat && done + 2 * check_every < budget) {
+      if (!flat) correct_next = true;
+      if (flat && correct && correct_next) {
+        correct_next = false;
+        std::vector<double> moved = fallback;
+        if (std::isfinite(correct(moved))) {
+          z = std::move(moved);
+          dz.clear();
+          dr.clear();
+          gram.clear();
+          z_prev.clear();
+          best = std::numeric_limits<double>::infinity();
+          check_point.clear();
+          continue;
+        }
+      }
+      correct_next = true;
+      if (search && flat && done + 2 * check_every < budget) {
         std::vector<double> d(len);
         for (std::size_t i = 0; i < len; ++i) d[i] = fallback[i] - check_point[i];
         if (balanced) {  // (f + c, g − c) is the same plan: no step along it
@@ -519,6 +903,9 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
   require(o.annealing_iterations >= 0, "annealing_iterations must be ≥ 0", o.annealing_iterations);
   require(std::isfinite(o.moment_tolerance) && o.moment_tolerance >= 0, "moment_tolerance must be ≥ 0",
           o.moment_tolerance);
+  require(o.correction_groups >= 0, "correction_groups must be ≥ 0 (0 = no group correction)", o.correction_groups);
+  require(std::isfinite(o.coarse_tolerance) && o.coarse_tolerance >= 0, "coarse_tolerance must be ≥ 0",
+          o.coarse_tolerance);
   require(o.coarse_points >= 0, "coarse_points must be ≥ 0 (0 = no coarse start)", o.coarse_points);
   require(std::isfinite(o.coarse_factor) && o.coarse_factor > 1, "coarse_factor must be > 1", o.coarse_factor);
 
@@ -595,6 +982,9 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
     for (float& w : sub.a) w = static_cast<float>(w * coarse.weight_a);
     for (float& w : sub.b) w = static_cast<float>(w * coarse.weight_b);
     GromovOptions so = o;
+    // A coarse level only starts the next one: its moments estimate the finer level's to the subsample's accuracy,
+    // so it stops at the coarser of the two outer tolerances.
+    so.outer_tolerance = std::max(o.outer_tolerance, o.coarse_tolerance);
     if (o.progress)
       so.progress = [&o](const GromovProgress& pr) { return o.progress(pr); };
     const GromovResult cr = solve_level(sub, so, level + 1, &coarse);
@@ -640,6 +1030,10 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
   double eps_t = eps * std::max(1.0, o.annealing_start);
   bool previous_final = false;
   double adaptive_cap = o.first_tolerance;
+  // Groups of the group correction (balanced problems), from the first outer iteration's augmented points.
+  const bool group_correction = o.correction_groups > 0 && rho_x == 0 && rho_y == 0;
+  std::vector<int> source_group, target_group;
+  int source_groups = 0, target_groups = 0;
   for (int t = 1; t <= o.max_outer && !stop; ++t) {
     const auto t_start = std::chrono::steady_clock::now();
     if (out) out->cost_moments = moments;
@@ -709,6 +1103,10 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
     wa = separable.source_weights(p.a, sep_a);
     wb = separable.target_weights(p.b, sep_b);
 
+    if (group_correction && source_group.empty()) {
+      source_group = kmeans_groups(phi, p.n, dim, o.correction_groups, 0x243f6a8885a308d3ULL, source_groups);
+      target_group = kmeans_groups(psi, p.m, dim, o.correction_groups, 0x13198a2e03707344ULL, target_groups);
+    }
     // ---- One entropic OT solve on the augmented points. ------------------------------------------------------
     p.problem.reset();  // the previous problem's device memory goes before the next one's is taken
     p.problem = std::make_unique<Problem>(PointsView{phi, p.n, dim}, PointsView{psi, p.m, dim}, wa, wb, p.backend);
@@ -804,10 +1202,23 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
         return o.progress(GromovProgress{t, o.max_outer, pr.iteration, pr.marginal_error, previous, last_change});
       };
     }
+    std::optional<GroupCorrection> groups;  // built at its first use, released with this outer iteration
+    std::function<double(std::vector<double>&)> correct;
+    if (group_correction && tol_t > 0 && source_groups > 1 && target_groups > 1) {
+      correct = [&](std::vector<double>& z) {
+        if (!groups)
+          groups.emplace(phi, p.n, psi, p.m, dim, wa, wb, source_group, source_groups, target_group, target_groups,
+                         p.backend);
+        const double e = groups->apply(z, eps_t);
+        ++result.group_corrections;
+        return e;
+      };
+    }
     SolveResult s = (o.anderson_memory >= 0 && tol_t > 0)
                         ? anderson_solve(*p.problem, so, o.anderson_memory, o.anderson_block, rho_x == 0 && rho_y == 0,
-                                         o.plateau_search)
-                        : p.problem->solve(so);
+                                         o.plateau_search, correct)
+                        : corrected_solve(*p.problem, so, correct);
+    groups.reset();
     result.inner_iterations += s.iterations;
     result.outer_iterations = t;
     omega = std::clamp(s.overrelaxation, 1.0, 1.95);

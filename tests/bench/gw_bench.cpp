@@ -4,7 +4,8 @@
 //                    [--outer-tol T] [--inner-tol T] [--anderson MEMORY] [--block B] [--overrelaxation W] [--adaptive C]
 //                    [--first-tol T] [--anneal R] [--anneal-factor F] [--anneal-tol T] [--anneal-iters K]
 //                    [--scheme symmetric|alternating] [--max-inner N] [--check-every K] [--coarse N]
-//                    [--coarse-factor F] [--rotation DEG] [--plateau 0|1] [--checks 0|1] [--dump DIR]
+//                    [--coarse-factor F] [--rotation DEG] [--plateau 0|1] [--groups K] [--checks 0|1]
+//                    [--coarse-tol T] [--dump DIR]
 // Every outer iteration is printed (and flushed) as it finishes; then the totals and the recovery of the known
 // rotation, translation and cell types. --dump writes the normalized inputs to DIR (tests/bench/gw_pot_bench.py).
 // Coordinates and embedding are normalized as `flashot align --spatial` does (workflow/spatial.cpp): ε = blur².
@@ -29,8 +30,10 @@ int main(int argc, char** argv) {
   const flashot::GromovOptions defaults;
   int max_inner = defaults.inner_max_iterations, anneal_iters = 0, anderson = defaults.anderson_memory,
       block = defaults.anderson_block, coarse = defaults.coarse_points, check_every = defaults.check_every;
+  double coarse_tol = defaults.coarse_tolerance;
   double coarse_factor = defaults.coarse_factor, rotation = 30, overrelaxation = defaults.overrelaxation;
-  int checks = 0, plateau = defaults.plateau_search;  // 1: print every marginal-error check of the inner solves
+  int checks = 0;  // 1: print every marginal-error check of the inner solves
+  int plateau = defaults.plateau_search, groups = defaults.correction_groups;
   std::string scheme = "alternating", dump;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -62,6 +65,8 @@ int main(int argc, char** argv) {
     else if (k == "--rotation") rotation = std::stod(v);
     else if (k == "--checks") checks = std::stoi(v);
     else if (k == "--plateau") plateau = std::stoi(v);
+    else if (k == "--groups") groups = std::stoi(v);
+    else if (k == "--coarse-tol") coarse_tol = std::stod(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -124,6 +129,8 @@ int main(int argc, char** argv) {
   o.inner_max_iterations = max_inner;
   o.check_every = check_every;
   o.plateau_search = plateau != 0;
+  o.correction_groups = groups;
+  o.coarse_tolerance = coarse_tol;
   o.coarse_points = coarse;
   o.coarse_factor = coarse_factor;
   o.scheme = scheme == "symmetric" ? flashot::Scheme::kSymmetric : flashot::Scheme::kAlternating;
@@ -145,8 +152,9 @@ int main(int argc, char** argv) {
   std::printf("wall %.3f s (solve %.3f s), outer %d, inner %d, converged %s, peak device memory %.1f MB\n%s\n",
               wall, r.seconds, r.outer_iterations, r.inner_iterations, r.converged ? "yes" : "no",
               mem.peak_bytes / 1e6, r.message.c_str());
-  std::printf("coarse levels: %zu outer iterations, %d inner, %.3f s; full level: %.3f s\n", r.coarse_history.size(),
-              r.coarse_inner_iterations, r.coarse_seconds, r.seconds - r.coarse_seconds);
+  std::printf("coarse levels: %zu outer iterations, %d inner, %.3f s; full level: %.3f s, %d group corrections\n",
+              r.coarse_history.size(), r.coarse_inner_iterations, r.coarse_seconds, r.seconds - r.coarse_seconds,
+              r.group_corrections);
   // Recovery of the known motion and cell types (the test GromovSlices checks these at 800 × 1000).
   std::vector<float> mapped = problem.map_coordinates(r);
   for (float& c : mapped) c = static_cast<float>(c / y_factor);

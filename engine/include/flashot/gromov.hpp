@@ -115,6 +115,13 @@ struct GromovOptions {
   /// point short of the turning point of the dual (docs/gromov-wasserstein.md §4, "Plateaus"). Changes the path
   /// only: the answer is still the engine's iterate and its own check.
   bool plateau_search = true;
+  /// > 0: the group correction of the inner solves (docs/gromov-wasserstein.md §4, "Group correction"), balanced
+  /// problems only: each side's augmented points are split into this many k-means groups, and at marginal-error
+  /// checks that improved less than 3% on the last one the potentials are shifted by one constant per group,
+  /// solved exactly so that the plan's mass between groups meets the group marginals (about one Sinkhorn
+  /// iteration's work). Both inner paths: Anderson (alternating with plateau_search) and plain (anderson_memory
+  /// = −1). Changes the path only. 0: off.
+  int correction_groups = 32;
   /// > 0: inexact inner solves. The first is solved to `first_tolerance`, each later one to
   /// max(inner_tolerance, min(previous tolerance, adaptive_tolerance · last relative objective change)); the outer
   /// loop stops only after a solve at inner_tolerance. 0: every solve at inner_tolerance.
@@ -135,6 +142,9 @@ struct GromovOptions {
   /// stopping rule of the full loop is unchanged. 0: off.
   int coarse_points = 1000;
   double coarse_factor = 4;
+  /// The coarse levels' outer tolerance is max(outer_tolerance, coarse_tolerance): they only start the next level
+  /// (docs/gromov-wasserstein.md §7), whose own stopping rule is unchanged.
+  double coarse_tolerance = 1e-5;
   GromovProgressCallback progress;
   /// Called with each outer iteration's record as soon as it is finished (for logs; optional).
   std::function<void(const GromovIteration&)> report;
@@ -158,6 +168,7 @@ struct GromovResult {
   /// their Sinkhorn iterations are not part of inner_iterations (they are counted in coarse_inner_iterations).
   std::vector<GromovIteration> coarse_history;
   int coarse_inner_iterations = 0;
+  int group_corrections = 0;  ///< group corrections of this level's inner solves (GromovOptions::correction_groups)
   double coarse_seconds = 0;
   double seconds = 0;
 };
