@@ -56,6 +56,7 @@ struct MultiscaleLevel {
   std::vector<float> x, y, a, b;               // in this level's order (the trees' order where there are trees)
   std::unique_ptr<ClusterTree> tx, ty;          // null on a dense level
   std::unique_ptr<Backend> backend;
+  BackendOptions options;                       // what `backend` was made with (Run::carry makes more alike)
   std::unique_ptr<MultiscaleLevel> coarse;      // the centres of this level's leaf blocks
   double leaf_radius = 0;                       // mass-weighted mean leaf-block radius, the larger side
   std::shared_ptr<const BlockPattern> pattern;  // what the backend holds now (null: dense)
@@ -132,6 +133,7 @@ std::unique_ptr<MultiscaleLevel> build_level(const BackendOptions& options, Poin
   }
   const ProblemData data{{L->x, L->n, L->d}, {L->y, L->m, L->d}, L->a, L->b};
   L->backend = make_backend(options, data);
+  L->options = options;
   return L;
 }
 
@@ -308,6 +310,41 @@ struct Run {
     for (std::size_t i = 0; i < count; ++i) into[i] = std::max(a[i], b[i]);
   }
 
+  /// The points' first potentials from coarse level C's (docs/multiscale.md, "Carrying the potentials down"): each
+  /// point's potential is the soft c-transform at ε of the coarse solution's other side at that point,
+  ///   f_i = λ_x·softmin_J(b_J, g_J, s‖x_i − c_J‖²),   g_j = λ_y·softmin_I(a_I, f_I, s‖c_I − y_j‖²),
+  /// what the coarse problem's own update gives at its centres, evaluated at the points themselves. A first-order
+  /// extrapolation across the block from its centre (f_I + s(‖x_i − T_I‖² − ‖c_I − T_I‖²), used until 2026-12-01) is
+  /// the tangent of this concave-plus-quadratic function at the centre: it is never below it, and above it by the
+  /// curvature, which the spread of the coarse plan of the block sets; at 10⁷ points a few column blocks came down
+  /// hundreds of ε too high. One dense pass per side of (points × coarse centres) on a temporary backend of the
+  /// level's kind: O(n + n_c) memory, n·m_c + n_c·m entries (≈ 4·10¹¹ per side at 10⁷ points).
+  void carry(MultiscaleLevel& L, MultiscaleLevel& C, double carry_eps, std::vector<float>& f,
+             std::vector<float>& g) {
+    std::vector<float> fc(C.n), gc(C.m);
+    C.backend->get_potentials(fc, gc);
+    const PlanParams p{carry_eps, s};
+    {
+      const ProblemData data{{L.x, L.n, L.d}, {C.y, C.m, C.d}, L.a, C.b};
+      std::unique_ptr<Backend> b = make_backend(L.options, data);
+      const std::vector<float> zero(L.n, 0.0f);
+      b->set_potentials(zero, gc);
+      b->softmin(p, Side::kSource, f);
+    }
+    {
+      const ProblemData data{{C.x, C.n, C.d}, {L.y, L.m, L.d}, C.a, L.b};
+      std::unique_ptr<Backend> b = make_backend(L.options, data);
+      const std::vector<float> zero(L.m, 0.0f);
+      b->set_potentials(fc, zero);
+      b->softmin(p, Side::kTarget, g);
+    }
+    const double lx = solve_damping(carry_eps, rho_x), ly = solve_damping(carry_eps, rho_y);
+    if (lx != 1)
+      for (float& v : f) v = static_cast<float>(lx * v);
+    if (ly != 1)
+      for (float& v : g) v = static_cast<float>(ly * v);
+  }
+
   /// Runs stages [kb, ke) on level L from `f`, `g` (the level's order; empty: zero, or the coarser level's
   /// extrapolated potentials). Leaves the potentials on L's backend.
   void run_level(MultiscaleLevel& L, int kb, int ke, std::vector<float> f, std::vector<float> g) {
@@ -327,34 +364,7 @@ struct Run {
       const bool settled = !stopped && o.tolerance > 0 && settle(C, split);
       const double carry_eps = settled ? eps[split] : eps[split - 1];  // the ε of C's current potentials
       // Carried down even after a cancel, so that the result's potentials belong to the points at eps[reached].
-      // Extrapolate: f_i = f_I + s·(‖x_i − T_I‖² − ‖c_I − T_I‖²), T_I the coarse plan's barycentric target of block
-      // I: the potentials' first-order change across a block (∇f = 2s(x − T)), exact for a translated block.
-      const std::size_t d = L.d;
-      for (const Side side : {Side::kSource, Side::kTarget}) {
-        const std::size_t nc = C.count(side), nother = C.count(side == Side::kSource ? Side::kTarget : Side::kSource);
-        std::vector<float> hc(C.n), kc(C.m);
-        C.backend->get_potentials(hc, kc);
-        std::vector<float> t(nc * d), t_in(nc * d), h_in(nc);
-        C.backend->apply({carry_eps, s}, side, side == Side::kSource ? C.y : C.x, d, true, t);
-        (void)nother;
-        C.to_input(t, d, side, t_in);
-        C.to_input(side == Side::kSource ? hc : kc, 1, side, h_in);
-        const std::vector<float>& pts = side == Side::kSource ? L.x : L.y;
-        const ClusterTree& tree = side == Side::kSource ? *L.tx : *L.ty;
-        std::vector<float>& h = side == Side::kSource ? f : g;
-        const int H = tree.height;
-        for (std::size_t p = 0; p < h.size(); ++p) {
-          const std::size_t k = p / kBlockSize;
-          double far = 0, near = 0;
-          for (std::size_t c = 0; c < d; ++c) {
-            const double u = pts[p * d + c] - t_in[k * d + c];
-            const double v = tree.centre[H][k * d + c] - t_in[k * d + c];
-            far += u * u;
-            near += v * v;
-          }
-          h[p] = static_cast<float>(h_in[k] + s * (far - near));
-        }
-      }
+      carry(L, C, carry_eps, f, g);
     }
     L.backend->set_potentials(f, g);
     L.known = false;
