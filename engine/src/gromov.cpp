@@ -1204,7 +1204,9 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
     }
     std::optional<GroupCorrection> groups;  // built at its first use, released with this outer iteration
     std::function<double(std::vector<double>&)> correct;
-    if (group_correction && tol_t > 0 && source_groups > 1 && target_groups > 1) {
+    const bool anderson = o.anderson_memory >= 0 && tol_t > 0;
+    if (group_correction && (anderson || o.plain_group_correction) && tol_t > 0 && source_groups > 1 &&
+        target_groups > 1) {
       correct = [&](std::vector<double>& z) {
         if (!groups)
           groups.emplace(phi, p.n, psi, p.m, dim, wa, wb, source_group, source_groups, target_group, target_groups,
@@ -1214,7 +1216,7 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
         return e;
       };
     }
-    SolveResult s = (o.anderson_memory >= 0 && tol_t > 0)
+    SolveResult s = anderson
                         ? anderson_solve(*p.problem, so, o.anderson_memory, o.anderson_block, rho_x == 0 && rho_y == 0,
                                          o.plateau_search, correct)
                         : corrected_solve(*p.problem, so, correct);

@@ -536,6 +536,7 @@ TEST_P(GromovPlateau, MassCrossesByTheGroupCorrectionAlone) {
 TEST_P(GromovPlateau, MassCrossesOnThePlainInnerPath) {
   check("plain inner solves, auto over-relaxation, group correction", [](GromovOptions& o) {
     o.anderson_memory = -1;
+    o.plain_group_correction = true;
   }, false);
 }
 
