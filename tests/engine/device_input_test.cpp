@@ -25,7 +25,7 @@ namespace {
 
 constexpr double kRelTol = 1e-6;
 
-double relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
+[[maybe_unused]] double relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
   EXPECT_EQ(got.size(), want.size());
   double diff = 0, scale = 0;
   for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) {

@@ -384,7 +384,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, GromovSlices, ::testing::ValuesIn(backends_un
 // tests/engine/python/pot_fgw.py maps the conventions (docs/gromov-wasserstein.md §5): M = ‖u_i − v_j‖², C1, C2 the
 // squared distance matrices, square loss, POT's epsilon = ε (cost units), balanced, both from P_0 = a bᵀ.
 
-void write_matrix(const std::filesystem::path& file, const std::vector<float>& v, std::size_t cols) {
+[[maybe_unused]] void write_matrix(const std::filesystem::path& file, const std::vector<float>& v, std::size_t cols) {
   std::ofstream out(file);
   out.precision(9);
   for (std::size_t i = 0; i < v.size(); ++i) out << v[i] << ((i + 1) % cols == 0 ? '\n' : ' ');

@@ -147,7 +147,6 @@ void expect_certified(const std::vector<float>& x, const std::vector<float>& y, 
   const double slack = 1e-9 * (1 + std::abs(epsilon));
   // Per block pair, the largest entry (the exact need: pairs whose largest entry is above the threshold).
   std::vector<double> best(tx.blocks * ty.blocks, -1e300);
-#pragma omp parallel for schedule(dynamic)
   for (std::size_t rb = 0; rb < tx.blocks; ++rb)
     for (std::size_t i = rb * kBlockSize; i < std::min(n, (rb + 1) * kBlockSize); ++i)
       for (std::size_t j = 0; j < m; ++j) {
