@@ -381,9 +381,9 @@ class GroupCorrection {
   std::vector<Problem> problems_;
 };
 
-/// One plain inner solve (the engine's own loop, `anderson_memory` = −1) with the group correction: at the start
-/// of a warm solve, and whenever a marginal-error check of the final ε improved by less than 3% on the last one
-/// (progress callback: the engine stops there and hands back its potentials), the potentials get the correction
+/// One plain inner solve (the engine's own loop, `anderson_memory` = −1) with the group correction: whenever a
+/// marginal-error check of the final ε improved by less than 3% on the last one (progress callback: the engine
+/// stops there and hands back its potentials), the potentials get the correction
 /// and the engine continues from them, over-relaxation ω carried over. Each correction counts as one iteration of
 /// the budget (it costs about one). The answer is the engine's iterate and its own check.
 SolveResult corrected_solve(Problem& problem, SolveOptions so, const std::function<double(std::vector<double>&)>& correct) {
@@ -1031,7 +1031,8 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
   bool previous_final = false;
   double adaptive_cap = o.first_tolerance;
   // Groups of the group correction (balanced problems), from the first outer iteration's augmented points.
-  const bool group_correction = o.correction_groups > 0 && rho_x == 0 && rho_y == 0;
+  const bool group_correction = o.correction_groups > 0 && rho_x == 0 && rho_y == 0 &&
+                                (o.anderson_memory >= 0 || o.plain_group_correction);
   std::vector<int> source_group, target_group;
   int source_groups = 0, target_groups = 0;
   for (int t = 1; t <= o.max_outer && !stop; ++t) {
@@ -1205,8 +1206,7 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
     std::optional<GroupCorrection> groups;  // built at its first use, released with this outer iteration
     std::function<double(std::vector<double>&)> correct;
     const bool anderson = o.anderson_memory >= 0 && tol_t > 0;
-    if (group_correction && (anderson || o.plain_group_correction) && tol_t > 0 && source_groups > 1 &&
-        target_groups > 1) {
+    if (group_correction && tol_t > 0 && source_groups > 1 && target_groups > 1) {
       correct = [&](std::vector<double>& z) {
         if (!groups)
           groups.emplace(phi, p.n, psi, p.m, dim, wa, wb, source_group, source_groups, target_group, target_groups,
