@@ -309,7 +309,8 @@ int bench_main(const std::vector<std::string>& args) {
   if (pair != "independent" && pair != "deformed" && pair != "matched")
     throw UsageError("--pair must be independent, deformed or matched (got '" + pair + "')");
   if (pair == "matched" && m != n)
-    throw UsageError("--pair matched needs --m equal to --n (got " + std::to_string(m) + " and " + std::to_string(n) + ")");
+    throw UsageError("--pair matched needs --m equal to --n (got " + std::to_string(m) + " and " + std::to_string(n) +
+                     ")");
   const Multiscale multiscale = multiscale_option(vm);
   try {
     backend.cuda.kernel = parse_score_kernel(vm["kernel"].as<std::string>());

@@ -38,7 +38,8 @@ void write_parts(const std::filesystem::path& path, std::string_view head, const
     if (!out) throw std::runtime_error("cannot write " + temporary.string() + " (disk full?)");
     std::error_code ec;
     std::filesystem::rename(temporary, path, ec);
-    if (ec) throw std::runtime_error("cannot rename " + temporary.string() + " to " + path.string() + ": " + ec.message());
+    if (ec)
+      throw std::runtime_error("cannot rename " + temporary.string() + " to " + path.string() + ": " + ec.message());
   } catch (...) {
     std::error_code ignored;
     std::filesystem::remove(temporary, ignored);
@@ -93,7 +94,8 @@ void prepare_output_folder(const std::string& what, const std::filesystem::path&
   const std::filesystem::path probe = temporary_beside(folder / "probe");
   {
     std::ofstream out(probe, std::ios::binary | std::ios::trunc);
-    if (!out) throw UsageError(what + ": cannot write in the folder '" + folder.string() + "': " + std::strerror(errno));
+    if (!out)
+      throw UsageError(what + ": cannot write in the folder '" + folder.string() + "': " + std::strerror(errno));
   }
   std::filesystem::remove(probe, ec);
 }

@@ -65,7 +65,7 @@ Npy read_npy(const fs::path& path) {
 }
 
 double json_number(const std::string& json, const std::string& key) {
-  const std::regex re("\"" + key + "\":([-+0-9.eE]+)");
+  const std::regex re("\"" + key + "\":\\s*([-+0-9.eE]+)");
   std::smatch match;
   if (!std::regex_search(json, match, re)) {
     ADD_FAILURE() << key << " not in " << json;
@@ -148,7 +148,7 @@ TEST(BenchSave, PointsAndPotentialsAreTheSolvedProblemInTheUsersOrder) {
                            "x, y, a, b = (np.load(p + '/' + k + '.npy') for k in 'xyab')\n"
                            "f, g = np.load(q + '/f.npy'), np.load(q + '/g.npy')\n"
                            "assert x.dtype == np.float32 and x.shape == (300, 3) and y.shape == (200, 3), x.shape\n"
-                           "assert a.shape == (300,) and b.shape == (200,) and f.shape == (300,) and g.shape == (200,)\n"
+                           "assert a.shape == f.shape == (300,) and b.shape == g.shape == (200,)\n"
                            "print(repr(float(x.astype(np.float64).sum())), "
                            "repr(float(a.astype(np.float64) @ f + b.astype(np.float64) @ g)))\n";
   const CommandResult py = run_shell(std::string("'") + FLASHOT_PYTHON + "' '" + script.string() + "' '" +
@@ -161,6 +161,35 @@ TEST(BenchSave, PointsAndPotentialsAreTheSolvedProblemInTheUsersOrder) {
   words >> numpy_x_sum >> numpy_dual;
   EXPECT_NEAR(numpy_x_sum, x_sum, 1e-9 * (1 + std::abs(x_sum))) << py.out;
   EXPECT_NEAR(numpy_dual, dual, 1e-9 * std::abs(dual)) << py.out;
+#endif
+}
+
+TEST(BenchSave, ThePeerScriptsEvaluatorAgreesWithTheSolversReport) {
+  // tests/bench/peers/multiscale_peers.py judges flashot and FlashSinkhorn by one evaluator: on flashot's own files
+  // it must give back flashot's marginal error and dual cost (numpy here; torch on a GPU, through the same code).
+#ifndef FLASHOT_PYTHON
+  GTEST_SKIP() << "configure with -DFLASHOT_PYTHON=<python with numpy> (scripts/python-env.sh)";
+#else
+  const fs::path folder = fresh_folder();
+  const CommandResult r = run_flashot({"bench", "--end-to-end", "--n", "400", "--m", "300", "--d", "3", "--data",
+                                       "bumpy", "--pair", "deformed", "--blur-relative", "0.05", "--tolerance", "1e-3",
+                                       "--backend", "cpu", "--save-points", (folder / "p").string(),
+                                       "--save-potentials", (folder / "q").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string json = read_file(folder / "q" / "solve.json");
+  const double reported = json_number(json, "marginal_error"), dual = json_number(json, "dual_cost");
+  for (const std::string mode : {"full", "sampled"}) {
+    const CommandResult e = run_shell(std::string("'") + FLASHOT_PYTHON + "' '" + FLASHOT_PEERS_DIR +
+                                      "/multiscale_peers.py' evaluate --array numpy --dtype float64 --eval " + mode +
+                                      " --samples 4096 '" + (folder / "p").string() + "' '" +
+                                      (folder / "q").string() + "'");
+    ASSERT_EQ(e.exit_code, 0) << e.out << e.err;
+    const double sum = json_number(e.out, "sum_l1");
+    const double se = json_number(e.out, "row_se") + json_number(e.out, "col_se");
+    EXPECT_NEAR(sum, reported, 1e-6 + 0.02 * reported + 4 * se) << mode << ": " << e.out;
+    EXPECT_NEAR(json_number(e.out, "dual_cost"), dual, 1e-9 * std::abs(dual)) << e.out;
+    EXPECT_NEAR(json_number(e.out, "mass"), 1.0, 1e-3) << e.out;
+  }
 #endif
 }
 

@@ -25,6 +25,10 @@ WARMUP=${WARMUP:-65536} FLASHOT_ARGS=${FLASHOT_ARGS---scheme alternating} NO_PEE
 OUTDIR=${OUTDIR:-out-ms} BACKEND=${BACKEND:-cuda}
 flashot=${BUILD:?set BUILD (the build directory with apps/flashot)}/apps/flashot
 [[ -x $flashot ]] || { echo "multiscale.sh: no $flashot" >&2; exit 2; }
+# A packed build (scripts/pack-gpu-build.sh) brings libsleef and libgomp in BUILD/lib: for flashot only, not for
+# the Python processes (torch loads its own).
+flashot_env=()
+[[ -d ${BUILD}/lib ]] && flashot_env=(env "LD_LIBRARY_PATH=$(cd "$BUILD/lib" && pwd):${LD_LIBRARY_PATH:-}")
 mkdir -p "$OUTDIR"; OUTDIR=$(cd "$OUTDIR" && pwd)
 python=${PYTHON:-python3}
 peer_args=()
@@ -46,8 +50,8 @@ for n in ${SIZES//,/ }; do
   rm -rf "$run" && mkdir -p "$run"
   echo "== flashot, n = m = $n, $DATA / $PAIR, blur $BLUR of the diameter, tolerance $TOL" >&2
   # shellcheck disable=SC2086  # FLASHOT_ARGS is a list of options
-  if "$flashot" bench --end-to-end --n "$n" --d 3 --data "$DATA" --pair "$PAIR" --blur-relative "$BLUR" \
-       --tolerance "$TOL" --multiscale on --backend "$BACKEND" $FLASHOT_ARGS \
+  if "${flashot_env[@]}" "$flashot" bench --end-to-end --n "$n" --d 3 --data "$DATA" --pair "$PAIR" \
+       --blur-relative "$BLUR" --tolerance "$TOL" --multiscale on --backend "$BACKEND" $FLASHOT_ARGS \
        --save-points "$run/points" --save-potentials "$run/flashot" > "$run/flashot.json" 2> "$run/flashot.err"; then
     runs+=("$run")
     grep -o '"solve_s":[^,]*\|"iterations":[^,]*\|"marginal_error":[^,]*\|"converged":[^,]*' "$run/flashot.json" | \

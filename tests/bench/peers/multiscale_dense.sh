@@ -23,6 +23,10 @@ EVAL=${EVAL:-0} OUTDIR=${OUTDIR:-out-msd}
 CASES=${CASES:-3:bumpy:0.02 3:uniform:0.02 3:mixture:0.1 50:uniform:0.05 50:mixture:0.2 50:mixture:0.05:matched}
 flashot=${BUILD:?set BUILD (the build directory with apps/flashot)}/apps/flashot
 [[ -x $flashot ]] || { echo "multiscale_dense.sh: no $flashot" >&2; exit 2; }
+# A packed build (scripts/pack-gpu-build.sh) brings libsleef and libgomp in BUILD/lib: for flashot only, not for
+# the Python processes (torch loads its own).
+flashot_env=()
+[[ -d ${BUILD}/lib ]] && flashot_env=(env "LD_LIBRARY_PATH=$(cd "$BUILD/lib" && pwd):${LD_LIBRARY_PATH:-}")
 mkdir -p "$OUTDIR"; OUTDIR=$(cd "$OUTDIR" && pwd)
 python=${PYTHON:-python3}
 for c in $CASES; do
@@ -36,8 +40,8 @@ for c in $CASES; do
     [[ $EVAL == 1 && $ms == on ]] && save+=(--save-points "$OUTDIR/$d-$data-$blur-$pair-points")
     echo "== n = m = $N, d = $d, $data / $pair, blur $blur of the diameter, tolerance $TOL, multiscale $ms" >&2
     # shellcheck disable=SC2086  # FLASHOT_ARGS is a list of options
-    timeout "$RUN_TIMEOUT" "$flashot" bench --end-to-end --n "$N" --d "$d" --data "$data" --pair "$pair" \
-      --blur-relative "$blur" --tolerance "$TOL" --max-iterations "$MAX_ITERATIONS" --multiscale "$ms" \
+    timeout "$RUN_TIMEOUT" "${flashot_env[@]}" "$flashot" bench --end-to-end --n "$N" --d "$d" --data "$data" \
+      --pair "$pair" --blur-relative "$blur" --tolerance "$TOL" --max-iterations "$MAX_ITERATIONS" --multiscale "$ms" \
       --backend "$BACKEND" $FLASHOT_ARGS "${save[@]}" > "$run/flashot.json" 2> "$run/flashot.err"
     echo $? > "$run/rc"
   done
@@ -65,8 +69,8 @@ for case in cases:
         continue
     rel = abs(ms["dual_cost"] - de["dual_cost"]) / abs(de["dual_cost"])
     mark = lambda r: "" if r["converged"] else "*"
-    print(f"{d:>3} {data:>8} {pair:>8} {blur:>5} {ms['final_epsilon']:>10.4g} {ms['dual_cost']:>14.9g} {de['dual_cost']:>14.9g} "
-          f"{rel:>9.2e} {ms['marginal_error']:>9.2e} {de['marginal_error']:>9.2e} "
+    print(f"{d:>3} {data:>8} {pair:>8} {blur:>5} {ms['final_epsilon']:>10.4g} {ms['dual_cost']:>14.9g} "
+          f"{de['dual_cost']:>14.9g} {rel:>9.2e} {ms['marginal_error']:>9.2e} {de['marginal_error']:>9.2e} "
           f"{str(ms['iterations']) + mark(ms):>6} {str(de['iterations']) + mark(de):>8} {ms['solve_s']:>8.2f} "
           f"{de['solve_s']:>8.2f} {de['solve_s'] / ms['solve_s']:>7.2f}x")
     print(f"{'':>28} primal {ms['primal_cost']:.9g} / {de['primal_cost']:.9g}; multiscale used: "

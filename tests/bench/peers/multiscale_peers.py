@@ -109,7 +109,9 @@ class TorchOps:
     def __init__(self, torch, device):
         self.torch, self.device = torch, device
         self.name = f"torch {torch.__version__} on {device}"
-        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 products: the evaluator must not round like the peer
+        # fp32 products: the evaluator must not round to TF32 as the peer does.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
 
     def asarray(self, a, dtype):
         return self.torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=self.device)
@@ -281,7 +283,8 @@ def peer_main(o):
             # Triton compiles (and autotunes) on first use: a small problem of the same shape and ε first.
             gen = torch.Generator(device="cpu").manual_seed(1)
             k = min(o.warmup, len(x), len(y))
-            ix, iy = torch.randperm(len(x), generator=gen)[:k].to(dev), torch.randperm(len(y), generator=gen)[:k].to(dev)
+            ix = torch.randperm(len(x), generator=gen)[:k].to(dev)
+            iy = torch.randperm(len(y), generator=gen)[:k].to(dev)
             w = torch.full((k,), 1.0 / k, device=dev)
             record["status"] = "warming up"
             save_json(os.path.join(out, "peer.json"), record)
