@@ -327,7 +327,7 @@ def peer_main(o):
         record["status"] = "out of memory" if oom else ("refused" if refused else "failed")
         record["error"] = text
     save_json(os.path.join(out, "peer.json"), record)
-    print(json.dumps(record), flush=True)
+    print(json.dumps(record, default=str), flush=True)
     return 0
 
 
@@ -405,7 +405,7 @@ def compare_main(o):
                 peer["eval_own_cloud"] = evaluate(ops, xp, yp, a, b, pf, pg, eps, 1.0, "sampled", o.samples,
                                                   o.seed, o.dtype, "peer (own cloud)", log)
         with open(o.results, "a") as fh:
-            fh.write(json.dumps(result) + "\n")
+            fh.write(json.dumps(result, default=str) + "\n")
         del x, y, a, b
     print_table(o.results)
     return 0
@@ -451,8 +451,9 @@ def print_table(path):
                          f"report {fl['marginal_error']:.3e} ({fl['iterations']} iterations), dual objective "
                          f"{fe['dual_objective']:.8f}")
         if pv:
-            notes.append(f"peer: {se(pv)} dual objective {pv['dual_objective']:.8f}, peak "
-                         f"{pe.get('peak_bytes', 0) / 2**30:.2f} GiB")
+            notes.append(f"peer: {pv['mode']} {pv['dtype']} evaluation {se(pv)} in {pv['seconds']:.1f} s, dual "
+                         f"objective {pv['dual_objective']:.8f}, peak {pe.get('peak_bytes', 0) / 2**30:.2f} GiB, "
+                         f"{(pe.get('info') or {}).get('fine_updates', '?')} fine updates")
         for note in notes:
             print(f"{'':>9}   {note}")
 
