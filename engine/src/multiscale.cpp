@@ -50,6 +50,55 @@ std::vector<float> permuted(std::span<const float> v, const std::vector<std::uin
 
 }  // namespace
 
+CarryReport carried_softmin(const BackendOptions& options, PointsView points, std::span<const float> weights,
+                            const ClusterTree* points_tree, PointsView centres, std::span<const float> centre_weights,
+                            const ClusterTree* centres_tree, std::span<const float> h, std::span<const float> guess,
+                            double epsilon, double cost_scale, double truncation, double mass, double dense_fraction,
+                            std::span<float> out) {
+  const ProblemData data{points, centres, weights, centre_weights};
+  std::unique_ptr<Backend> b = make_backend(options, data);
+  const PlanParams p{epsilon, cost_scale};
+  CarryReport report;
+  if (points_tree && centres_tree && !guess.empty()) {
+    PatternRequest q;
+    q.epsilon = epsilon;
+    q.cost_scale = cost_scale;
+    q.truncation = truncation;
+    q.mass = mass;
+    const double all = static_cast<double>(points_tree->blocks) * static_cast<double>(centres_tree->blocks);
+    q.max_pairs = static_cast<std::size_t>(std::min(kMaxListedPairs, dense_fraction * all));
+    // First pass: lists for the estimate. Its result is an upper bound of the exact soft c-transform (the sum over
+    // the listed terms is at most the full one), so the lists of the second pass, derived for that bound, leave
+    // out only entries below the threshold for the exact one as well.
+    PatternResult first = certified_pattern(*points_tree, *centres_tree, points.data, centres.data, guess, h, q);
+    if (first.pattern) {
+      b->set_pattern(first.pattern);
+      b->set_potentials(guess, h);  // the rows' own values only steer the shift of the sums (no update)
+      std::vector<float> upper(points.n);
+      b->softmin(p, Side::kSource, upper);
+      bool finite = true;
+      for (float v : upper) finite = finite && std::isfinite(v);
+      if (finite) {
+        PatternResult second = certified_pattern(*points_tree, *centres_tree, points.data, centres.data, upper, h, q);
+        if (second.pattern) {
+          b->set_pattern(second.pattern);
+          b->set_potentials(upper, h);
+          b->softmin(p, Side::kSource, out);
+          report.sparse = true;
+          report.pairs = second.kept_pairs;
+          report.kept_fraction = second.kept_fraction;
+          return report;
+        }
+      }
+      b->set_pattern(nullptr);
+    }
+  }
+  const std::vector<float> zero(points.n, 0.0f);
+  b->set_potentials(zero, h);
+  b->softmin(p, Side::kSource, out);
+  return report;
+}
+
 struct MultiscaleLevel {
   std::size_t n = 0, m = 0, d = 0;
   double mass_a = 0, mass_b = 0;
@@ -151,6 +200,8 @@ struct Run {
   int total_budget = 0;
   bool left_dense = false;  // the current stage began dense and switched to lists (once per stage)
   int settled_stage = -1, settled_iterations = 0;  // the stage a coarser level settled at, and its iterations there
+  CarryReport carry_report[2]{};  // the last carry's rows and columns
+  bool early_checks = false;    // the next stage starts right after a carry (a final one checks early)
 
   int stage_count() const { return static_cast<int>(eps.size()); }
   std::string stage_text(int k) const {
@@ -317,27 +368,38 @@ struct Run {
   /// extrapolation across the block from its centre (f_I + s(‖x_i − T_I‖² − ‖c_I − T_I‖²), used until 2026-12-01) is
   /// the tangent of this concave-plus-quadratic function at the centre: it is never below it, and above it by the
   /// curvature, which the spread of the coarse plan of the block sets; at 10⁷ points a few column blocks came down
-  /// hundreds of ε too high. One dense pass per side of (points × coarse centres) on a temporary backend of the
-  /// level's kind: O(n + n_c) memory, n·m_c + n_c·m entries (≈ 4·10¹¹ per side at 10⁷ points).
+  /// hundreds of ε too high. Per side, carried_softmin on a temporary backend of the level's kind: over certified
+  /// block lists between the points' blocks and the coarser level's blocks where the coarser level has trees (two
+  /// list derivations and two sparse passes), else one dense pass of n·m_c entries (≈ 3.9·10¹³ per side at 10⁸
+  /// points, 390 625 centres); O(n + n_c) memory besides the lists.
   void carry(MultiscaleLevel& L, MultiscaleLevel& C, double carry_eps, std::vector<float>& f,
              std::vector<float>& g) {
     std::vector<float> fc(C.n), gc(C.m);
     C.backend->get_potentials(fc, gc);
-    const PlanParams p{carry_eps, s};
-    {
-      const ProblemData data{{L.x, L.n, L.d}, {C.y, C.m, C.d}, L.a, C.b};
-      std::unique_ptr<Backend> b = make_backend(L.options, data);
-      const std::vector<float> zero(L.n, 0.0f);
-      b->set_potentials(zero, gc);
-      b->softmin(p, Side::kSource, f);
-    }
-    {
-      const ProblemData data{{C.x, C.n, C.d}, {L.y, L.m, L.d}, C.a, L.b};
-      std::unique_ptr<Backend> b = make_backend(L.options, data);
-      const std::vector<float> zero(L.m, 0.0f);
-      b->set_potentials(fc, zero);
-      b->softmin(p, Side::kTarget, g);
-    }
+    const double mass = std::max({1.0, L.mass_a, L.mass_b});
+    // The estimates of the first lists: each point gets the coarse potential of its own block's centre (level L's
+    // leaf block k is the coarser level's point k, at position inverse(order)[k] there).
+    const auto estimate = [](const ClusterTree* own, const ClusterTree* coarse, const std::vector<float>& hc) {
+      std::vector<float> e;
+      if (!own || !coarse) return e;
+      std::vector<std::uint32_t> where(coarse->order.size());
+      for (std::size_t p = 0; p < where.size(); ++p) where[coarse->order[p]] = static_cast<std::uint32_t>(p);
+      e.resize(own->n);
+#pragma omp parallel for schedule(static)
+      for (std::size_t k = 0; k < own->blocks; ++k) {
+        const float v = hc[where[k]];
+        for (std::size_t p = own->begin(own->height, k); p < own->end(own->height, k); ++p) e[p] = v;
+      }
+      return e;
+    };
+    const std::vector<float> guess_f = estimate(L.tx.get(), C.tx.get(), fc);
+    const CarryReport rf = carried_softmin(L.options, {L.x, L.n, L.d}, L.a, L.tx.get(), {C.y, C.m, C.d}, C.b,
+                                           C.ty.get(), gc, guess_f, carry_eps, s, truncation, mass, dense_fraction, f);
+    const std::vector<float> guess_g = estimate(L.ty.get(), C.ty.get(), gc);
+    const CarryReport rg = carried_softmin(L.options, {L.y, L.m, L.d}, L.b, L.ty.get(), {C.x, C.n, C.d}, C.a,
+                                           C.tx.get(), fc, guess_g, carry_eps, s, truncation, mass, dense_fraction, g);
+    carry_report[0] = rf;
+    carry_report[1] = rg;
     const double lx = solve_damping(carry_eps, rho_x), ly = solve_damping(carry_eps, rho_y);
     if (lx != 1)
       for (float& v : f) v = static_cast<float>(lx * v);
@@ -365,6 +427,7 @@ struct Run {
       const double carry_eps = settled ? eps[split] : eps[split - 1];  // the ε of C's current potentials
       // Carried down even after a cancel, so that the result's potentials belong to the points at eps[reached].
       carry(L, C, carry_eps, f, g);
+      early_checks = true;
     }
     L.backend->set_potentials(f, g);
     L.known = false;
@@ -393,6 +456,8 @@ struct Run {
     left_dense = false;
     IterationParams ip{eps[k], s, o.scheme, solve_damping(eps[k], rho_x), solve_damping(eps[k], rho_y)};
     MultiscaleStage st = begin_stage(L, k);
+    const bool after_carry = early_checks;
+    early_checks = false;
     const int carried = k == settled_stage ? settled_iterations : 0;
     StageReport stage{eps[k], 0};
     if (!final_stage) {
@@ -414,7 +479,7 @@ struct Run {
       }
       return;
     }
-    const int done = converge(L, k, st, true);
+    const int done = converge(L, k, st, true, after_carry);
     st.iterations = done;
     stage.iterations = carried + done;
     r.stages.push_back(stage);
@@ -448,7 +513,7 @@ struct Run {
   /// result's last stage (its checks, stop reason, ω and the progress callback, which may cancel); else the coarser
   /// level settling at the fine level's first ε before its potentials are carried down (settle). Returns the
   /// iterations done.
-  int converge(MultiscaleLevel& L, int k, MultiscaleStage& st, bool final) {
+  int converge(MultiscaleLevel& L, int k, MultiscaleStage& st, bool final, bool after_carry = false) {
     IterationParams ip{eps[k], s, o.scheme, solve_damping(eps[k], rho_x), solve_damping(eps[k], rho_y)};
     const bool checking = o.tolerance > 0 || (final && static_cast<bool>(o.progress));
     const SolveInputs in{L.a, L.b, diameter};
@@ -458,8 +523,23 @@ struct Run {
     double best = std::numeric_limits<double>::infinity();
     int stalled = 0;     // checks since the error last fell below 0.9 × its best (settling only)
     Relaxation relax(o.overrelaxation, o.scheme, o.overrelaxation_start);  // the stage's ω, as run_sinkhorn's (relaxation.hpp)
+    // Right after a carry the points may be within the tolerance after an iteration or two (the coarser level
+    // settled the global part of the error): the first checks come after 1, 2, 4, … iterations, until the next
+    // multiple of check_every, which is checked as before (docs/multiscale.md, "Early checks"). Only the checks on
+    // that grid reach the over-relaxation's rate estimate, so ω follows the same course as without them.
+    int early = final && after_carry ? 1 : 0;
+    int observed = 0;  // iterations since the last check that reached relax
     while (done < o.max_iterations) {
-      const int step = std::min(o.check_every, o.max_iterations - done);
+      int window = o.check_every - done % o.check_every;
+      bool on_grid = true;
+      if (early > 0 && early < window) {
+        window = early;
+        early *= 2;
+        on_grid = false;
+      } else {
+        early = 0;
+      }
+      const int step = std::min(window, o.max_iterations - done);
       ip.relaxation = relax.omega();
       if (final) r.overrelaxation = ip.relaxation;
       // The iteration before a check runs plain, as in run_sinkhorn (sinkhorn.cpp).
@@ -485,7 +565,11 @@ struct Run {
         non_finite(k);
         break;
       }
-      relax.observe(step, error);
+      observed += step;
+      if (on_grid) {
+        relax.observe(observed, error);
+        observed = 0;
+      }
       if (!final) {
         // Settling: the fine level's iterations cost (n·m)/(n_c·m_c) times these, so the coarse level runs to the
         // tolerance, or until its error stops falling (a tenth less within five checks).

@@ -22,6 +22,29 @@ namespace flashot::detail {
 
 struct MultiscaleLevel;
 
+/// What carried_softmin did: over certified block lists (`sparse`, with the listed pairs of the second pass and the
+/// share of point pairs they cover) or dense.
+struct CarryReport {
+  bool sparse = false;
+  unsigned long long pairs = 0;
+  double kept_fraction = 1;
+};
+
+/// The soft c-transform of a coarser level's potentials h (on `centres`, weights `centre_weights`) at every point:
+///   out_i = −ε·LSE_J [log w_J + (h_J − s‖p_i − c_J‖²)/ε]
+/// (docs/multiscale.md, "Carrying the potentials down"). With both trees (points and centres, each in its own tree
+/// order) it runs over certified block lists: lists for the estimate `guess` (n values), one softmin on them, whose
+/// result is never below the exact one (a sum over fewer terms is smaller), then lists certified for that result
+/// and the softmin again on those: every entry they leave out is ≤ e^{−τ}·w_J/M of the row's exact sum, so
+/// exact ≤ out ≤ exact − ε·log(1 − e^{−τ}). Dense (one pass over n × n_c) when a tree is missing, when `guess` is
+/// empty, or where the lists would hold more than `dense_fraction` of the block pairs. A temporary backend of
+/// `options`' kind; O(n + n_c) memory besides the lists.
+CarryReport carried_softmin(const BackendOptions& options, PointsView points, std::span<const float> weights,
+                            const ClusterTree* points_tree, PointsView centres, std::span<const float> centre_weights,
+                            const ClusterTree* centres_tree, std::span<const float> h, std::span<const float> guess,
+                            double epsilon, double cost_scale, double truncation, double mass, double dense_fraction,
+                            std::span<float> out);
+
 class MultiscaleSolver {
  public:
   /// x (n×d), y (m×d) already centred; a, b the weights. Builds the hierarchies (threaded) and the backends.
