@@ -39,6 +39,9 @@ constexpr double kRiseShare = 1.0;
 /// redo is rarely needed twice; the checks stay certified either way).
 constexpr int kMaxRedo = 3;
 
+/// Bounds of the automatic truncation level (SolveOptions::multiscale_truncation = 0).
+constexpr double kAutoTruncationMin = 10, kAutoTruncationMax = 20;
+
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -49,6 +52,12 @@ std::vector<float> permuted(std::span<const float> v, const std::vector<std::uin
 }
 
 }  // namespace
+
+double multiscale_truncation(const SolveOptions& o) {
+  if (o.multiscale_truncation > 0) return o.multiscale_truncation;
+  if (!(o.tolerance > 0)) return kAutoTruncationMax;
+  return std::clamp(std::log(1e3 / o.tolerance), kAutoTruncationMin, kAutoTruncationMax);
+}
 
 CarryReport carried_softmin(const BackendOptions& options, PointsView points, std::span<const float> weights,
                             const ClusterTree* points_tree, PointsView centres, std::span<const float> centre_weights,
@@ -756,7 +765,7 @@ SolveResult MultiscaleSolver::solve(const SolveOptions& o, double diameter) {
   MultiscaleLevel& L = *top_;
   SolveResult r;
   Run run{o, {}, cost_scale(o.cost), side_rho(o.reach, o.reach_source), side_rho(o.reach, o.reach_target),
-          o.diameter > 0 ? o.diameter : diameter, o.multiscale_truncation, o.multiscale_dense_fraction, &L, r};
+          o.diameter > 0 ? o.diameter : diameter, multiscale_truncation(o), o.multiscale_dense_fraction, &L, r};
   if (o.epsilon > 0) {
     // A fixed ε: the coarse levels still warm-start it through a geometric schedule from the diameter down.
     for (double e = run.s * run.diameter * run.diameter; e > o.epsilon; e *= o.scaling * o.scaling)
@@ -785,7 +794,7 @@ SolveResult MultiscaleSolver::solve(const SolveOptions& o, double diameter) {
     r.multiscale.coarse_rows = c->n;
     r.multiscale.coarse_columns = c->m;
   }
-  r.multiscale.truncation = o.multiscale_truncation;
+  r.multiscale.truncation = run.truncation;
   r.multiscale.dense_fraction = o.multiscale_dense_fraction;
   r.multiscale.hierarchy_seconds = hierarchy_seconds_;
 

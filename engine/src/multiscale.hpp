@@ -22,6 +22,11 @@ namespace flashot::detail {
 
 struct MultiscaleLevel;
 
+/// The truncation level τ of a solve: SolveOptions::multiscale_truncation, or where that is 0 (automatic)
+/// clamp(ln(10³ / tolerance), 10, 20), 20 for tolerance 0: a row skips at most e^{−τ} of its mass, a thousandth of
+/// the tolerance (docs/multiscale.md, "Truncation").
+double multiscale_truncation(const SolveOptions& options);
+
 /// What carried_softmin did: over certified block lists (`sparse`, with the listed pairs of the second pass and the
 /// share of point pairs they cover) or dense.
 struct CarryReport {

@@ -191,7 +191,7 @@ TEST(MultiscaleBound, HoldsEntryByEntryForSolvedAndArbitraryPotentials) {
   ASSERT_TRUE(r.multiscale.used);
   ASSERT_NE(r.reason, StopReason::kNonFinite) << r.message;
   // The solve's potentials are centred by the engine; the bound is translation-free, so the caller's points do.
-  expect_certified(x, y, d, r.f, r.g, r.epsilon, o.multiscale_truncation, true);
+  expect_certified(x, y, d, r.f, r.g, r.epsilon, r.multiscale.truncation, true);
   // Potentials far from any fixed point: zeros, and seeded noise.
   expect_certified(x, y, d, std::vector<float>(n, 0.0f), std::vector<float>(m, 0.0f), 0.003, 20, false);
   std::vector<float> fn = synthetic::generate(synthetic::Shape::kNormal, n, 1, 3);
@@ -253,7 +253,7 @@ TEST(Multiscale, PrunesASampledSurfaceWhileSolving) {
   EXPECT_LT(last.kept_fraction, 0.28);
   EXPECT_TRUE(r.multiscale.certified);
   double kept = 1;
-  expect_certified(x, y, d, r.f, r.g, r.epsilon, o.multiscale_truncation, true, &kept);
+  expect_certified(x, y, d, r.f, r.g, r.epsilon, r.multiscale.truncation, true, &kept);
   EXPECT_LT(kept, 0.28);
 }
 
@@ -359,9 +359,9 @@ TEST(Multiscale, OptionsAreCheckedAndTheChoiceIsReported) {
   const std::vector<float> y = synthetic::generate(synthetic::Shape::kUniform, n, d, 2);
   Problem problem({x, n, d}, {y, n, d}, {}, {}, backend_options("cpu", 1));
   SolveOptions o;
-  o.multiscale_truncation = 0;
+  o.multiscale_truncation = -1;
   EXPECT_THROW(problem.solve(o), std::invalid_argument);
-  o.multiscale_truncation = 20;
+  o.multiscale_truncation = 0;  // automatic
   o.multiscale_dense_fraction = 1.5;
   EXPECT_THROW(problem.solve(o), std::invalid_argument);
   o.multiscale_dense_fraction = 0.5;
@@ -371,6 +371,8 @@ TEST(Multiscale, OptionsAreCheckedAndTheChoiceIsReported) {
   o.multiscale = Multiscale::kOn;
   const SolveResult on = problem.solve(o);
   EXPECT_TRUE(on.multiscale.used);
+  // Automatic τ = clamp(ln(10³ / tolerance), 10, 20): ln 10⁶ = 13.8 at the default tolerance 10⁻³.
+  EXPECT_NEAR(on.multiscale.truncation, std::clamp(std::log(1e3 / o.tolerance), 10.0, 20.0), 1e-12);
   EXPECT_EQ(on.multiscale.row_blocks, 3u);
   EXPECT_EQ(on.multiscale.hierarchy, "pca-tree");
   // One multiscale stage per (level, ε) run: every ε of the schedule, plus the coarser level settling at the
