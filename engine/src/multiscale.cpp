@@ -25,8 +25,10 @@ constexpr double kDensePairs = double{1 << 24};
 /// level: there the coarse problem resolves the plan as well as the points would, and the block lists would be
 /// nearly dense (docs/multiscale.md, "Schedule").
 constexpr double kSwitchRadii = 2.0;
-/// Block lists are never longer than this (the BlockPattern offsets are 32-bit).
-constexpr double kMaxListedPairs = 2.0e9;
+/// Block lists are never longer than this: the derivation holds ≈ 11 bytes of host memory per kept pair at its peak
+/// (docs/multiscale.md, "Lists at 10⁸"), so 4·10⁹ pairs are ≈ 44 GB. (BlockPattern's 32-bit offsets count ranges,
+/// ≈ 0.16 per pair a side, and are checked there.) 10⁸ points at a 1 % blur keep ≈ 1–1.4·10⁹.
+constexpr double kMaxListedPairs = 4.0e9;
 /// An iteration on block lists whose potentials rose by more than this share of τ·ε in that one iteration (rows and
 /// columns together) is checked: the lists certified for the elementwise maximum of its input and output are joined
 /// to the current ones and, where that adds pairs, it is undone and run again (docs/multiscale.md, "Watched
