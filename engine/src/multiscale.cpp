@@ -82,7 +82,8 @@ CarryReport carried_softmin(const BackendOptions& options, PointsView points, st
     // the listed terms is at most the full one), so the lists of the second pass, derived for that bound, leave
     // out only entries below the threshold for the exact one as well.
     PatternResult first = certified_pattern(*points_tree, *centres_tree, points.data, centres.data, guess, h, q);
-    if (first.pattern) {
+    // Two passes over lists pay where each visits less than half of what one dense pass does.
+    if (first.pattern && first.kept_fraction <= 0.5 * dense_fraction) {
       b->set_pattern(first.pattern);
       b->set_potentials(guess, h);  // the rows' own values only steer the shift of the sums (no update)
       std::vector<float> upper(points.n);

@@ -42,7 +42,8 @@ struct CarryReport {
 /// result is never below the exact one (a sum over fewer terms is smaller), then lists certified for that result
 /// and the softmin again on those: every entry they leave out is ≤ e^{−τ}·w_J/M of the row's exact sum, so
 /// exact ≤ out ≤ exact − ε·log(1 − e^{−τ}). Dense (one pass over n × n_c) when a tree is missing, when `guess` is
-/// empty, or where the lists would hold more than `dense_fraction` of the block pairs. A temporary backend of
+/// empty, or where the first lists cover more than half of `dense_fraction` of the point pairs (two passes would
+/// not pay) or the second more than `dense_fraction`. A temporary backend of
 /// `options`' kind; O(n + n_c) memory besides the lists.
 CarryReport carried_softmin(const BackendOptions& options, PointsView points, std::span<const float> weights,
                             const ClusterTree* points_tree, PointsView centres, std::span<const float> centre_weights,
