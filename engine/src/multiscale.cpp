@@ -547,7 +547,7 @@ struct Run {
     // settled the global part of the error): the first checks come after 1, 2, 4, … iterations, until the next
     // multiple of check_every, which is checked as before (docs/multiscale.md, "Early checks"). Only the checks on
     // that grid reach the over-relaxation's rate estimate, so ω follows the same course as without them.
-    int early = final && after_carry ? 1 : 0;
+    int early = final && after_carry && checking ? 1 : 0;  // no checks: no early windows (each re-derives lists)
     int observed = 0;  // iterations since the last check that reached relax
     while (done < o.max_iterations) {
       int window = o.check_every - done % o.check_every;
