@@ -131,6 +131,8 @@ double leaf_support(const ClusterTree& t, std::size_t k, const double* e, double
 /// chunks of kChunkRows row nodes, each with its own arrays: chunks are built in parallel, each by one thread, so the
 /// result does not depend on the thread count, and no array is ever the size of all candidates. 4 bytes per pair.
 constexpr std::size_t kChunkRows = 64;
+/// A level of the descent runs in parallel when its parent level kept more pairs than this.
+constexpr std::size_t kParallelPairs = 1 << 14;
 
 struct LevelPairs {
   struct Chunk {
@@ -237,8 +239,10 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
     ly = ny;
     LevelPairs next(cx);
     // Per thread, every column node's best candidate and whether a pair of it passed the threshold.
-    std::vector<std::vector<ColumnBest>> columns(static_cast<std::size_t>(threads));
-#pragma omp parallel
+    // Small levels (the top of the trees) run on one thread: a parallel region costs more than their work.
+    const bool wide = kept.pairs() > kParallelPairs;
+    std::vector<std::vector<ColumnBest>> columns(static_cast<std::size_t>(wide ? threads : 1));
+#pragma omp parallel if (wide)
     {
       std::vector<ColumnBest>& mine = columns[static_cast<std::size_t>(omp_get_thread_num())];
       mine.assign(cy, ColumnBest{});
@@ -276,7 +280,7 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
     // Columns without a pair over the threshold keep their best candidate (deterministic: the largest bound, ties
     // to the smallest row, whichever thread saw it).
     std::vector<std::vector<std::uint32_t>> extra(next.chunks.size());  // per chunk: (row, column) interleaved
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (wide)
     for (std::size_t j = 0; j < cy; ++j) {
       ColumnBest all;
       for (const auto& t : columns) {
@@ -293,7 +297,7 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
       }
     }
     columns.clear();
-#pragma omp parallel for schedule(dynamic, 16)
+#pragma omp parallel for schedule(dynamic, 16) if (wide)
     for (std::size_t chunk = 0; chunk < next.chunks.size(); ++chunk) {
       if (extra[chunk].empty()) continue;
       LevelPairs::Chunk& c = next.chunks[chunk];
