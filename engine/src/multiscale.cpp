@@ -127,7 +127,7 @@ struct MultiscaleLevel {
   bool known = false;
   // The last solve's final lists when they were certified for its final potentials (f, g in this level's order) at
   // (ε, s, τ, dense fraction): the plan operations on that result use them instead of deriving them again (one
-  // derivation, ≈ 10–20 s at 10⁸ points). Null: none.
+  // derivation, ≈ 5–10 s at 10⁸ points, estimated). Null: none.
   struct Certified {
     std::shared_ptr<const BlockPattern> pattern;
     std::vector<float> f, g;
