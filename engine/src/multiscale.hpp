@@ -4,9 +4,10 @@
 // A chain of levels: level 0 holds the problem's points permuted by their cluster trees (multiscale_tree.hpp);
 // level k+1 holds the centres of level k's leaf blocks, weighted by the blocks' masses, until a level is small
 // enough to run dense. The ε schedule runs coarse to fine: a level takes the stages whose ε is still large
-// against its blocks' radii, hands its potentials down (extrapolated to the points through the coarse plan's
-// barycentric targets), and the finer level runs the rest on certified block lists (multiscale_pattern.hpp),
-// re-derived at every stage and every marginal check. Results are returned in the caller's order.
+// against its blocks' radii, settles at the finer level's first ε, hands its potentials down (the coarse
+// solution's soft c-transform at every point: carried_softmin), and the finer level runs the rest on certified
+// block lists (multiscale_pattern.hpp), re-derived at every stage and every marginal check. Results are returned
+// in the caller's order.
 
 #include <cstddef>
 #include <memory>
