@@ -386,7 +386,8 @@ class GroupCorrection {
 /// stops there and hands back its potentials), the potentials get the correction
 /// and the engine continues from them, over-relaxation ω carried over. Each correction counts as one iteration of
 /// the budget (it costs about one). The answer is the engine's iterate and its own check.
-SolveResult corrected_solve(Problem& problem, SolveOptions so, const std::function<double(std::vector<double>&)>& correct) {
+SolveResult corrected_solve(Problem& problem, SolveOptions so, const std::function<double(std::vector<double>&)>& correct,
+                            bool correct_first, bool correct_flat, double trigger) {
   if (!correct) return problem.solve(so);
   const std::size_t n = problem.n(), m = problem.m();
   const int budget = so.max_iterations;
@@ -418,12 +419,15 @@ SolveResult corrected_solve(Problem& problem, SolveOptions so, const std::functi
         if (!progress(shifted)) return false;
       }
       if (pr.stage + 1 < pr.stage_count || !std::isfinite(pr.marginal_error)) return true;
-      const bool flat = pr.marginal_error > 0.97 * last_error && pr.marginal_error > 2 * tol;
+      const bool first = correct_first && pr.marginal_error > 2 * tol;
+      const bool flat = correct_flat && pr.marginal_error > (1 - trigger) * last_error && pr.marginal_error > 2 * tol;
       last_error = pr.marginal_error;
-      if (flat && offset + pr.iteration + 2 * so.check_every < budget) {
+      if ((first || flat) && offset + pr.iteration + 2 * so.check_every < budget) {
+        correct_first = false;
         flagged = true;
         return false;
       }
+      correct_first = false;
       return true;
     };
     SolveResult s = problem.solve(so);
@@ -446,7 +450,8 @@ SolveResult corrected_solve(Problem& problem, SolveOptions so, const std::functi
 /// the residual grows. The answer is always the engine's own iterate S(z) and its own marginal-error check, so
 /// the acceleration changes the path, never the fixed point or the stopping rule.
 SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int block, bool balanced,
-                           bool plateau_search, const std::function<double(std::vector<double>&)>& correct) {
+                           bool plateau_search, const std::function<double(std::vector<double>&)>& correct,
+                           bool correct_first, double trigger) {
   const std::size_t n = problem.n(), m = problem.m(), len = n + m;
   const double tol = so.tolerance;
   const int budget = so.max_iterations, check_every = so.check_every;
@@ -564,8 +569,13 @@ SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int bl
       // improved on the plateau by more than 3%, else from the furthest one short of the turning point (the
       // error cannot see progress along a plateau). Only the path changes.
       const bool flat = !check_point.empty() && error_now > 0.97 * check_error && error_now > 2 * tol;
-      if (!flat) correct_next = true;
-      if (flat && correct && correct_next) {
+      // The correction's own trigger may be looser than the search's: a slow decline (not flat) that is constant
+      // on groups is removed by one correction as well (docs/gromov-wasserstein.md §7, "Correction trigger").
+      const bool slow = !check_point.empty() && error_now > (1 - trigger) * check_error && error_now > 2 * tol;
+      const bool first = correct_first && error_now > 2 * tol;
+      correct_first = false;
+      if (!slow) correct_next = true;
+      if ((first || slow) && correct && correct_next) {
         correct_next = false;
         std::vector<double> moved = fallback;
         if (std::isfinite(correct(moved))) {
@@ -904,6 +914,8 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
   require(std::isfinite(o.moment_tolerance) && o.moment_tolerance >= 0, "moment_tolerance must be ≥ 0",
           o.moment_tolerance);
   require(o.correction_groups >= 0, "correction_groups must be ≥ 0 (0 = no group correction)", o.correction_groups);
+  require(o.correction_trigger > 0 && o.correction_trigger < 1, "correction_trigger must be in (0, 1)",
+          o.correction_trigger);
   require(std::isfinite(o.coarse_tolerance) && o.coarse_tolerance >= 0, "coarse_tolerance must be ≥ 0",
           o.coarse_tolerance);
   require(o.coarse_points >= 0, "coarse_points must be ≥ 0 (0 = no coarse start)", o.coarse_points);
@@ -1032,7 +1044,8 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
   double adaptive_cap = o.first_tolerance;
   // Groups of the group correction (balanced problems), from the first outer iteration's augmented points.
   const bool group_correction = o.correction_groups > 0 && rho_x == 0 && rho_y == 0 &&
-                                (o.anderson_memory >= 0 || o.plain_group_correction);
+                                (o.anderson_memory >= 0 || o.plain_group_correction ||
+                                 (o.level_start_correction && have_coarse));
   std::vector<int> source_group, target_group;
   int source_groups = 0, target_groups = 0;
   for (int t = 1; t <= o.max_outer && !stop; ++t) {
@@ -1206,6 +1219,9 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
     std::optional<GroupCorrection> groups;  // built at its first use, released with this outer iteration
     std::function<double(std::vector<double>&)> correct;
     const bool anderson = o.anderson_memory >= 0 && tol_t > 0;
+    // The first solve after a coarse start inherits the coarse level's group shifts, which belong to the coarse
+    // sample's proportions of cell types, not this level's (docs/gromov-wasserstein.md §7, "Level start").
+    const bool correct_first = o.level_start_correction && t == 1 && have_coarse && warm;
     if (group_correction && tol_t > 0 && source_groups > 1 && target_groups > 1) {
       correct = [&](std::vector<double>& z) {
         if (!groups)
@@ -1218,8 +1234,9 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
     }
     SolveResult s = anderson
                         ? anderson_solve(*p.problem, so, o.anderson_memory, o.anderson_block, rho_x == 0 && rho_y == 0,
-                                         o.plateau_search, correct)
-                        : corrected_solve(*p.problem, so, correct);
+                                         o.plateau_search, correct, correct_first, o.correction_trigger)
+                        : corrected_solve(*p.problem, so, correct, correct_first, o.plain_group_correction,
+                                          o.correction_trigger);
     groups.reset();
     result.inner_iterations += s.iterations;
     result.outer_iterations = t;

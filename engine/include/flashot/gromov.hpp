@@ -127,6 +127,15 @@ struct GromovOptions {
   /// 4.4·10⁻⁴ (not converged in 45 s) where the uncorrected plain path reached the full level in 45 s
   /// (docs/gromov-wasserstein.md §7).
   bool plain_group_correction = false;
+  /// The group correction (correction_groups > 0, balanced problems) also at the first marginal-error check of the
+  /// first inner solve of a level that starts from a coarser one (coarse_points), on either inner path: the coarse
+  /// level's potentials carry group shifts for the coarse sample's proportions of cell types, not this level's
+  /// (docs/gromov-wasserstein.md §7, "Level start").
+  bool level_start_correction = true;
+  /// A marginal-error check that improved by less than this fraction on the last one triggers the group
+  /// correction (the plateau search keeps its 3%): a slow decline that is constant on groups is removed by one
+  /// correction too.
+  double correction_trigger = 0.03;
   /// > 0: inexact inner solves. The first is solved to `first_tolerance`, each later one to
   /// max(inner_tolerance, min(previous tolerance, adaptive_tolerance · last relative objective change)); the outer
   /// loop stops only after a solve at inner_tolerance. 0: every solve at inner_tolerance.
