@@ -147,6 +147,32 @@ std::vector<int> kmeans_groups(const std::vector<float>& pts, std::size_t count,
   return group;
 }
 
+/// Groups of the rows of `pts` (count × dim) as the product of two k-means partitions: of columns [0, split) into
+/// `k_first` groups and of columns [split, dim) into `k_second` (docs/gromov-wasserstein.md §7, "Spatial groups"):
+/// for the augmented points, cell types (the features) × compact regions of the slice (the GW columns). Empty
+/// products are dropped and the rest renumbered.
+std::vector<int> product_groups(const std::vector<float>& pts, std::size_t count, std::size_t dim, std::size_t split,
+                                int k_first, int k_second, std::uint64_t seed, int& groups) {
+  const auto columns = [&](std::size_t from, std::size_t to) {
+    std::vector<float> out(count * (to - from));
+    for (std::size_t i = 0; i < count; ++i)
+      for (std::size_t c = from; c < to; ++c) out[i * (to - from) + c - from] = pts[i * dim + c];
+    return out;
+  };
+  int first_groups = 0, second_groups = 0;
+  const std::vector<int> first = kmeans_groups(columns(0, split), count, split, k_first, seed, first_groups);
+  const std::vector<int> second =
+      kmeans_groups(columns(split, dim), count, dim - split, k_second, seed ^ 0x5851f42d4c957f2dULL, second_groups);
+  std::vector<int> group(count), renumber(static_cast<std::size_t>(first_groups) * second_groups, -1);
+  groups = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    int& id = renumber[static_cast<std::size_t>(first[i]) * second_groups + second[i]];
+    if (id < 0) id = groups++;
+    group[i] = id;
+  }
+  return group;
+}
+
 /// The two-level correction of the inner solves (docs/gromov-wasserstein.md §4, "Group correction"): for a
 /// partition of the source points into groups k and of the target points into groups l, the potentials are
 /// shifted by one constant per group, (f_i + δ_k(i), g_j + η_l(j)), chosen so that the plan's group marginals are
@@ -914,6 +940,8 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
   require(std::isfinite(o.moment_tolerance) && o.moment_tolerance >= 0, "moment_tolerance must be ≥ 0",
           o.moment_tolerance);
   require(o.correction_groups >= 0, "correction_groups must be ≥ 0 (0 = no group correction)", o.correction_groups);
+  require(o.correction_spatial_groups >= 0, "correction_spatial_groups must be ≥ 0 (0 = one k-means partition)",
+          o.correction_spatial_groups);
   require(o.correction_trigger > 0 && o.correction_trigger < 1, "correction_trigger must be in (0, 1)",
           o.correction_trigger);
   require(std::isfinite(o.coarse_tolerance) && o.coarse_tolerance >= 0, "coarse_tolerance must be ≥ 0",
@@ -1118,8 +1146,15 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
     wb = separable.target_weights(p.b, sep_b);
 
     if (group_correction && source_group.empty()) {
-      source_group = kmeans_groups(phi, p.n, dim, o.correction_groups, 0x243f6a8885a308d3ULL, source_groups);
-      target_group = kmeans_groups(psi, p.m, dim, o.correction_groups, 0x13198a2e03707344ULL, target_groups);
+      if (o.correction_spatial_groups > 0 && fe > 0 && gw_width > 0) {
+        source_group = product_groups(phi, p.n, dim, fe, o.correction_groups, o.correction_spatial_groups,
+                                      0x243f6a8885a308d3ULL, source_groups);
+        target_group = product_groups(psi, p.m, dim, fe, o.correction_groups, o.correction_spatial_groups,
+                                      0x13198a2e03707344ULL, target_groups);
+      } else {
+        source_group = kmeans_groups(phi, p.n, dim, o.correction_groups, 0x243f6a8885a308d3ULL, source_groups);
+        target_group = kmeans_groups(psi, p.m, dim, o.correction_groups, 0x13198a2e03707344ULL, target_groups);
+      }
     }
     // ---- One entropic OT solve on the augmented points. ------------------------------------------------------
     p.problem.reset();  // the previous problem's device memory goes before the next one's is taken

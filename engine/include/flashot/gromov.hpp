@@ -122,6 +122,11 @@ struct GromovOptions {
   /// iteration's work). The Anderson inner path (alternating with plateau_search); the plain path (anderson_memory
   /// = −1) only with plain_group_correction. Changes the path only. 0: off.
   int correction_groups = 32;
+  /// > 0 (with features and a GW term): the correction's groups are the product of correction_groups k-means
+  /// groups of the features and this many k-means groups of the GW columns (compact regions of each slice), so that
+  /// a potential varying smoothly across one cell type's region is (nearly) constant on groups too
+  /// (docs/gromov-wasserstein.md §7, "Spatial groups"). 0: one k-means partition of the augmented points.
+  int correction_spatial_groups = 0;
   /// The group correction on the plain inner path too (engine calls stopped at a flat check, corrected, restarted
   /// with ω carried). Off by default: on one H200 at 100k × 100k it held the coarse levels at a marginal error of
   /// 4.4·10⁻⁴ (not converged in 45 s) where the uncorrected plain path reached the full level in 45 s
