@@ -1069,6 +1069,7 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
 
   double eps_t = eps * std::max(1.0, o.annealing_start);
   bool previous_final = false;
+  bool previous_settled = false;  // the last outer iteration's moments settled (coarse_stop_on_moments)
   double adaptive_cap = o.first_tolerance;
   // Groups of the group correction (balanced problems), from the first outer iteration's augmented points.
   const bool group_correction = o.correction_groups > 0 && rho_x == 0 && rho_y == 0 &&
@@ -1358,14 +1359,22 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
     previous_final = at_final;
     const bool moments_settled = o.moment_tolerance == 0 || (std::isfinite(moment_change) &&
                                                              moment_change <= o.moment_tolerance);
-    if (at_final && std::isfinite(change) && change <= o.outer_tolerance && moments_settled && inner_ok &&
-        s_tol_final) {
-      result.converged = true;
+    // A coarse level only starts the next one, which takes its moments and potentials: once its objective and its
+    // moments have settled (the moments twice in a row), an inner solve that cannot meet inner_tolerance in its
+    // budget — a floor of the marginal error, measured at 25 000 points on the H200's plain path for 100 outer
+    // iterations (docs/gromov-wasserstein.md §7, "Coarse levels on a floor") — no longer holds it.
+    const bool coarse_settled = out != nullptr && o.coarse_stop_on_moments && moments_settled && previous_settled;
+    previous_settled = moments_settled && std::isfinite(moment_change);
+    if (at_final && std::isfinite(change) && change <= o.outer_tolerance && moments_settled &&
+        (inner_ok || coarse_settled) && s_tol_final) {
+      result.converged = inner_ok;
       result.reason = StopReason::kTolerance;
-      result.message = "converged: relative objective change " + show(change) + " ≤ " + show(o.outer_tolerance) +
-                       ", moment change " + show(moment_change) + " ≤ " + show(o.moment_tolerance) +
-                       " after " + std::to_string(t) + " outer iterations (" +
-                       std::to_string(result.inner_iterations) + " Sinkhorn iterations)";
+      result.message = std::string(inner_ok ? "converged" : "coarse level settled") + ": relative objective change " +
+                       show(change) + " ≤ " + show(o.outer_tolerance) + ", moment change " + show(moment_change) +
+                       " ≤ " + show(o.moment_tolerance) + " after " + std::to_string(t) + " outer iterations (" +
+                       std::to_string(result.inner_iterations) + " Sinkhorn iterations)" +
+                       (inner_ok ? "" : "; its inner solve ended at marginal error " +
+                                            show(result.plan.marginal_error) + " > " + show(o.inner_tolerance));
       stop = true;
     } else if (o.progress &&
                !o.progress(GromovProgress{t, o.max_outer, it.inner_iterations, it.marginal_error, objective, change})) {
