@@ -148,7 +148,7 @@ std::vector<int> kmeans_groups(const std::vector<float>& pts, std::size_t count,
 }
 
 /// Groups of the rows of `pts` (count × dim) as the product of two k-means partitions: of columns [0, split) into
-/// `k_first` groups and of columns [split, dim) into `k_second` (docs/gromov-wasserstein.md §7, "Spatial groups"):
+/// `k_first` groups and of columns [split, dim) into `k_second` (docs/gromov-wasserstein.md §7, "Measured and not taken"):
 /// for the augmented points, cell types (the features) × compact regions of the slice (the GW columns). Empty
 /// products are dropped and the rest renumbered.
 std::vector<int> product_groups(const std::vector<float>& pts, std::size_t count, std::size_t dim, std::size_t split,
@@ -596,7 +596,7 @@ SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int bl
       // error cannot see progress along a plateau). Only the path changes.
       const bool flat = !check_point.empty() && error_now > 0.97 * check_error && error_now > 2 * tol;
       // The correction's own trigger may be looser than the search's: a slow decline (not flat) that is constant
-      // on groups is removed by one correction as well (docs/gromov-wasserstein.md §7, "Correction trigger").
+      // on groups is removed by one correction as well (docs/gromov-wasserstein.md §7, "Measured and not taken").
       const bool slow = !check_point.empty() && error_now > (1 - trigger) * check_error && error_now > 2 * tol;
       const bool first = correct_first && error_now > 2 * tol;
       correct_first = false;
