@@ -134,13 +134,14 @@ class Alignment:
 def align(adata, reference, key="X_pca", transfer_labels=None, *, use_x=False, blur=None,
           rel_blur=_DEFAULT_RELATIVE_BLUR, scaling=0.5, reach=0.0, reach_source=0.0, reach_target=0.0, tol=1e-3,
           max_iters=1000, scheme="alternating", half_cost=False, coupling_k=None, progress=None, copy=False,
-          backend="auto", threads=0, **backend_kwargs):
+          multiscale="auto", backend="auto", threads=0, **backend_kwargs):
     """Aligns ``adata`` (the query) to ``reference`` with entropic OT, as ``flashot align QUERY REFERENCE``.
 
     Points: ``obsm[key]`` of both (or, with ``use_x``, X on the genes both share, in adata's order; the output
     key is then ``X``). ε = blur² with blur = ``blur`` or ``rel_blur`` × the bounding-box diagonal of both clouds.
     Parameters and defaults are the CLI's (``tol`` = --tol, ``max_iters`` = --max-iters, ``scheme`` alternating,
-    ``half_cost`` = --half-cost, reach in data units); ``backend``, ``threads`` and the other keyword arguments
+    ``half_cost`` = --half-cost, reach in data units, ``multiscale`` = --multiscale: 'auto', 'on' or 'off', the
+    block-sparse solver for large clouds, docs/multiscale.md); ``backend``, ``threads`` and the other keyword arguments
     (precision, screening, device, devices, shards, nccl) are BackendOptions fields.
 
     Writes into ``adata`` (or a copy, with ``copy=True``): obsm ``<key>_flashot`` (n × d, each cell's barycentric
@@ -181,7 +182,7 @@ def align(adata, reference, key="X_pca", transfer_labels=None, *, use_x=False, b
     options = _flashot.SolveOptions(
         cost="half_sqeuclidean" if half_cost else "sqeuclidean", scaling=scaling, reach=reach,
         reach_source=reach_source, reach_target=reach_target, tolerance=tol, max_iterations=int(max_iters),
-        scheme=scheme, progress=progress)
+        scheme=scheme, progress=progress, multiscale=multiscale)
     if blur is not None:
         options.blur = float(blur)
     else:
@@ -269,13 +270,14 @@ class Registration:
 
 
 def register(source, target, model="rigid", *, blur=None, start_blur=None, anneal=0.7, max_rounds=60,
-             reach=0.0, reach_source=0.0, reach_target=0.0, progress=None, backend="auto", threads=0,
-             **backend_kwargs):
+             reach=0.0, reach_source=0.0, reach_target=0.0, progress=None, multiscale="auto", backend="auto",
+             threads=0, **backend_kwargs):
     """Registers ``source`` (n, 3) onto ``target`` (m, 3), as ``flashot register``: ICP with OT correspondences,
     the blur annealed from ``start_blur`` (default 0.5 × diameter) by ``anneal`` per round down to ``blur``
     (default 0.01 × diameter); ``model`` 'rigid', 'similarity' or 'affine'; reach in data units for partial
-    overlap. ``progress``: callable(round, max_rounds, epsilon, rms); returning False stops. Returns a
-    Registration (its ``points`` are the moved source)."""
+    overlap. ``progress``: callable(round, max_rounds, epsilon, rms); returning False stops. ``multiscale``:
+    'auto', 'on' or 'off' for every round's solve (as --multiscale; each round dict says whether it ran
+    multiscale). Returns a Registration (its ``points`` are the moved source)."""
     if not _flashot.io_compiled:
         raise RuntimeError("register needs the application layer, which this module was built without "
                            "(FLASHOT_IO=OFF)")
@@ -288,5 +290,6 @@ def register(source, target, model="rigid", *, blur=None, start_blur=None, annea
     fields = _flashot.register_clouds(
         source, target, model=model, blur=blur or 0.0, start_blur=start_blur or 0.0, anneal=anneal,
         max_rounds=int(max_rounds), reach=reach, reach_source=reach_source, reach_target=reach_target,
-        progress=progress, backend_options=_backend_options(backend, threads, backend_kwargs))
+        progress=progress, backend_options=_backend_options(backend, threads, backend_kwargs),
+        multiscale=multiscale)
     return Registration(fields)

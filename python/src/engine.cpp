@@ -339,7 +339,17 @@ void bind_engine(nb::module_& m) {
           "callable(Progress) called at every marginal check (under the GIL); returning False cancels the solve "
           "(reason 'cancelled'); an exception it raises stops the solve and is raised by solve()")
       .def_rw("diagnostics", &SolveOptions::diagnostics,
-              "compute the final marginal error and the primal cost after the iterations");
+              "compute the final marginal error and the primal cost after the iterations")
+      .def_prop_rw(
+          "multiscale", [](const PySolveOptions& o) { return to_string(o.multiscale); },
+          [](PySolveOptions& o, const std::string& v) { o.multiscale = parse_multiscale(v); },
+          "'auto' (from n·m = 1e10 pairs on the CPU, 1e12 on GPUs, with a tolerance), 'on' or 'off': the multiscale "
+          "block-sparse solver (docs/multiscale.md)")
+      .def_rw("multiscale_truncation", &SolveOptions::multiscale_truncation,
+              "τ: a block pair is skipped only when every entry is provably ≤ e^-τ·a_i·b_j / max(1, mass)")
+      .def_rw("multiscale_dense_fraction", &SolveOptions::multiscale_dense_fraction,
+              "a stage listing more than this share of the block pairs runs dense")
+      .def_rw("multiscale_seed", &SolveOptions::multiscale_seed, "seed of the cluster hierarchies");
 
   nb::class_<PyBackendOptions>(m, "BackendOptions",
                                "Where a Problem lives (flashot::BackendOptions). Keyword arguments set fields.")
@@ -428,6 +438,38 @@ void bind_engine(nb::module_& m) {
         for (const auto& c : r.checks) out.emplace_back(c.iteration, c.error);
         return out;
       }, "[(iteration, marginal error)] per check")
+      .def_prop_ro("multiscale", [](const SolveResult& r) {
+        const MultiscaleReport& m = r.multiscale;
+        nb::dict out;
+        out["used"] = m.used;
+        out["reason"] = m.reason;
+        out["hierarchy"] = m.hierarchy;
+        out["row_blocks"] = m.row_blocks;
+        out["column_blocks"] = m.column_blocks;
+        out["coarse_rows"] = m.coarse_rows;
+        out["coarse_columns"] = m.coarse_columns;
+        out["truncation"] = m.truncation;
+        out["certified"] = m.certified;
+        out["hierarchy_seconds"] = m.hierarchy_seconds;
+        out["pattern_seconds"] = m.pattern_seconds;
+        nb::list stages;
+        for (const MultiscaleStage& st : m.stages) {
+          nb::dict d;
+          d["epsilon"] = st.epsilon;
+          d["iterations"] = st.iterations;
+          d["coarse"] = st.coarse;
+          d["dense"] = st.dense;
+          d["kept_pairs"] = st.kept_pairs;
+          d["total_pairs"] = st.total_pairs;
+          d["kept_fraction"] = st.kept_fraction;
+          d["rechecks"] = st.rechecks;
+          d["redone"] = st.redone;
+          d["largest_rise"] = st.largest_rise;
+          stages.append(d);
+        }
+        out["stages"] = stages;
+        return out;
+      }, "the multiscale solver's report (flashot::MultiscaleReport) as a dict; 'used' False for a dense solve")
       .def_ro("seconds", &SolveResult::seconds, "wall time of the solve inside the engine")
       .def_ro("backend", &SolveResult::backend)
       .def_ro("device", &SolveResult::device)

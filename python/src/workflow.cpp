@@ -101,7 +101,7 @@ void bind_workflow(nb::module_& m) {
       [](nb::handle source, nb::handle target, const std::string& model, double blur, double start_blur,
          double anneal, int max_rounds, double tolerance, int round_iterations, const std::string& cost,
          double reach, double reach_source, double reach_target, const std::string& scheme, nb::object progress,
-         const PyBackendOptions* backend) {
+         const PyBackendOptions* backend, const std::string& multiscale) {
         const FloatInput si = FloatInput::from(source, "source", 2, 3);
         const FloatInput ti = FloatInput::from(target, "target", 2, 3);
         workflow::RegistrationOptions o;
@@ -120,6 +120,7 @@ void bind_workflow(nb::module_& m) {
         o.reach_source = reach_source;
         o.reach_target = reach_target;
         o.scheme = parse_scheme(scheme);
+        o.multiscale = parse_multiscale(multiscale);
         if (backend != nullptr) o.backend = backend->engine();
         std::exception_ptr error;
         workflow::RegistrationProgress watch;
@@ -170,6 +171,7 @@ void bind_workflow(nb::module_& m) {
           d["rms"] = round.rms;
           d["displacement"] = round.displacement;
           d["converged"] = round.converged;
+          d["multiscale"] = round.multiscale;
           rounds.append(d);
         }
         out["rounds"] = rounds;
@@ -179,7 +181,7 @@ void bind_workflow(nb::module_& m) {
       "source"_a, "target"_a, "model"_a = "rigid", "blur"_a = 0.0, "start_blur"_a = 0.0, "anneal"_a = 0.7,
       "max_rounds"_a = 60, "tolerance"_a = 1e-4, "round_iterations"_a = 200, "cost"_a = "sqeuclidean",
       "reach"_a = 0.0, "reach_source"_a = 0.0, "reach_target"_a = 0.0, "scheme"_a = "alternating",
-      "progress"_a.none() = nb::none(), "backend_options"_a.none() = nb::none(),
+      "progress"_a.none() = nb::none(), "backend_options"_a.none() = nb::none(), "multiscale"_a = "auto",
       "OT registration (workflow::register_clouds, what `flashot register` runs)");
 
   m.def(

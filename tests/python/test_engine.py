@@ -273,3 +273,31 @@ def seen_budget(result):
     """The iteration budget Progress.max_iterations reports: the intermediate stages' iterations plus the final
     stage's budget."""
     return sum(i for _, i in result.stages[:-1]) + 1000
+
+
+def test_multiscale_from_python_matches_dense():
+    # Two samples of a circle in 3-D (a curve: the cluster hierarchy prunes), small blur: the multiscale solver's
+    # cost equals the dense solver's within the tolerance's reach, and its report comes back as a dict.
+    rng = np.random.default_rng(3)
+    t = rng.uniform(0, 2 * np.pi, 2600)
+    u = rng.uniform(0, 2 * np.pi, 2300)
+    x = np.stack([np.cos(t), np.sin(t), 0.05 * np.sin(3 * t)], 1).astype(np.float32)
+    y = np.stack([1.1 * np.cos(u) + 0.1, np.sin(u), 0.05 * np.cos(2 * u)], 1).astype(np.float32)
+    problem = flashot.Problem(x, y, options=flashot.BackendOptions(backend="cpu", threads=2))
+    results = {}
+    for mode in ("on", "off"):
+        options = flashot.SolveOptions(blur=0.03, tolerance=1e-4, max_iterations=5000, scheme="alternating",
+                                       multiscale=mode)
+        assert options.multiscale == mode
+        results[mode] = problem.solve(options)
+        assert results[mode].converged
+    on, off = results["on"], results["off"]
+    assert on.multiscale["used"] and not off.multiscale["used"]
+    stages = on.multiscale["stages"]
+    assert stages and all(0 < s["kept_fraction"] <= 1 for s in stages)
+    assert any(not s["dense"] for s in stages), stages  # some stage ran on block lists
+    assert on.multiscale["truncation"] == 20
+    assert abs(on.dual_cost - off.dual_cost) <= 1e-4 * abs(off.dual_cost)
+    np.testing.assert_allclose(problem.barycentric(on), problem.barycentric(off), atol=2e-3)
+    with pytest.raises(ValueError, match="sometimes"):
+        flashot.SolveOptions(multiscale="sometimes")

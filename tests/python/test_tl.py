@@ -94,6 +94,9 @@ def test_register_equals_the_cli(cli, samples, tmp_path):
     np.testing.assert_allclose(theirs["elements"]["vertex"]["x_original"], scan[:, 0], atol=0)
     assert ours.matrix.shape == (4, 4) and len(ours.rounds) <= 12
     np.testing.assert_allclose(ours.points, scan @ ours.matrix[:3, :3].T + ours.matrix[:3, 3], atol=1e-4)
+    assert all(r["multiscale"] is False for r in ours.rounds)  # auto keeps the samples dense
+    with pytest.raises(ValueError, match="maybe"):
+        flashot.tl.register(scan, shape, multiscale="maybe", backend="cpu")
 
 
 def test_align_errors_name_the_input(samples):
