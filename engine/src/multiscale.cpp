@@ -25,8 +25,10 @@ constexpr double kDensePairs = double{1 << 24};
 /// level: there the coarse problem resolves the plan as well as the points would, and the block lists would be
 /// nearly dense (docs/multiscale.md, "Schedule").
 constexpr double kSwitchRadii = 2.0;
-/// Block lists are never longer than this (the BlockPattern offsets are 32-bit).
-constexpr double kMaxListedPairs = 2.0e9;
+/// Block lists are never longer than this: the derivation holds ≈ 11 bytes of host memory per kept pair at its peak
+/// (docs/multiscale.md, "Lists at 10⁸"), so 4·10⁹ pairs are ≈ 44 GB. (BlockPattern's 32-bit offsets count ranges,
+/// ≈ 0.16 per pair a side, and are checked there.) 10⁸ points at a 1 % blur keep ≈ 1–1.4·10⁹.
+constexpr double kMaxListedPairs = 4.0e9;
 /// An iteration on block lists whose potentials rose by more than this share of τ·ε in that one iteration (rows and
 /// columns together) is checked: the lists certified for the elementwise maximum of its input and output are joined
 /// to the current ones and, where that adds pairs, it is undone and run again (docs/multiscale.md, "Watched
@@ -39,6 +41,9 @@ constexpr double kRiseShare = 1.0;
 /// redo is rarely needed twice; the checks stay certified either way).
 constexpr int kMaxRedo = 3;
 
+/// Bounds of the automatic truncation level (SolveOptions::multiscale_truncation = 0).
+constexpr double kAutoTruncationMin = 10, kAutoTruncationMax = 20;
+
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -49,6 +54,62 @@ std::vector<float> permuted(std::span<const float> v, const std::vector<std::uin
 }
 
 }  // namespace
+
+double multiscale_truncation(const SolveOptions& o) {
+  if (o.multiscale_truncation > 0) return o.multiscale_truncation;
+  if (!(o.tolerance > 0)) return kAutoTruncationMax;
+  return std::clamp(std::log(1e3 / o.tolerance), kAutoTruncationMin, kAutoTruncationMax);
+}
+
+CarryReport carried_softmin(const BackendOptions& options, PointsView points, std::span<const float> weights,
+                            const ClusterTree* points_tree, PointsView centres, std::span<const float> centre_weights,
+                            const ClusterTree* centres_tree, std::span<const float> h, std::span<const float> guess,
+                            double epsilon, double cost_scale, double truncation, double mass, double dense_fraction,
+                            std::span<float> out) {
+  const ProblemData data{points, centres, weights, centre_weights};
+  std::unique_ptr<Backend> b = make_backend(options, data);
+  const PlanParams p{epsilon, cost_scale};
+  CarryReport report;
+  if (points_tree && centres_tree && !guess.empty()) {
+    PatternRequest q;
+    q.epsilon = epsilon;
+    q.cost_scale = cost_scale;
+    q.truncation = truncation;
+    q.mass = mass;
+    const double all = static_cast<double>(points_tree->blocks) * static_cast<double>(centres_tree->blocks);
+    q.max_pairs = static_cast<std::size_t>(std::min(kMaxListedPairs, dense_fraction * all));
+    // First pass: lists for the estimate. Its result is an upper bound of the exact soft c-transform (the sum over
+    // the listed terms is at most the full one), so the lists of the second pass, derived for that bound, leave
+    // out only entries below the threshold for the exact one as well.
+    PatternResult first = certified_pattern(*points_tree, *centres_tree, points.data, centres.data, guess, h, q);
+    // Two passes over lists pay where each visits less than half of what one dense pass does.
+    if (first.pattern && first.kept_fraction <= 0.5 * dense_fraction) {
+      b->set_pattern(first.pattern);
+      b->set_potentials(guess, h);  // the rows' own values only steer the shift of the sums (no update)
+      std::vector<float> upper(points.n);
+      b->softmin(p, Side::kSource, upper);
+      bool finite = true;
+      for (float v : upper) finite = finite && std::isfinite(v);
+      if (finite) {
+        PatternResult second = certified_pattern(*points_tree, *centres_tree, points.data, centres.data, upper, h, q);
+        if (second.pattern) {
+          b->set_pattern(second.pattern);
+          b->set_potentials(upper, h);
+          b->softmin(p, Side::kSource, out);
+          report.sparse = true;
+          report.pairs = second.kept_pairs;
+          report.kept_fraction = second.kept_fraction;
+          return report;
+        }
+      }
+      b->set_pattern(nullptr);
+    }
+  }
+  const std::vector<float> zero(points.n, 0.0f);
+  b->set_potentials(zero, h);
+  b->softmin(p, Side::kSource, out);
+  return report;
+}
 
 struct MultiscaleLevel {
   std::size_t n = 0, m = 0, d = 0;
@@ -64,6 +125,14 @@ struct MultiscaleLevel {
   // iteration's output, and the elementwise maximum of the two.
   std::vector<float> now_f, now_g, next_f, next_g, high_f, high_g;
   bool known = false;
+  // The last solve's final lists when they were certified for its final potentials (f, g in this level's order) at
+  // (ε, s, τ, dense fraction): the plan operations on that result use them instead of deriving them again (one
+  // derivation, ≈ 5–10 s at 10⁸ points, estimated). Null: none.
+  struct Certified {
+    std::shared_ptr<const BlockPattern> pattern;
+    std::vector<float> f, g;
+    double epsilon = 0, cost_scale = 0, truncation = 0, dense_fraction = 0;
+  } certified;
 
   std::size_t count(Side side) const { return side == Side::kSource ? n : m; }
   /// Values of this level's order back to its input order (the coarser level's blocks, or the caller's points).
@@ -151,6 +220,8 @@ struct Run {
   int total_budget = 0;
   bool left_dense = false;  // the current stage began dense and switched to lists (once per stage)
   int settled_stage = -1, settled_iterations = 0;  // the stage a coarser level settled at, and its iterations there
+  CarryReport carry_report[2]{};  // the last carry's rows and columns
+  bool early_checks = false;    // the next stage starts right after a carry (a final one checks early)
 
   int stage_count() const { return static_cast<int>(eps.size()); }
   std::string stage_text(int k) const {
@@ -317,27 +388,38 @@ struct Run {
   /// extrapolation across the block from its centre (f_I + s(‖x_i − T_I‖² − ‖c_I − T_I‖²), used until 2026-12-01) is
   /// the tangent of this concave-plus-quadratic function at the centre: it is never below it, and above it by the
   /// curvature, which the spread of the coarse plan of the block sets; at 10⁷ points a few column blocks came down
-  /// hundreds of ε too high. One dense pass per side of (points × coarse centres) on a temporary backend of the
-  /// level's kind: O(n + n_c) memory, n·m_c + n_c·m entries (≈ 4·10¹¹ per side at 10⁷ points).
+  /// hundreds of ε too high. Per side, carried_softmin on a temporary backend of the level's kind: over certified
+  /// block lists between the points' blocks and the coarser level's blocks where the coarser level has trees (two
+  /// list derivations and two sparse passes), else one dense pass of n·m_c entries (≈ 3.9·10¹³ per side at 10⁸
+  /// points, 390 625 centres); O(n + n_c) memory besides the lists.
   void carry(MultiscaleLevel& L, MultiscaleLevel& C, double carry_eps, std::vector<float>& f,
              std::vector<float>& g) {
     std::vector<float> fc(C.n), gc(C.m);
     C.backend->get_potentials(fc, gc);
-    const PlanParams p{carry_eps, s};
-    {
-      const ProblemData data{{L.x, L.n, L.d}, {C.y, C.m, C.d}, L.a, C.b};
-      std::unique_ptr<Backend> b = make_backend(L.options, data);
-      const std::vector<float> zero(L.n, 0.0f);
-      b->set_potentials(zero, gc);
-      b->softmin(p, Side::kSource, f);
-    }
-    {
-      const ProblemData data{{C.x, C.n, C.d}, {L.y, L.m, L.d}, C.a, L.b};
-      std::unique_ptr<Backend> b = make_backend(L.options, data);
-      const std::vector<float> zero(L.m, 0.0f);
-      b->set_potentials(fc, zero);
-      b->softmin(p, Side::kTarget, g);
-    }
+    const double mass = std::max({1.0, L.mass_a, L.mass_b});
+    // The estimates of the first lists: each point gets the coarse potential of its own block's centre (level L's
+    // leaf block k is the coarser level's point k, at position inverse(order)[k] there).
+    const auto estimate = [](const ClusterTree* own, const ClusterTree* coarse, const std::vector<float>& hc) {
+      std::vector<float> e;
+      if (!own || !coarse) return e;
+      std::vector<std::uint32_t> where(coarse->order.size());
+      for (std::size_t p = 0; p < where.size(); ++p) where[coarse->order[p]] = static_cast<std::uint32_t>(p);
+      e.resize(own->n);
+#pragma omp parallel for schedule(static)
+      for (std::size_t k = 0; k < own->blocks; ++k) {
+        const float v = hc[where[k]];
+        for (std::size_t p = own->begin(own->height, k); p < own->end(own->height, k); ++p) e[p] = v;
+      }
+      return e;
+    };
+    const std::vector<float> guess_f = estimate(L.tx.get(), C.tx.get(), fc);
+    const CarryReport rf = carried_softmin(L.options, {L.x, L.n, L.d}, L.a, L.tx.get(), {C.y, C.m, C.d}, C.b,
+                                           C.ty.get(), gc, guess_f, carry_eps, s, truncation, mass, dense_fraction, f);
+    const std::vector<float> guess_g = estimate(L.ty.get(), C.ty.get(), gc);
+    const CarryReport rg = carried_softmin(L.options, {L.y, L.m, L.d}, L.b, L.ty.get(), {C.x, C.n, C.d}, C.a,
+                                           C.tx.get(), fc, guess_g, carry_eps, s, truncation, mass, dense_fraction, g);
+    carry_report[0] = rf;
+    carry_report[1] = rg;
     const double lx = solve_damping(carry_eps, rho_x), ly = solve_damping(carry_eps, rho_y);
     if (lx != 1)
       for (float& v : f) v = static_cast<float>(lx * v);
@@ -365,6 +447,7 @@ struct Run {
       const double carry_eps = settled ? eps[split] : eps[split - 1];  // the ε of C's current potentials
       // Carried down even after a cancel, so that the result's potentials belong to the points at eps[reached].
       carry(L, C, carry_eps, f, g);
+      early_checks = true;
     }
     L.backend->set_potentials(f, g);
     L.known = false;
@@ -393,6 +476,8 @@ struct Run {
     left_dense = false;
     IterationParams ip{eps[k], s, o.scheme, solve_damping(eps[k], rho_x), solve_damping(eps[k], rho_y)};
     MultiscaleStage st = begin_stage(L, k);
+    const bool after_carry = early_checks;
+    early_checks = false;
     const int carried = k == settled_stage ? settled_iterations : 0;
     StageReport stage{eps[k], 0};
     if (!final_stage) {
@@ -414,7 +499,7 @@ struct Run {
       }
       return;
     }
-    const int done = converge(L, k, st, true);
+    const int done = converge(L, k, st, true, after_carry);
     st.iterations = done;
     stage.iterations = carried + done;
     r.stages.push_back(stage);
@@ -448,7 +533,7 @@ struct Run {
   /// result's last stage (its checks, stop reason, ω and the progress callback, which may cancel); else the coarser
   /// level settling at the fine level's first ε before its potentials are carried down (settle). Returns the
   /// iterations done.
-  int converge(MultiscaleLevel& L, int k, MultiscaleStage& st, bool final) {
+  int converge(MultiscaleLevel& L, int k, MultiscaleStage& st, bool final, bool after_carry = false) {
     IterationParams ip{eps[k], s, o.scheme, solve_damping(eps[k], rho_x), solve_damping(eps[k], rho_y)};
     const bool checking = o.tolerance > 0 || (final && static_cast<bool>(o.progress));
     const SolveInputs in{L.a, L.b, diameter};
@@ -458,8 +543,23 @@ struct Run {
     double best = std::numeric_limits<double>::infinity();
     int stalled = 0;     // checks since the error last fell below 0.9 × its best (settling only)
     Relaxation relax(o.overrelaxation, o.scheme, o.overrelaxation_start);  // the stage's ω, as run_sinkhorn's (relaxation.hpp)
+    // Right after a carry the points may be within the tolerance after an iteration or two (the coarser level
+    // settled the global part of the error): the first checks come after 1, 2, 4, … iterations, until the next
+    // multiple of check_every, which is checked as before (docs/multiscale.md, "Early checks"). Only the checks on
+    // that grid reach the over-relaxation's rate estimate, so ω follows the same course as without them.
+    int early = final && after_carry && checking ? 1 : 0;  // no checks: no early windows (each re-derives lists)
+    int observed = 0;  // iterations since the last check that reached relax
     while (done < o.max_iterations) {
-      const int step = std::min(o.check_every, o.max_iterations - done);
+      int window = o.check_every - done % o.check_every;
+      bool on_grid = true;
+      if (early > 0 && early < window) {
+        window = early;
+        early *= 2;
+        on_grid = false;
+      } else {
+        early = 0;
+      }
+      const int step = std::min(window, o.max_iterations - done);
       ip.relaxation = relax.omega();
       if (final) r.overrelaxation = ip.relaxation;
       // The iteration before a check runs plain, as in run_sinkhorn (sinkhorn.cpp).
@@ -485,7 +585,11 @@ struct Run {
         non_finite(k);
         break;
       }
-      relax.observe(step, error);
+      observed += step;
+      if (on_grid) {
+        relax.observe(observed, error);
+        observed = 0;
+      }
       if (!final) {
         // Settling: the fine level's iterations cost (n·m)/(n_c·m_c) times these, so the coarse level runs to the
         // tolerance, or until its error stops falling (a tenth less within five checks).
@@ -632,6 +736,17 @@ class PlanBackend final : public Backend {
     if (!L_.tx || (version_ == pattern_version_ && epsilon == epsilon_ && s == scale_)) return;
     std::vector<float> f(L_.n), g(L_.m);
     L_.backend->get_potentials(f, g);
+    const MultiscaleLevel::Certified& c = L_.certified;
+    if (c.pattern && c.epsilon == epsilon && c.cost_scale == s && c.truncation == truncation_ &&
+        c.dense_fraction == dense_fraction_ && c.f == f && c.g == g) {
+      // The solve's own final lists, certified for exactly these potentials.
+      L_.pattern = c.pattern;
+      L_.backend->set_pattern(L_.pattern);
+      pattern_version_ = version_;
+      epsilon_ = epsilon;
+      scale_ = s;
+      return;
+    }
     PatternRequest q;
     q.epsilon = epsilon;
     q.cost_scale = s;
@@ -672,7 +787,7 @@ SolveResult MultiscaleSolver::solve(const SolveOptions& o, double diameter) {
   MultiscaleLevel& L = *top_;
   SolveResult r;
   Run run{o, {}, cost_scale(o.cost), side_rho(o.reach, o.reach_source), side_rho(o.reach, o.reach_target),
-          o.diameter > 0 ? o.diameter : diameter, o.multiscale_truncation, o.multiscale_dense_fraction, &L, r};
+          o.diameter > 0 ? o.diameter : diameter, multiscale_truncation(o), o.multiscale_dense_fraction, &L, r};
   if (o.epsilon > 0) {
     // A fixed ε: the coarse levels still warm-start it through a geometric schedule from the diameter down.
     for (double e = run.s * run.diameter * run.diameter; e > o.epsilon; e *= o.scaling * o.scaling)
@@ -701,7 +816,7 @@ SolveResult MultiscaleSolver::solve(const SolveOptions& o, double diameter) {
     r.multiscale.coarse_rows = c->n;
     r.multiscale.coarse_columns = c->m;
   }
-  r.multiscale.truncation = o.multiscale_truncation;
+  r.multiscale.truncation = run.truncation;
   r.multiscale.dense_fraction = o.multiscale_dense_fraction;
   r.multiscale.hierarchy_seconds = hierarchy_seconds_;
 
@@ -722,6 +837,9 @@ SolveResult MultiscaleSolver::solve(const SolveOptions& o, double diameter) {
 
   std::vector<float> f(L.n), g(L.m);
   L.backend->get_potentials(f, g);
+  L.certified = {};
+  if (r.multiscale.certified && L.pattern && L.tx && r.reason != StopReason::kNonFinite)
+    L.certified = {L.pattern, f, g, run.eps[run.reached], run.s, run.truncation, run.dense_fraction};
   if (r.reason != StopReason::kNonFinite && r.reason != StopReason::kCancelled && !r.converged)
     r.reason = o.tolerance == 0 ? StopReason::kFixedIterations : StopReason::kIterationBudget;
   if (r.reason == StopReason::kFixedIterations)

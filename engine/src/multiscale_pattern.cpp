@@ -3,13 +3,12 @@
 #include "multiscale_pattern.hpp"
 
 #include <omp.h>
-#include <parallel/algorithm>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <vector>
 
 namespace flashot::detail {
@@ -128,8 +127,42 @@ double leaf_support(const ClusterTree& t, std::size_t k, const double* e, double
   return std::min(t.radius[t.height][k], h[0] * std::abs(e1) + h[1] * std::abs(e2) + h[2] * across);
 }
 
-struct Pair {
-  std::uint32_t i, j;
+/// One level of the descent: for every row node, the column nodes of its kept pairs in increasing order. Stored in
+/// chunks of kChunkRows row nodes, each with its own arrays: chunks are built in parallel, each by one thread, so the
+/// result does not depend on the thread count, and no array is ever the size of all candidates. 4 bytes per pair.
+constexpr std::size_t kChunkRows = 64;
+/// A level of the descent runs in parallel when its parent level kept more pairs than this.
+constexpr std::size_t kParallelPairs = 1 << 14;
+
+struct LevelPairs {
+  struct Chunk {
+    std::vector<std::uint32_t> offsets;  // kChunkRows + 1 (fewer in the last chunk): into cols
+    std::vector<std::uint32_t> cols;
+  };
+  std::vector<Chunk> chunks;
+
+  explicit LevelPairs(std::size_t rows) : chunks((rows + kChunkRows - 1) / kChunkRows) {}
+  std::span<const std::uint32_t> list(std::size_t i) const {
+    const Chunk& c = chunks[i / kChunkRows];
+    const std::size_t k = i % kChunkRows;
+    return {c.cols.data() + c.offsets[k], c.cols.data() + c.offsets[k + 1]};
+  }
+  std::size_t pairs() const {
+    std::size_t total = 0;
+    for (const Chunk& c : chunks) total += c.cols.size();
+    return total;
+  }
+};
+
+/// A column node's best candidate so far: the largest bound, ties to the smallest row (so the choice does not depend
+/// on which thread saw which row).
+struct ColumnBest {
+  double upper = -kInf;
+  std::uint32_t row = UINT32_MAX;
+  bool kept = false;
+  void offer(double u, std::uint32_t i) {
+    if (u > upper || (u == upper && i < row)) upper = u, row = i;
+  }
 };
 
 }  // namespace
@@ -143,13 +176,12 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
   const PotentialBounds bf = potential_bounds(tx, x, f), bg = potential_bounds(ty, y, g);
   const int steps = std::max(tx.height, ty.height);
 
-  std::vector<Pair> kept{{0, 0}};
   int lx = 0, ly = 0;
-  const auto bound = [&](const Pair& pr) {
-    const double* ci = tx.centre[lx].data() + std::size_t{pr.i} * d;
-    const double* cj = ty.centre[ly].data() + std::size_t{pr.j} * d;
-    const double* zi = bf.z[lx].data() + std::size_t{pr.i} * d;
-    const double* zj = bg.z[ly].data() + std::size_t{pr.j} * d;
+  const auto bound = [&](std::uint32_t pi, std::uint32_t pj) {
+    const double* ci = tx.centre[lx].data() + std::size_t{pi} * d;
+    const double* cj = ty.centre[ly].data() + std::size_t{pj} * d;
+    const double* zi = bf.z[lx].data() + std::size_t{pi} * d;
+    const double* zj = bg.z[ly].data() + std::size_t{pj} * d;
     // w = c_I − c_J; ‖z_I − 2s·w‖ and ‖z_J + 2s·w‖ bound the linear parts the flat extremes left out (bound 2);
     // ζ = (z_I − z_J)/2 is the common slope of the pair, a = ζ/(2s) the shift it stands for (bound 3).
     double w2 = 0, ai = 0, bj = 0, wa2 = 0, wz = 0, z2 = 0, sum2 = 0;
@@ -165,11 +197,11 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
       sum2 += (zi[c] + zj[c]) * (zi[c] + zj[c]);
     }
     const double dist = std::sqrt(w2), wa = std::sqrt(wa2);
-    const double ri = tx.radius[lx][pr.i], rj = ty.radius[ly][pr.j];
+    const double ri = tx.radius[lx][pi], rj = ty.radius[ly][pj];
     // A relative slack on the radii covers the fp32 rounding of the backend's cost (docs/multiscale.md).
     const double slack = 1e-6 * (dist + ri + rj);
     const double linear = (ri + slack) * std::sqrt(ai) + (rj + slack) * std::sqrt(bj);
-    const double flat = bf.flat_hi[lx][pr.i] + bg.flat_hi[ly][pr.j];
+    const double flat = bf.flat_hi[lx][pi] + bg.flat_hi[ly][pj];
     const double reach = ri + rj + 2 * slack;
     // How far the two blocks reach towards each other along the direction of the gap: the balls' radii, or on leaf
     // blocks their supports in that direction (‖w + δ‖ ≥ ⟨w + δ, e⟩ = ‖w‖ + ⟨u, e⟩ − ⟨v, e⟩ for δ = u − v).
@@ -181,90 +213,142 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
           e[c] = ci[c] - cj[c];
           ea[c] = e[c] - 0.5 * (zi[c] - zj[c]) / (2 * s);
         }
-        if (dist > 0) toward = leaf_support(tx, pr.i, e, dist) + leaf_support(ty, pr.j, e, dist);
-        if (wa > 0) toward_shifted = leaf_support(tx, pr.i, ea, wa) + leaf_support(ty, pr.j, ea, wa);
+        if (dist > 0) toward = leaf_support(tx, pi, e, dist) + leaf_support(ty, pj, e, dist);
+        if (wa > 0) toward_shifted = leaf_support(tx, pi, ea, wa) + leaf_support(ty, pj, ea, wa);
       }
     }
     const double gap = std::max(0.0, dist - toward - slack);
     const double shifted = std::max(0.0, wa - toward_shifted - 2 * slack);
     // Three valid bounds (docs/multiscale.md, "The bound"): centre distance alone; the fitted linear parts taken out
     // one side at a time; the common slope taken out of both sides together (tight for a translated block).
-    return std::min({bf.hi[lx][pr.i] + bg.hi[ly][pr.j] - s * gap * gap, flat - s * w2 + linear,
+    return std::min({bf.hi[lx][pi] + bg.hi[ly][pj] - s * gap * gap, flat - s * w2 + linear,
                      flat + 0.5 * reach * std::sqrt(sum2) - s * shifted * shifted - wz + z2 / (4 * s)});
   };
-  std::vector<Pair> cand;
-  std::vector<double> upper;
+
+  // The root pair, then level by level: the children of every kept pair are examined (never materialised as a
+  // list: each row node walks its parent's kept columns), a dropped pair's never are.
+  LevelPairs kept(1);
+  kept.chunks[0].offsets = {0, 1};
+  kept.chunks[0].cols = {0};
+  const int threads = omp_get_max_threads();
   for (int step = 1; step <= steps; ++step) {
     const bool down_x = lx < tx.height, down_y = ly < ty.height;
     const int nx = lx + (down_x ? 1 : 0), ny = ly + (down_y ? 1 : 0);
     const std::size_t cx = tx.count(nx), cy = ty.count(ny);
-    // Children of every kept pair, in order (deterministic whatever the thread count).
-    std::vector<std::size_t> offsets(kept.size() + 1, 0);
-    for (std::size_t p = 0; p < kept.size(); ++p) {
-      const std::size_t kx = down_x ? std::min<std::size_t>(2, cx - 2 * kept[p].i) : 1;
-      const std::size_t ky = down_y ? std::min<std::size_t>(2, cy - 2 * kept[p].j) : 1;
-      offsets[p + 1] = offsets[p] + kx * ky;
-    }
-    // The candidates (children of kept pairs) are up to 4× what the level keeps: only the final count decides
-    // dense (a budget of 4·max_pairs here bounds the memory; comparing them with max_pairs itself ran stages dense
-    // whose lists held a third of the pairs).
-    if (offsets.back() > 4 * q.max_pairs) return {};
-    cand.resize(offsets.back());
-#pragma omp parallel for schedule(static)
-    for (std::size_t p = 0; p < kept.size(); ++p) {
-      const std::uint32_t i0 = down_x ? 2 * kept[p].i : kept[p].i, j0 = down_y ? 2 * kept[p].j : kept[p].j;
-      const std::uint32_t i1 = down_x ? static_cast<std::uint32_t>(std::min<std::size_t>(2 * kept[p].i + 2, cx)) : i0 + 1;
-      const std::uint32_t j1 = down_y ? static_cast<std::uint32_t>(std::min<std::size_t>(2 * kept[p].j + 2, cy)) : j0 + 1;
-      std::size_t o = offsets[p];
-      for (std::uint32_t i = i0; i < i1; ++i)
-        for (std::uint32_t j = j0; j < j1; ++j) cand[o++] = {i, j};
-    }
     lx = nx;
     ly = ny;
-    upper.resize(cand.size());
-#pragma omp parallel for schedule(static)
-    for (std::size_t p = 0; p < cand.size(); ++p) upper[p] = bound(cand[p]);
-    // Every node keeps at least its most promising pair: a row (column) whose potentials are still far below
-    // their fixed point is not cut off; the next update raises them and the next check lists more.
-    std::vector<std::uint8_t> keep(cand.size());
-    std::vector<std::size_t> row_best(cx, SIZE_MAX), col_best(cy, SIZE_MAX);
-    std::vector<std::uint8_t> row_has(cx, 0), col_has(cy, 0);
-    for (std::size_t p = 0; p < cand.size(); ++p) {
-      const Pair pr = cand[p];
-      keep[p] = upper[p] > absolute ? 1 : 0;
-      row_has[pr.i] |= keep[p];
-      col_has[pr.j] |= keep[p];
-      if (row_best[pr.i] == SIZE_MAX || upper[p] > upper[row_best[pr.i]]) row_best[pr.i] = p;
-      if (col_best[pr.j] == SIZE_MAX || upper[p] > upper[col_best[pr.j]]) col_best[pr.j] = p;
+    LevelPairs next(cx);
+    // Per thread, every column node's best candidate and whether a pair of it passed the threshold.
+    // Small levels (the top of the trees) run on one thread: a parallel region costs more than their work.
+    const bool wide = kept.pairs() > kParallelPairs;
+    std::vector<std::vector<ColumnBest>> columns(static_cast<std::size_t>(wide ? threads : 1));
+#pragma omp parallel if (wide)
+    {
+      std::vector<ColumnBest>& mine = columns[static_cast<std::size_t>(omp_get_thread_num())];
+      mine.assign(cy, ColumnBest{});
+#pragma omp for schedule(dynamic, 1)
+      for (std::size_t chunk = 0; chunk < next.chunks.size(); ++chunk) {
+        LevelPairs::Chunk& out = next.chunks[chunk];
+        const std::size_t i0 = chunk * kChunkRows, i1 = std::min(cx, i0 + kChunkRows);
+        out.offsets.assign(1, 0);
+        for (std::size_t i = i0; i < i1; ++i) {
+          const auto row = static_cast<std::uint32_t>(i);
+          const std::size_t start = out.cols.size();
+          double best = -kInf;
+          std::uint32_t best_j = 0;
+          for (const std::uint32_t j : kept.list(down_x ? i / 2 : i)) {
+            const std::uint32_t j0 = down_y ? 2 * j : j;
+            const std::uint32_t j1 = down_y ? static_cast<std::uint32_t>(std::min<std::size_t>(2 * std::size_t{j} + 2, cy)) : j + 1;
+            for (std::uint32_t jj = j0; jj < j1; ++jj) {
+              const double u = bound(row, jj);
+              mine[jj].offer(u, row);
+              if (u > best) best = u, best_j = jj;
+              if (u > absolute) {
+                out.cols.push_back(jj);
+                mine[jj].kept = true;
+              }
+            }
+          }
+          // Every node keeps at least its most promising pair: a row (column) whose potentials are still far below
+          // their fixed point is not cut off; the next update raises them and the next check lists more.
+          if (out.cols.size() == start && best > -kInf) out.cols.push_back(best_j);
+          out.offsets.push_back(static_cast<std::uint32_t>(out.cols.size()));
+        }
+        out.cols.shrink_to_fit();
+      }
     }
-    for (std::size_t i = 0; i < cx; ++i)
-      if (!row_has[i] && row_best[i] != SIZE_MAX) keep[row_best[i]] = 1;
-    for (std::size_t j = 0; j < cy; ++j)
-      if (!col_has[j] && col_best[j] != SIZE_MAX) keep[col_best[j]] = 1;
-    kept.clear();
-    for (std::size_t p = 0; p < cand.size(); ++p)
-      if (keep[p]) kept.push_back(cand[p]);
+    // Columns without a pair over the threshold keep their best candidate (deterministic: the largest bound, ties
+    // to the smallest row, whichever thread saw it).
+    std::vector<std::vector<std::uint32_t>> extra(next.chunks.size());  // per chunk: (row, column) interleaved
+#pragma omp parallel for schedule(static) if (wide)
+    for (std::size_t j = 0; j < cy; ++j) {
+      ColumnBest all;
+      for (const auto& t : columns) {
+        all.kept = all.kept || t[j].kept;
+        if (t[j].row != UINT32_MAX) all.offer(t[j].upper, t[j].row);
+      }
+      columns[0][j] = all;
+    }
+    for (std::size_t j = 0; j < cy; ++j) {
+      const ColumnBest& c = columns[0][j];
+      if (!c.kept && c.row != UINT32_MAX) {
+        extra[c.row / kChunkRows].push_back(c.row);
+        extra[c.row / kChunkRows].push_back(static_cast<std::uint32_t>(j));
+      }
+    }
+    columns.clear();
+#pragma omp parallel for schedule(dynamic, 16) if (wide)
+    for (std::size_t chunk = 0; chunk < next.chunks.size(); ++chunk) {
+      if (extra[chunk].empty()) continue;
+      LevelPairs::Chunk& c = next.chunks[chunk];
+      const std::size_t i0 = chunk * kChunkRows;
+      std::vector<std::vector<std::uint32_t>> rows(c.offsets.size() - 1);
+      for (std::size_t k = 0; k + 1 < c.offsets.size(); ++k)
+        rows[k].assign(c.cols.begin() + c.offsets[k], c.cols.begin() + c.offsets[k + 1]);
+      for (std::size_t e = 0; e < extra[chunk].size(); e += 2) rows[extra[chunk][e] - i0].push_back(extra[chunk][e + 1]);
+      c.cols.clear();
+      c.offsets.assign(1, 0);
+      for (auto& list : rows) {
+        std::sort(list.begin(), list.end());
+        list.erase(std::unique(list.begin(), list.end()), list.end());
+        c.cols.insert(c.cols.end(), list.begin(), list.end());
+        c.offsets.push_back(static_cast<std::uint32_t>(c.cols.size()));
+      }
+    }
+    kept = std::move(next);
+    // Over the budget at any level: the lists would not pay (the leaf level lists at least what a coarser level
+    // keeps, up to the pairs its children drop; coarser levels hold ≤ ¼ of the next level's pairs in all).
+    if (kept.pairs() > q.max_pairs) return {};
   }
 
-  if (kept.size() > q.max_pairs) return {};
-  __gnu_parallel::sort(kept.begin(), kept.end(),
-                       [](const Pair& a, const Pair& b) { return a.i != b.i ? a.i < b.i : a.j < b.j; });
+  // Ranges of consecutive column blocks, row block by row block (in parallel, each row its own list), and the
+  // points inside the listed pairs (integers: the sum does not depend on the order).
   std::vector<std::vector<BlockRange>> lists(tx.blocks);
-  double points = 0;
-  for (const Pair& pr : kept) {
-    auto& list = lists[pr.i];
-    const auto j = static_cast<std::int32_t>(pr.j);
-    if (!list.empty() && list.back().end == j)
-      ++list.back().end;
-    else
-      list.push_back({j, j + 1});
-    points += static_cast<double>(tx.end(tx.height, pr.i) - tx.begin(tx.height, pr.i)) *
-              static_cast<double>(ty.end(ty.height, pr.j) - ty.begin(ty.height, pr.j));
+  std::vector<unsigned long long> points(kept.chunks.size(), 0);
+#pragma omp parallel for schedule(dynamic, 16)
+  for (std::size_t chunk = 0; chunk < kept.chunks.size(); ++chunk) {
+    const std::size_t i0 = chunk * kChunkRows, i1 = std::min(tx.blocks, i0 + kChunkRows);
+    for (std::size_t i = i0; i < i1; ++i) {
+      auto& list = lists[i];
+      unsigned long long columns_points = 0;
+      for (const std::uint32_t jj : kept.list(i)) {
+        const auto j = static_cast<std::int32_t>(jj);
+        if (!list.empty() && list.back().end == j)
+          ++list.back().end;
+        else
+          list.push_back({j, j + 1});
+        columns_points += ty.end(ty.height, jj) - ty.begin(ty.height, jj);
+      }
+      points[chunk] += columns_points * (tx.end(tx.height, i) - tx.begin(tx.height, i));
+    }
   }
   PatternResult r;
+  r.kept_pairs = kept.pairs();
+  kept = LevelPairs(0);
   r.pattern = std::make_shared<const BlockPattern>(tx.n, ty.n, lists);
-  r.kept_pairs = kept.size();
-  r.kept_fraction = points / (static_cast<double>(tx.n) * static_cast<double>(ty.n));
+  unsigned long long inside = 0;
+  for (unsigned long long p : points) inside += p;
+  r.kept_fraction = static_cast<double>(inside) / (static_cast<double>(tx.n) * static_cast<double>(ty.n));
   return r;
 }
 

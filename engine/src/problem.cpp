@@ -302,8 +302,8 @@ SolveResult Problem::solve(const SolveOptions& options) {
   detail::require(options.multiscale == Multiscale::kAuto || options.multiscale == Multiscale::kOn ||
                       options.multiscale == Multiscale::kOff,
                   "multiscale must be a Multiscale value", static_cast<double>(options.multiscale));
-  detail::require(std::isfinite(options.multiscale_truncation) && options.multiscale_truncation > 0,
-                  "multiscale_truncation must be > 0", options.multiscale_truncation);
+  detail::require(std::isfinite(options.multiscale_truncation) && options.multiscale_truncation >= 0,
+                  "multiscale_truncation must be > 0, or 0 for automatic", options.multiscale_truncation);
   detail::require(options.multiscale_dense_fraction > 0 && options.multiscale_dense_fraction <= 1,
                   "multiscale_dense_fraction must be in (0, 1]", options.multiscale_dense_fraction);
   const auto start = std::chrono::steady_clock::now();

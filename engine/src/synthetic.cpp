@@ -176,21 +176,25 @@ std::vector<float> deform(std::span<const float> points, std::size_t d, std::uin
   }
   const std::size_t n = points.size() / d;
   std::vector<float> out(points.size());
-#pragma omp parallel for schedule(static)
-  for (std::size_t i = 0; i < n; ++i) {
-    std::vector<double> v(points.begin() + i * d, points.begin() + (i + 1) * d);
-    if (d >= 2) {
-      const double x = v[0], y = v[1];
-      v[0] = std::cos(a1) * x - std::sin(a1) * y;
-      v[1] = std::sin(a1) * x + std::cos(a1) * y;
+#pragma omp parallel
+  {
+    std::vector<double> v(d);  // one per thread, not one heap allocation per point
+#pragma omp for schedule(static)
+    for (std::size_t i = 0; i < n; ++i) {
+      std::copy(points.begin() + i * d, points.begin() + (i + 1) * d, v.begin());
+      if (d >= 2) {
+        const double x = v[0], y = v[1];
+        v[0] = std::cos(a1) * x - std::sin(a1) * y;
+        v[1] = std::sin(a1) * x + std::cos(a1) * y;
+      }
+      if (d >= 3) {
+        const double y = v[1], z = v[2];
+        v[1] = std::cos(a2) * y - std::sin(a2) * z;
+        v[2] = std::sin(a2) * y + std::cos(a2) * z;
+      }
+      for (std::size_t c = 0; c < d; ++c)
+        out[i * d + c] = static_cast<float>(v[c] + shift[c] + amplitude * std::sin(2.0 * points[i * d + c] + phase[c]));
     }
-    if (d >= 3) {
-      const double y = v[1], z = v[2];
-      v[1] = std::cos(a2) * y - std::sin(a2) * z;
-      v[2] = std::sin(a2) * y + std::cos(a2) * z;
-    }
-    for (std::size_t c = 0; c < d; ++c)
-      out[i * d + c] = static_cast<float>(v[c] + shift[c] + amplitude * std::sin(2.0 * points[i * d + c] + phase[c]));
   }
   return out;
 }

@@ -346,7 +346,8 @@ void bind_engine(nb::module_& m) {
           "'auto' (from n·m = 1e10 pairs on the CPU, 1e12 on GPUs, with a tolerance), 'on' or 'off': the multiscale "
           "block-sparse solver (docs/multiscale.md)")
       .def_rw("multiscale_truncation", &SolveOptions::multiscale_truncation,
-              "τ: a block pair is skipped only when every entry is provably ≤ e^-τ·a_i·b_j / max(1, mass)")
+              "τ: a block pair is skipped only when every entry is provably ≤ e^-τ·a_i·b_j / max(1, mass); "
+              "0 (default): clamp(ln(1e3 / tolerance), 10, 20)")
       .def_rw("multiscale_dense_fraction", &SolveOptions::multiscale_dense_fraction,
               "a stage listing more than this share of the block pairs runs dense")
       .def_rw("multiscale_seed", &SolveOptions::multiscale_seed, "seed of the cluster hierarchies");

@@ -4,7 +4,7 @@
 //                    [--outer-tol T] [--inner-tol T] [--anderson MEMORY] [--block B] [--overrelaxation W] [--adaptive C]
 //                    [--first-tol T] [--anneal R] [--anneal-factor F] [--anneal-tol T] [--anneal-iters K]
 //                    [--scheme symmetric|alternating] [--max-inner N] [--check-every K] [--coarse N]
-//                    [--coarse-factor F] [--rotation DEG] [--plateau 0|1] [--groups K] [--plain-groups 0|1] [--checks 0|1]
+//                    [--coarse-factor F] [--rotation DEG] [--plateau 0|1] [--groups K] [--plain-groups 0|1] [--level-start 0|1] [--trigger F] [--spatial-groups K] [--coarse-stop 0|1] [--checks 0|1]
 //                    [--coarse-tol T] [--dump DIR]
 // Every outer iteration is printed (and flushed) as it finishes; then the totals and the recovery of the known
 // rotation, translation and cell types. --dump writes the normalized inputs to DIR (tests/bench/gw_pot_bench.py).
@@ -30,11 +30,13 @@ int main(int argc, char** argv) {
   const flashot::GromovOptions defaults;
   int max_inner = defaults.inner_max_iterations, anneal_iters = 0, anderson = defaults.anderson_memory,
       block = defaults.anderson_block, coarse = defaults.coarse_points, check_every = defaults.check_every;
-  double coarse_tol = defaults.coarse_tolerance;
+  double coarse_tol = defaults.coarse_tolerance, trigger = defaults.correction_trigger;
   double coarse_factor = defaults.coarse_factor, rotation = 30, overrelaxation = defaults.overrelaxation;
   int checks = 0;  // 1: print every marginal-error check of the inner solves
   int plateau = defaults.plateau_search, groups = defaults.correction_groups,
-      plain_groups = defaults.plain_group_correction;
+      plain_groups = defaults.plain_group_correction, coarse_stop = defaults.coarse_stop_on_moments,
+      spatial_groups = defaults.correction_spatial_groups,
+      level_start = defaults.level_start_correction;
   std::string scheme = "alternating", dump;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -68,6 +70,10 @@ int main(int argc, char** argv) {
     else if (k == "--plateau") plateau = std::stoi(v);
     else if (k == "--groups") groups = std::stoi(v);
     else if (k == "--plain-groups") plain_groups = std::stoi(v);
+    else if (k == "--level-start") level_start = std::stoi(v);
+    else if (k == "--trigger") trigger = std::stod(v);
+    else if (k == "--spatial-groups") spatial_groups = std::stoi(v);
+    else if (k == "--coarse-stop") coarse_stop = std::stoi(v);
     else if (k == "--coarse-tol") coarse_tol = std::stod(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
@@ -133,6 +139,10 @@ int main(int argc, char** argv) {
   o.plateau_search = plateau != 0;
   o.correction_groups = groups;
   o.plain_group_correction = plain_groups != 0;
+  o.level_start_correction = level_start != 0;
+  o.correction_trigger = trigger;
+  o.correction_spatial_groups = spatial_groups;
+  o.coarse_stop_on_moments = coarse_stop != 0;
   o.coarse_tolerance = coarse_tol;
   o.coarse_points = coarse;
   o.coarse_factor = coarse_factor;

@@ -108,13 +108,13 @@ int main(int argc, char** argv) {
   detail::PatternRequest q;
   q.epsilon = r.epsilon;
   q.cost_scale = 1;
-  q.truncation = o.multiscale_truncation;
+  q.truncation = r.multiscale.truncation;
   q.mass = 1;
   q.max_pairs = tx.blocks * ty.blocks;
   const auto tb = std::chrono::steady_clock::now();
   const detail::PatternResult pr = detail::certified_pattern(tx, ty, xp, yp, fp, gp, q);
   const double bound_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tb).count();
-  const double threshold = -r.epsilon * o.multiscale_truncation;
+  const double threshold = -r.epsilon * r.multiscale.truncation;
   const std::size_t stride = std::max<std::size_t>(1, tx.blocks / sample_blocks);
   std::size_t listed = 0, needed = 0, rows = 0, missed = 0;
   for (std::size_t rb = 0; rb < tx.blocks; rb += stride, ++rows) {

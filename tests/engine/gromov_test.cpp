@@ -527,6 +527,17 @@ TEST_P(GromovPlateau, MassCrossesByTheGroupCorrectionAlone) {
   check("group correction, no plateau search", [](GromovOptions& o) { o.plateau_search = false; });
 }
 
+// The correction's groups as features × slice regions (correction_spatial_groups): 4 feature groups (the two
+// types, each split) times 4 regions of each slice, so the types are split across several product groups and the
+// correction alone must still move the 0.01 between them.
+TEST_P(GromovPlateau, MassCrossesByTheCorrectionOnFeatureTimesRegionGroups) {
+  check("group correction on features x regions, no plateau search", [](GromovOptions& o) {
+    o.plateau_search = false;
+    o.correction_groups = 4;
+    o.correction_spatial_groups = 4;
+  });
+}
+
 // The plain path with the correction (engine calls stopped at a flat check and restarted from corrected
 // potentials): the mass crosses and the marginals are met. Its outer loop is not asked to converge: measured, one
 // correction, then the moments settled to 10⁻⁵ by outer 48 while the objective jittered by 1–4·10⁻⁴ relative

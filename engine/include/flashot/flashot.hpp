@@ -241,8 +241,10 @@ struct SolveOptions {
   Multiscale multiscale = Multiscale::kAuto;
   /// Certified truncation level τ: a (row block, column block) pair is skipped only when a bound proves every plan
   /// entry in it is ≤ e^{−τ}·a_i·b_j / max(1, total mass), so the mass skipped per row is ≤ e^{−τ} of the row's
-  /// weight. > 0; 20 keeps the truncation far below fp32 resolution of the cost.
-  double multiscale_truncation = 20;
+  /// weight. > 0, or 0 (the default) for automatic: τ = clamp(ln(10³ / tolerance), 10, 20) — 11.5 at tolerance
+  /// 10⁻², 16.1 at 10⁻⁴, 20 (far below the fp32 resolution of the cost) at tolerance 0 — so that the skipped mass
+  /// stays a thousandth of the tolerance (docs/multiscale.md, "Truncation"). MultiscaleReport::truncation says which.
+  double multiscale_truncation = 0;
   /// A stage whose kept fraction of block pairs is above this runs dense instead (pruning does not pay). In (0, 1].
   double multiscale_dense_fraction = 0.5;
   /// Seed of the clustering (k-means / PCA-tree splits for d > 4); results depend on it only within the truncation.
@@ -287,7 +289,7 @@ struct MultiscaleReport {
   std::size_t row_block = 0, column_block = 0;   ///< points per block on each side
   std::size_t row_blocks = 0, column_blocks = 0;
   std::size_t coarse_rows = 0, coarse_columns = 0;  ///< clusters of the coarse problem
-  double truncation = 0;           ///< τ (SolveOptions::multiscale_truncation)
+  double truncation = 0;           ///< τ used (SolveOptions::multiscale_truncation, or the automatic one)
   double dense_fraction = 0;       ///< SolveOptions::multiscale_dense_fraction
   /// True when the final lists were re-derived from the final potentials and nothing outside them can exceed the
   /// threshold (SolveOptions::multiscale_truncation); false when the budget ran out first.

@@ -122,11 +122,26 @@ struct GromovOptions {
   /// iteration's work). The Anderson inner path (alternating with plateau_search); the plain path (anderson_memory
   /// = −1) only with plain_group_correction. Changes the path only. 0: off.
   int correction_groups = 32;
+  /// > 0 (with features and a GW term): the correction's groups are the product of correction_groups k-means
+  /// groups of the features and this many k-means groups of the GW columns (compact regions of each slice), so that
+  /// a potential varying smoothly across one cell type's region is (nearly) constant on groups too
+  /// (docs/gromov-wasserstein.md §7, "Measured and not taken"). 0: one k-means partition of the augmented points.
+  int correction_spatial_groups = 0;
   /// The group correction on the plain inner path too (engine calls stopped at a flat check, corrected, restarted
   /// with ω carried). Off by default: on one H200 at 100k × 100k it held the coarse levels at a marginal error of
   /// 4.4·10⁻⁴ (not converged in 45 s) where the uncorrected plain path reached the full level in 45 s
   /// (docs/gromov-wasserstein.md §7).
   bool plain_group_correction = false;
+  /// The group correction (correction_groups > 0, balanced problems) also at the first marginal-error check of the
+  /// first inner solve of a level that starts from a coarser one (coarse_points), on either inner path: the coarse
+  /// level's potentials carry group shifts for the coarse sample's proportions of cell types, not this level's
+  /// (docs/gromov-wasserstein.md §7, "Level start": full-level inner iterations 530 → 440 at 5000², 660 → 560 at
+  /// 2000²; on the H200's 100k plain path the plateau 0.0018 → 0.00063).
+  bool level_start_correction = true;
+  /// A marginal-error check that improved by less than this fraction on the last one triggers the group
+  /// correction (the plateau search keeps its 3%). 0.03 is the measured default: 0.1 and 0.2 changed the path
+  /// without shortening it (docs/gromov-wasserstein.md §7, "Measured and not taken").
+  double correction_trigger = 0.03;
   /// > 0: inexact inner solves. The first is solved to `first_tolerance`, each later one to
   /// max(inner_tolerance, min(previous tolerance, adaptive_tolerance · last relative objective change)); the outer
   /// loop stops only after a solve at inner_tolerance. 0: every solve at inner_tolerance.
@@ -150,6 +165,12 @@ struct GromovOptions {
   /// The coarse levels' outer tolerance is max(outer_tolerance, coarse_tolerance): they only start the next level
   /// (docs/gromov-wasserstein.md §7), whose own stopping rule is unchanged.
   double coarse_tolerance = 1e-5;
+  /// A coarse level also stops when its objective change is within its tolerance and its moments changed by at
+  /// most moment_tolerance in two outer iterations in a row, even if its last inner solve did not meet
+  /// inner_tolerance: the next level needs its moments, and an inner solve on a floor of the marginal error held
+  /// the H200's 25 000-point level for 100 outer iterations (docs/gromov-wasserstein.md §7). false: a coarse level
+  /// stops only as the full one does.
+  bool coarse_stop_on_moments = true;
   GromovProgressCallback progress;
   /// Called with each outer iteration's record as soon as it is finished (for logs; optional).
   std::function<void(const GromovIteration&)> report;
