@@ -18,8 +18,8 @@ namespace {
 /// Morton codes interleave 63/d bits per axis: beyond this dimension the cells get too coarse.
 constexpr std::size_t kMortonMaxDim = 4;
 /// Points of a node used to find its principal direction: kPcaSampleValues / d of them, between kPcaSampleMin and
-/// 2048 (2048 for d ≤ 3). The power iteration costs 2·kPowerSteps passes over the sample per node; at d = 50 with
-/// 2048 points it took ¾ of the hierarchy's time (docs/multiscale.md, "Blocks across clusters").
+/// 2048 (2048 for d ≤ 3). The power iteration costs 2·kPowerSteps passes over the sample per node, which at d = 50
+/// and 2048 points paid for the leaf parts (docs/multiscale.md, "Blocks across clusters").
 constexpr std::size_t kPcaSampleValues = 6144, kPcaSampleMin = 256;
 constexpr int kPowerSteps = 6;
 /// Nodes with more points than this split their children as separate OpenMP tasks.
