@@ -531,7 +531,9 @@ LabelTransfer Problem::transfer_labels(const SolveResult& s, Side labels_on, std
 
 std::vector<float> Problem::gradient(const SolveResult& s, Side wrt) const {
   const Impl& p = *impl_;
-  const detail::PlanParams pp = p.load(s);
+  // The diagnostics' row pass of this result (never kept for device points) answers the source side: no load.
+  const Impl::RowPass* c = wrt == Side::kSource ? p.row_pass_of(s) : nullptr;
+  const detail::PlanParams pp = c ? detail::PlanParams{s.epsilon, detail::cost_scale(s.cost)} : p.load(s);
   // ∇ = 2s·r_i·(x_i − T(x_i)): the same as 2s(r_i x_i − (PY)_i), written so the difference is taken between points
   // (and independent of the centring).
   const std::size_t count = p.count(wrt);
@@ -540,9 +542,8 @@ std::vector<float> Problem::gradient(const SolveResult& s, Side wrt) const {
     p.backend->points_gradient(pp, wrt, g);
     return g;
   }
-  const Impl::RowPass* c = wrt == Side::kSource ? p.row_pass_of(s) : nullptr;
   std::vector<float> t, r;
-  if (c) {  // the diagnostics' row pass
+  if (c) {
     t = c->mean;
     r = c->mass;
   } else {
