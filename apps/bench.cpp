@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iostream>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "cli.hpp"
 #include "flashot/flashot.hpp"
 #include "flashot/synthetic.hpp"
+#include "npy.hpp"
 
 namespace flashot::cli {
 namespace {
@@ -90,8 +92,11 @@ BenchData bench_data(const std::string& data, const std::string& pair, std::size
     out.y = synthetic::generate(shape, m, d, seed, components, 1);
   }
   if (pair == "deformed") out.y = synthetic::deform(out.y, d, seed + 2);
+  // matched: y_i the image of x_i itself and b = a, so every part of the data (a mixture's cluster) holds the same
+  // mass on both sides and the plan need not move mass between parts.
+  if (pair == "matched") out.y = synthetic::deform(out.x, d, seed + 2);
   out.a = positive_weights(rng, n);
-  out.b = positive_weights(rng, m);
+  out.b = pair == "matched" ? out.a : positive_weights(rng, m);
   return out;
 }
 
@@ -105,7 +110,19 @@ struct EndToEnd {
   double overrelaxation = kOverrelaxationAuto;
   std::string data, pair;
   std::uint64_t seed = 0;
+  /// --save-points / --save-potentials folders (empty: not written), checked writable before any data is made.
+  std::filesystem::path save_points, save_potentials;
 };
+
+/// --save-points: the generated problem exactly as the solver gets it (user order), for scripts that run other
+/// solvers or exact evaluators on the same data (tests/bench/peers/multiscale_peers.py).
+void save_points(const std::filesystem::path& folder, const BenchData& data, std::size_t n, std::size_t m,
+                 std::size_t d) {
+  write_npy(folder / "x.npy", data.x, {n, d});
+  write_npy(folder / "y.npy", data.y, {m, d});
+  write_npy(folder / "a.npy", data.a, {n});
+  write_npy(folder / "b.npy", data.b, {m});
+}
 
 int end_to_end(std::size_t n, std::size_t m, std::size_t d, const EndToEnd& e, const BackendOptions& backend) {
   const double eps = e.eps, tolerance = e.tolerance, scaling = e.scaling;
@@ -113,6 +130,7 @@ int end_to_end(std::size_t n, std::size_t m, std::size_t d, const EndToEnd& e, c
   const auto generate_start = std::chrono::steady_clock::now();
   const BenchData data = bench_data(e.data, e.pair, n, m, d, e.seed);
   const double generate = seconds_since(generate_start);
+  if (!e.save_points.empty()) save_points(e.save_points, data, n, m, d);
   const std::vector<float>& x = data.x;
   const std::vector<float>& y = data.y;
   const std::vector<float>& a = data.a;
@@ -190,6 +208,26 @@ int end_to_end(std::size_t n, std::size_t m, std::size_t d, const EndToEnd& e, c
               << ",\"redone\":" << s.redone << ",\"largest_rise\":" << number(s.largest_rise) << "}";
   }
   std::cout << "]}}" << std::endl;
+  if (!e.save_potentials.empty()) {
+    // solve.json last: once it is there, f.npy and g.npy are this solve's.
+    write_npy(e.save_potentials / "f.npy", result.f, {n});
+    write_npy(e.save_potentials / "g.npy", result.g, {m});
+    const double s = result.cost == Cost::kHalfSquaredEuclidean ? 0.5 : 1.0;
+    std::ostringstream json;
+    json << "{\"n\":" << n << ",\"m\":" << m << ",\"d\":" << d << ",\"data\":" << text(e.data)
+         << ",\"pair\":" << text(e.pair) << ",\"seed\":" << e.seed << ",\"backend\":"
+         << text(problem.backend_name()) << ",\"epsilon\":" << number(result.epsilon) << ",\"cost_scale\":"
+         << number(s) << ",\"plan\":" << text("P_ij = a_i b_j exp((f_i + g_j - s |x_i - y_j|^2) / epsilon)")
+         << ",\"diameter\":" << number(result.diameter) << ",\"scheme\":" << text(to_string(scheme))
+         << ",\"multiscale\":" << (result.multiscale.used ? "true" : "false")
+         << ",\"tolerance\":" << number(tolerance) << ",\"iterations\":" << result.iterations
+         << ",\"solve_s\":" << number(solve_seconds) << ",\"upload_s\":" << number(upload)
+         << ",\"converged\":" << (result.converged ? "true" : "false") << ",\"marginal_error\":"
+         << number(result.marginal_error) << ",\"marginal_error_norm\":"
+         << text("(|P 1 - a|_1 + |P^T 1 - b|_1) / sum(a)") << ",\"dual_cost\":" << number(result.dual_cost)
+         << ",\"primal_cost\":" << number(result.primal_cost) << "}\n";
+    write_file_atomically(e.save_potentials / "solve.json", json.str());
+  }
   return 0;
 }
 
@@ -232,7 +270,15 @@ int bench_main(const std::vector<std::string>& args) {
       ("blur-relative", po::value<double>()->default_value(0),
        "--end-to-end: final blur as a fraction of the diameter (> 0 overrides --eps), e.g. 0.01")
       ("pair", po::value<std::string>()->default_value("independent"),
-       "--end-to-end: independent (two samples) | deformed (y a known smooth deformation of a sample of x's shape)");
+       "--end-to-end: independent (two samples) | deformed (y a known smooth deformation of a sample of x's shape) | "
+       "matched (y the same deformation of x itself, b = a: m = n)")
+      ("save-points", po::value<std::string>(),
+       "--end-to-end: write the generated problem into this folder (made if missing): x.npy, y.npy (float32, n x d "
+       "and m x d), a.npy, b.npy (float32 weights, each summing to 1), in the order the solver gets them")
+      ("save-potentials", po::value<std::string>(),
+       "--end-to-end: write the solve's f.npy, g.npy (float32 potentials, cost units, the points' order) and "
+       "solve.json (epsilon, cost scale s, iterations, seconds, marginal error as reported, dual cost) into this "
+       "folder (made if missing)");
   add_multiscale_option(options);
   add_overrelaxation_option(options);
   add_backend_options(options);
@@ -260,8 +306,11 @@ int bench_main(const std::vector<std::string>& args) {
   if ((data == "sphere" || data == "torus" || data == "bumpy") && d != 3)
     throw UsageError("--data " + data + " is a surface in 3-D: --d must be 3 (got " + std::to_string(d) + ")");
   const std::string pair = vm["pair"].as<std::string>();
-  if (pair != "independent" && pair != "deformed")
-    throw UsageError("--pair must be independent or deformed (got '" + pair + "')");
+  if (pair != "independent" && pair != "deformed" && pair != "matched")
+    throw UsageError("--pair must be independent, deformed or matched (got '" + pair + "')");
+  if (pair == "matched" && m != n)
+    throw UsageError("--pair matched needs --m equal to --n (got " + std::to_string(m) + " and " + std::to_string(n) +
+                     ")");
   const Multiscale multiscale = multiscale_option(vm);
   try {
     backend.cuda.kernel = parse_score_kernel(vm["kernel"].as<std::string>());
@@ -303,8 +352,18 @@ int bench_main(const std::vector<std::string>& args) {
       throw UsageError("--check-every is too large (got " + std::to_string(check_every) + ")");
     e.check_every = static_cast<int>(check_every);
     e.progress = vm.count("progress") > 0;
+    if (vm.count("save-points")) {
+      e.save_points = vm["save-points"].as<std::string>();
+      prepare_output_folder("--save-points", e.save_points);
+    }
+    if (vm.count("save-potentials")) {
+      e.save_potentials = vm["save-potentials"].as<std::string>();
+      prepare_output_folder("--save-potentials", e.save_potentials);
+    }
     return end_to_end(n, m, d, e, backend);
   }
+  for (const char* option : {"save-points", "save-potentials"})
+    if (vm.count(option)) throw UsageError(std::string("--") + option + " needs --end-to-end");
   SolveOptions solve;
   try {
     solve.scheme = parse_scheme(vm["scheme"].as<std::string>());

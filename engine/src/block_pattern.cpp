@@ -49,17 +49,7 @@ BlockPattern::BlockPattern(std::size_t rows, std::size_t cols, const std::vector
   std::vector<std::vector<BlockRange>> merged(rb);
 #pragma omp parallel for schedule(dynamic, 256)
   for (std::size_t r = 0; r < rb; ++r) merged[r] = normalized(lists[r]);
-  std::vector<std::size_t> offsets(rb + 1, 0);
-  for (std::size_t r = 0; r < rb; ++r) offsets[r + 1] = offsets[r] + merged[r].size();
-  check_offset(offsets[rb], "row");
-  row_ranges_.resize(offsets[rb]);
-  row_offsets_.resize(rb + 1);
-#pragma omp parallel for schedule(dynamic, 256)
-  for (std::size_t r = 0; r < rb; ++r) {
-    std::copy(merged[r].begin(), merged[r].end(), row_ranges_.begin() + static_cast<std::ptrdiff_t>(offsets[r]));
-    std::vector<BlockRange>().swap(merged[r]);
-  }
-  for (std::size_t r = 0; r <= rb; ++r) row_offsets_[r] = static_cast<std::int32_t>(offsets[r]);
+  flatten(merged, row_ranges_, row_offsets_, "row");
   finish();
 }
 
@@ -112,13 +102,7 @@ void BlockPattern::finish() {
       }
     }
   }
-  col_offsets_.assign(1, 0);
-  col_ranges_.clear();
-  for (const auto& list : by_col) {
-    col_ranges_.insert(col_ranges_.end(), list.begin(), list.end());
-    col_offsets_.push_back(static_cast<std::int32_t>(col_ranges_.size()));
-  }
-  check_offset(col_ranges_.size(), "column");
+  flatten(by_col, col_ranges_, col_offsets_, "column");
 }
 
 void BlockPattern::transpose_one_segment() {
@@ -155,17 +139,24 @@ void BlockPattern::transpose_one_segment() {
       }
     }
   }
-  std::vector<std::size_t> offsets(cb + 1, 0);
-  for (std::size_t c = 0; c < cb; ++c) offsets[c + 1] = offsets[c] + by_col[c].size();
-  check_offset(offsets[cb], "column");
-  col_ranges_.resize(offsets[cb]);
-  col_offsets_.resize(cb + 1);
+  flatten(by_col, col_ranges_, col_offsets_, "column");
+}
+
+void BlockPattern::flatten(std::vector<std::vector<BlockRange>>& lists, std::vector<BlockRange>& ranges,
+                           std::vector<std::int32_t>& offsets, const char* side) {
+  // One block's list after another (each list freed once copied), in parallel; offsets checked against int32.
+  const std::size_t count = lists.size();
+  std::vector<std::size_t> at(count + 1, 0);
+  for (std::size_t b = 0; b < count; ++b) at[b + 1] = at[b] + lists[b].size();
+  check_offset(at[count], side);
+  ranges.resize(at[count]);
+  offsets.resize(count + 1);
 #pragma omp parallel for schedule(dynamic, 256)
-  for (std::size_t c = 0; c < cb; ++c) {
-    std::copy(by_col[c].begin(), by_col[c].end(), col_ranges_.begin() + static_cast<std::ptrdiff_t>(offsets[c]));
-    std::vector<BlockRange>().swap(by_col[c]);
+  for (std::size_t b = 0; b < count; ++b) {
+    std::copy(lists[b].begin(), lists[b].end(), ranges.begin() + static_cast<std::ptrdiff_t>(at[b]));
+    std::vector<BlockRange>().swap(lists[b]);
   }
-  for (std::size_t c = 0; c <= cb; ++c) col_offsets_[c] = static_cast<std::int32_t>(offsets[c]);
+  for (std::size_t b = 0; b <= count; ++b) offsets[b] = static_cast<std::int32_t>(at[b]);
 }
 
 void BlockPattern::check_offset(std::size_t ranges, const char* side) {

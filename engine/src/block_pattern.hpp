@@ -115,6 +115,9 @@ class BlockPattern {
   void transpose_one_segment();  // finish's transpose where every block is in segment 0 (parallel)
   /// Throws std::length_error when a side's ranges overflow the int32 offsets (the CUDA lists are int, int2).
   static void check_offset(std::size_t ranges, const char* side);
+  /// Lays per-block lists out as one range array with offsets (CSR), freeing each list once copied.
+  static void flatten(std::vector<std::vector<BlockRange>>& lists, std::vector<BlockRange>& ranges,
+                      std::vector<std::int32_t>& offsets, const char* side);
 
   std::size_t rows_ = 0, cols_ = 0, segments_ = 1, pairs_ = 0;
   std::vector<std::int32_t> row_offsets_{0}, col_offsets_{0};

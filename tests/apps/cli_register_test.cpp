@@ -32,6 +32,20 @@ workflow::Transform scan_motion() {
   return t;
 }
 
+/// The reported transform's 3×3 part composed with the scan's motion: the identity when registration is exact
+/// (its rotation angle is the residual).
+workflow::Transform composed_with_motion(const nlohmann::json& report, const workflow::Transform& motion) {
+  workflow::Transform composed;
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      double v = 0;
+      for (int k = 0; k < 3; ++k) v += report["transform"][i][k].get<double>() * motion.linear[std::size_t(3 * k + j)];
+      composed.linear[std::size_t(3 * i + j)] = v;
+    }
+  }
+  return composed;
+}
+
 // The documented command with nothing tuned: a partial scan onto its whole model must land within 1° of the truth
 // and raise no warning (the balanced OT of old found 32.4°, 5.5° off, and called it converged).
 TEST(RegisterSamples, RecoversTheKnownRotationOfThePartialScanWithTheDefaults) {
@@ -50,14 +64,7 @@ TEST(RegisterSamples, RecoversTheKnownRotationOfThePartialScanWithTheDefaults) {
   }
   // found ∘ motion should be the identity: compose the 3×3 parts and measure the residual rotation angle.
   const workflow::Transform motion = scan_motion();
-  workflow::Transform composed;
-  for (int i = 0; i < 3; ++i) {
-    for (int j = 0; j < 3; ++j) {
-      double v = 0;
-      for (int k = 0; k < 3; ++k) v += report["transform"][i][k].get<double>() * motion.linear[std::size_t(3 * k + j)];
-      composed.linear[std::size_t(3 * i + j)] = v;
-    }
-  }
+  const workflow::Transform composed = composed_with_motion(report, motion);
   const double angle_error = composed.rotation_degrees();
   std::printf("registration: found %.3f degrees, residual %.3f degrees, rms %.4f, %zu rounds\n",
               report["rotation_degrees"].get<double>(), angle_error, report["rms"].get<double>(),
@@ -101,14 +108,7 @@ TEST(RegisterSamples, MultiscaleOnRunsEveryRoundMultiscaleAndRecoversTheRotation
   EXPECT_NE(r.err.find(note), std::string::npos) << r.err;
   EXPECT_TRUE(report["converged"].get<bool>());
   const workflow::Transform motion = scan_motion();
-  workflow::Transform composed;
-  for (int i = 0; i < 3; ++i) {
-    for (int j = 0; j < 3; ++j) {
-      double v = 0;
-      for (int k = 0; k < 3; ++k) v += report["transform"][i][k].get<double>() * motion.linear[std::size_t(3 * k + j)];
-      composed.linear[std::size_t(3 * i + j)] = v;
-    }
-  }
+  const workflow::Transform composed = composed_with_motion(report, motion);
   std::printf("multiscale on: found %.4f degrees, residual %.4f degrees, rms %.6f, %zu rounds, %d iterations\n",
               report["rotation_degrees"].get<double>(), composed.rotation_degrees(), report["rms"].get<double>(),
               report["rounds"].size(), report["iterations"].get<int>());

@@ -526,32 +526,29 @@ TEST_P(CTransformTest, TheTileOrderSkipsNoColumnThatCouldWin) {
   }
 }
 
-TEST_P(CTransformTest, RefusesAnUnknownTileRowCount) {
+/// Making a Problem with `o` throws std::invalid_argument naming `field` and the value 3.
+void expect_refused_with_three(const BackendOptions& o, const std::string& field) {
   const TestProblem pr = make_problem({.n = 10, .m = 12, .d = 2, .seed = 1});
-  BackendOptions o = options();
-  o.cuda.c_transform_tile_rows = 3;
   try {
     Problem problem(pr.xv(), pr.yv(), {}, {}, o);
-    FAIL() << "c_transform_tile_rows = 3 must throw";
+    FAIL() << field << " = 3 must throw";
   } catch (const std::invalid_argument& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("c_transform_tile_rows"), std::string::npos) << what;
+    EXPECT_NE(what.find(field), std::string::npos) << what;
     EXPECT_NE(what.find("got 3"), std::string::npos) << what;
   }
 }
 
+TEST_P(CTransformTest, RefusesAnUnknownTileRowCount) {
+  BackendOptions o = options();
+  o.cuda.c_transform_tile_rows = 3;
+  expect_refused_with_three(o, "c_transform_tile_rows");
+}
+
 TEST_P(CTransformTest, RefusesAnUnknownColumnGrouping) {
-  const TestProblem pr = make_problem({.n = 10, .m = 12, .d = 2, .seed = 1});
   BackendOptions o = options();
   o.cuda.c_transform_columns = 3;
-  try {
-    Problem problem(pr.xv(), pr.yv(), {}, {}, o);
-    FAIL() << "c_transform_columns = 3 must throw";
-  } catch (const std::invalid_argument& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("c_transform_columns"), std::string::npos) << what;
-    EXPECT_NE(what.find("got 3"), std::string::npos) << what;
-  }
+  expect_refused_with_three(o, "c_transform_columns");
 }
 
 TEST_P(CTransformTest, ShardsGiveTheOneDeviceResultExactly) {
