@@ -74,35 +74,51 @@ __global__ void __launch_bounds__(kWgThreads / MT, MT)
   const int j_end = min(ncols, j_begin + cols_per_split);
   const int tiles = (j_end - j_begin + kMmaTile - 1) / kMmaTile;
   const auto tile_start = [&](int it) { return j_begin + it * kMmaTile; };
-  // Columns past j_end within the split's last tile belong to the next split (or are padding): masked here.
-  // Every subtile at once (WgWait::kWhole or kNextTile).
+  // Columns past j_end are masked by their biases: a split's columns are whole tiles (cols_per_split and j_begin
+  // are multiples of kMmaTile in both launches), and the columns past ncols score −∞ (ct_wg_bias_kernel).
+  // Every subtile at once (WgWait::kWhole or kNextTile). The lane's 32 scores first, then per row their maximum
+  // (two independent chains per row) and one test against the row's rest; only a row whose test fires
+  // pushes its 16 scores, column by column in order (the lists come out as a push of every score would leave them:
+  // a score ≤ the rest changes nothing). Before (a test and a branch per 8-column group, each waiting for its
+  // bias's shared-memory load) the epilogue was one dependent chain of 8 short steps per tile.
   const auto epilogue = [&](float (&sc)[MT][8][4], const float* vt, int, int it, const std::uint8_t*,
                             WgSubtiles<0, MT>) {
-    const int base = tile_start(it);
+    float top[MT][2][2];  // (m16 subtile, row g / g + 8, even / odd 8-column group): four independent chains
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      const int j = base + nt * 8 + 2 * t;
-      float2 bb = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
-      if (j >= j_end) bb.x = -INFINITY;
-      if (j + 1 >= j_end) bb.y = -INFINITY;
-      bool any = false;
+      const float2 bb = *reinterpret_cast<const float2*>(&vt[nt * 8 + 2 * t]);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           sc[mt][nt][2 * hh] = fmaf(alpha, sc[mt][nt][2 * hh], bb.x);
           sc[mt][nt][2 * hh + 1] = fmaf(alpha, sc[mt][nt][2 * hh + 1], bb.y);
-          any |= fmaxf(sc[mt][nt][2 * hh], sc[mt][nt][2 * hh + 1]) > list[mt][hh].s[CtList::K];
+          const float m = fmaxf(sc[mt][nt][2 * hh], sc[mt][nt][2 * hh + 1]);
+          top[mt][hh][nt % 2] = nt < 2 ? m : fmaxf(top[mt][hh][nt % 2], m);
         }
-      if (any) {
+    }
+    bool fire[MT][2];
+    bool any = false;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            list[mt][hh].push(sc[mt][nt][2 * hh], j);
-            list[mt][hh].push(sc[mt][nt][2 * hh + 1], j + 1);
-          }
+      for (int hh = 0; hh < 2; ++hh) {
+        fire[mt][hh] = fmaxf(top[mt][hh][0], top[mt][hh][1]) > list[mt][hh].s[CtList::K];
+        any |= fire[mt][hh];
       }
+    if (any) {
+      const int base = tile_start(it) + 2 * t;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+          if (fire[mt][hh]) {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+              list[mt][hh].push(sc[mt][nt][2 * hh], base + nt * 8);
+              list[mt][hh].push(sc[mt][nt][2 * hh + 1], base + nt * 8 + 1);
+            }
+          }
     }
   };
   // SINGLE with one subtile: the next tile's hi·hi product is issued before this tile's epilogue (run's OVERLAP; the
