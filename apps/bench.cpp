@@ -213,10 +213,10 @@ int bench_main(const std::vector<std::string>& args) {
        "CUDA score kernel family, for benchmarks and for measuring the dispatch table (docs/engine.md, \"Choosing "
        "the kernel\"): auto | register (d <= 16) | tiled | tensor (d <= 128) | tensor-bias (d <= 30: tensor, "
        "its one-pass sums' biases on the tensor cores too)")
-      ("subtile-overlap",
-       "CUDA, Hopper, d <= 16 (tensor, tensor-bias): the warpgroup kernels sum a tile's first subtile while the "
-       "second's products run (CudaTuning::subtile_overlap; docs/engine.md, \"Overlapping the subtiles\"); same "
-       "results, for A/B timing against the default")
+      ("subtile-overlap", po::value<std::string>()->default_value("on"),
+       "on | off. CUDA, Hopper, d <= 16 (tensor, tensor-bias): the warpgroup kernels sum a tile's first subtile "
+       "while the second's products run (CudaTuning::subtile_overlap, on by default; docs/engine.md, \"Overlapping "
+       "the subtiles\"); same results, off for A/B timing")
       ("csv", "print only `method,n,m,d,eps,iters,median_ms` values on stdout (for scripts)")
       ("end-to-end", "instead: one whole job, timed once: upload, epsilon-scaling solve down to --eps until the "
                      "marginal error is at most --tolerance, barycentric projection of the source; prints one JSON "
@@ -265,7 +265,10 @@ int bench_main(const std::vector<std::string>& args) {
   const Multiscale multiscale = multiscale_option(vm);
   try {
     backend.cuda.kernel = parse_score_kernel(vm["kernel"].as<std::string>());
-    backend.cuda.subtile_overlap = vm.count("subtile-overlap") > 0;
+    const std::string overlap = vm["subtile-overlap"].as<std::string>();
+    if (overlap != "on" && overlap != "off")
+      throw UsageError("--subtile-overlap must be on or off (got '" + overlap + "')");
+    backend.cuda.subtile_overlap = overlap == "on";
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }

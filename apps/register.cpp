@@ -27,9 +27,17 @@ nlohmann::json rounds_json(const std::vector<workflow::RegistrationRound>& round
   nlohmann::json out = nlohmann::json::array();
   for (const workflow::RegistrationRound& r : rounds) {
     out.push_back({{"epsilon", r.epsilon}, {"iterations", r.iterations}, {"rms", r.rms},
-                   {"displacement", r.displacement}, {"converged", r.converged}});
+                   {"displacement", r.displacement}, {"converged", r.converged}, {"multiscale", r.multiscale}});
   }
   return out;
+}
+
+/// " (multiscale in 12 of 12 rounds)", or nothing when no round's solve ran it.
+std::string multiscale_note(const std::vector<workflow::RegistrationRound>& rounds) {
+  std::size_t used = 0;
+  for (const workflow::RegistrationRound& r : rounds) used += r.multiscale;
+  if (used == 0) return "";
+  return " (multiscale in " + std::to_string(used) + " of " + std::to_string(rounds.size()) + " rounds)";
 }
 
 // --model nonrigid: the field is no 4×4 matrix, so the output, report and printout differ from the affine models.
@@ -60,7 +68,8 @@ int register_nonrigid_main(const po::variables_map& vm, const workflow::PointClo
                             {"max_rounds", field.max_rounds}, {"reach", field.reach},
                             {"reach_source", field.reach_source}, {"reach_target", field.reach_target},
                             {"regularization", field.regularization},
-                            {"backend_requested", to_string(field.backend.backend)}};
+                            {"backend_requested", to_string(field.backend.backend)},
+                            {"multiscale", to_string(field.multiscale)}};
     report["total_seconds"] = result.seconds;
     report["peak_memory_bytes"] = workflow::peak_memory_bytes();
     report["versions"] = workflow::versions_json();
@@ -71,9 +80,10 @@ int register_nonrigid_main(const po::variables_map& vm, const workflow::PointClo
   std::printf("nonrigid field: %zu control points, kernel width %.6g\nrms %.6g (weighted, to the OT correspondences)\n",
               result.control_points.size() / 3, result.kernel_width, result.rms);
   if (!quiet) {
-    std::fprintf(stderr, "flashot register: %s after %zu rounds (%d Sinkhorn iterations) in %.3f s on %s; wrote %s\n",
+    std::fprintf(stderr, "flashot register: %s after %zu rounds (%d Sinkhorn iterations) in %.3f s on %s%s; wrote %s\n",
                  result.converged ? "converged" : "NOT converged", result.rounds.size(), result.iterations,
-                 result.seconds, result.backend.c_str(), out_path.string().c_str());
+                 result.seconds, result.backend.c_str(), multiscale_note(result.rounds).c_str(),
+                 out_path.string().c_str());
   }
   return 0;
 }
@@ -102,6 +112,7 @@ int register_main(const std::vector<std::string>& args) {
       ("report", po::value<std::string>(), "FILE.json: transform, RMS, rounds, convergence, timings")
       ("quiet,q", "print only the transform and RMS");
   add_backend_options(options);
+  add_multiscale_option(options);
   po::positional_options_description positional;
   add_ply_pair_options(options, positional);
   const po::variables_map vm = parse(args, options, positional);
@@ -140,6 +151,7 @@ int register_main(const std::vector<std::string>& args) {
   reg.reach_target = require_non_negative_double(vm, "reach-target");
   reg.reach_target_relative = require_non_negative_double(vm, "rel-reach");
   reg.backend = backend_options(vm);
+  reg.multiscale = multiscale_option(vm);
   const bool quiet = vm.count("quiet") > 0;
   const bool nonrigid = vm["model"].as<std::string>() == "nonrigid";
   workflow::NonrigidOptions field;
@@ -152,6 +164,7 @@ int register_main(const std::vector<std::string>& args) {
     field.reach_source = reg.reach_source;
     field.reach_target = reg.reach_target;
     field.backend = reg.backend;
+    field.multiscale = reg.multiscale;
     if (vm.count("kernel-width")) field.kernel_width = require_positive_double(vm, "kernel-width");
     field.regularization = require_non_negative_double(vm, "regularization");
     field.control_points = std::size_t(require_positive(vm, "control-points"));
@@ -202,7 +215,8 @@ int register_main(const std::vector<std::string>& args) {
                             {"max_rounds", reg.max_rounds}, {"reach", reg.reach},
                             {"reach_source", reg.reach_source}, {"reach_target", reg.reach_target},
                             {"rel_reach", reg.reach_target_relative},
-                            {"backend_requested", to_string(reg.backend.backend)}};
+                            {"backend_requested", to_string(reg.backend.backend)},
+                            {"multiscale", to_string(reg.multiscale)}};
     report["final_blur"] = result.final_blur;
     report["reach_used"] = {{"source", result.reach_source}, {"target", result.reach_target}};
     report["transported_mass"] = result.transported_mass;
@@ -223,9 +237,10 @@ int register_main(const std::vector<std::string>& args) {
   std::printf("rotation %.4f degrees, scale %.6f\nrms %.6g (weighted, to the OT correspondences)\n",
               result.transform.rotation_degrees(), result.transform.scale, result.rms);
   if (!quiet) {
-    std::fprintf(stderr, "flashot register: %s after %zu rounds (%d Sinkhorn iterations) in %.3f s on %s; wrote %s\n",
+    std::fprintf(stderr, "flashot register: %s after %zu rounds (%d Sinkhorn iterations) in %.3f s on %s%s; wrote %s\n",
                  result.converged ? "converged" : "NOT converged", result.rounds.size(), result.iterations,
-                 result.seconds, result.backend.c_str(), out_path.string().c_str());
+                 result.seconds, result.backend.c_str(), multiscale_note(result.rounds).c_str(),
+                 out_path.string().c_str());
   }
   // Warnings show even with --quiet: they are about the answer, not the progress.
   for (const std::string& w : warnings) std::fprintf(stderr, "flashot register: warning: %s\n", w.c_str());

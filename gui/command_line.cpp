@@ -20,6 +20,8 @@ struct Options {
   QCommandLineOption register_model{"register", "Register SOURCE onto TARGET (3-D points: PLY xyz or a 3-column "
                                     "obsm entry chosen with --key) as soon as the files are open: rigid, "
                                     "similarity, affine or nonrigid.", "MODEL"};
+  QCommandLineOption multiscale{"multiscale", "With --register: the rounds' solves, auto, on or off (flashot "
+                                "register --multiscale).", "MODE"};
   QCommandLineOption stack{"stack", "Show the two .h5ad slices stacked in 3-D by their coordinates in obsm KEY "
                            "(the source's KEY_flashot, when present, as its aligned coordinates).", "KEY"};
   QCommandLineOption coupling{"coupling", "With --stack: draw the coupling .h5ad that flashot align --coupling "
@@ -36,7 +38,7 @@ void add_options(QCommandLineParser& parser, const Options& o) {
                                    "transport and look at the result.");
   parser.addPositionalArgument("SOURCE", "Source (query) data set, .h5ad or .ply.", "[SOURCE");
   parser.addPositionalArgument("TARGET", "Target (reference) data set.", "[TARGET]]");
-  parser.addOptions({o.key, o.show, o.color_by, o.transfer, o.backend, o.blur, o.align, o.register_model, o.stack, o.coupling, o.screenshot, o.window, o.size,
+  parser.addOptions({o.key, o.show, o.color_by, o.transfer, o.backend, o.blur, o.align, o.register_model, o.multiscale, o.stack, o.coupling, o.screenshot, o.window, o.size,
                      o.help, o.version});
 }
 
@@ -64,6 +66,7 @@ CommandLine parse_command_line(const QStringList& arguments) {
   c.backend = parser.value(o.backend);
   c.align = parser.isSet(o.align);
   c.register_model = parser.value(o.register_model);
+  c.multiscale = parser.value(o.multiscale);
   c.stack = parser.value(o.stack);
   c.coupling = parser.value(o.coupling);
   if (!c.register_model.isEmpty() && c.register_model != "rigid" && c.register_model != "similarity" &&
@@ -71,6 +74,10 @@ CommandLine parse_command_line(const QStringList& arguments) {
     throw std::invalid_argument("--register must be rigid, similarity, affine or nonrigid (got '" +
                                 c.register_model.toStdString() + "')");
   }
+  if (!c.multiscale.isEmpty() && c.multiscale != "auto" && c.multiscale != "on" && c.multiscale != "off") {
+    throw std::invalid_argument("--multiscale must be auto, on or off (got '" + c.multiscale.toStdString() + "')");
+  }
+  if (!c.multiscale.isEmpty() && c.register_model.isEmpty()) throw std::invalid_argument("--multiscale needs --register MODEL");
   if (c.align && !c.register_model.isEmpty()) throw std::invalid_argument("--align and --register: choose one");
   if (!c.register_model.isEmpty() && c.target.isEmpty()) {
     throw std::invalid_argument("--register needs a SOURCE and a TARGET file");

@@ -21,6 +21,7 @@ struct CommandLine {
   std::optional<double> blur;
   bool align = false;
   QString register_model;  ///< rigid/similarity/affine/nonrigid: register as soon as the files are open
+  QString multiscale;      ///< with register_model: auto/on/off; empty = the panel's default (auto)
   QString stack;           ///< obsm key: show the slices stacked in 3-D
   QString coupling;        ///< with stack: a coupling .h5ad to draw
   QString screenshot;  ///< PNG path: headless mode

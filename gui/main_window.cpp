@@ -308,6 +308,13 @@ QWidget* MainWindow::build_controls() {
   reg_form->addRow(tr("Max rounds"), reg_rounds_box_);
   reg_form->addRow(tr("Kernel width (nonrigid)"), reg_kernel_box_);
   reg_form->addRow(tr("Control points (nonrigid)"), reg_control_box_);
+  reg_multiscale_box_ = new QComboBox;
+  reg_multiscale_box_->setObjectName("reg_multiscale");
+  for (const char* choice : kMultiscaleChoices) reg_multiscale_box_->addItem(choice);
+  reg_multiscale_box_->setToolTip(tr("flashot register --multiscale: each round's solve visits only the block pairs "
+                                     "a certified bound keeps (docs/multiscale.md); auto = from 10¹⁰ point pairs on "
+                                     "the CPU, 10¹² on a GPU"));
+  reg_form->addRow(tr("Multiscale"), reg_multiscale_box_);
   register_button_ = new QPushButton(tr("Register"));
   register_button_->setObjectName("register");
   connect(register_button_, &QPushButton::clicked, this, &MainWindow::register_clouds);
@@ -1037,6 +1044,7 @@ void MainWindow::register_clouds() {
   p.kernel_width = reg_kernel_box_->value();
   p.control_points = static_cast<std::size_t>(reg_control_box_->value());
   p.backend = backend_box_->currentText().toStdString();
+  p.multiscale = reg_multiscale_box_->currentText().toStdString();
   const std::string key = key_box_->currentText().toStdString();
   std::shared_ptr<const RegistrationInput> input;
   try {
@@ -1058,25 +1066,14 @@ void MainWindow::register_clouds() {
   }
   progress_bar_->setRange(0, p.max_rounds);
   progress_bar_->setValue(0);
-  progress_label_->setText(tr("registering %1 onto %2 points in %3 (%4)…")
+  progress_label_->setText(tr("registering %1 onto %2 points in %3 (%4, multiscale %5)…")
                                .arg(input->source.size() / 3)
                                .arg(input->target.size() / 3)
                                .arg(q(key))
-                               .arg(q(p.model)));
+                               .arg(q(p.model))
+                               .arg(q(p.multiscale)));
   task_kind_ = Task::kRegistration;
-  task_->start([input](const TaskWorker::Report& report) -> std::shared_ptr<const void> {
-    auto outcome = std::make_shared<RegistrationOutcome>(
-        run_registration(*input, [&](int round, int rounds, double epsilon, double rms) {
-          return report(QStringLiteral("round %1/%2 · ε %3 · rms %4")
-                            .arg(round)
-                            .arg(rounds)
-                            .arg(epsilon, 0, 'g', 3)
-                            .arg(rms, 0, 'g', 4),
-                        round, rounds);
-        }));
-    if (outcome->cancelled) return nullptr;
-    return outcome;
-  });
+  task_->start(registration_job(input));  // progress at every round and every check of its solve
   update_actions();
 }
 
@@ -1321,6 +1318,7 @@ void MainWindow::apply_command_line(const CommandLine& c) {
   }
   if (!c.register_model.isEmpty()) {
     reg_model_box_->setCurrentText(c.register_model);
+    if (!c.multiscale.isEmpty()) reg_multiscale_box_->setCurrentText(c.multiscale);
     register_clouds();
     if (!task_->busy() && headless_) quit_headless(1, tr("the registration did not start"));
     return;

@@ -170,6 +170,7 @@ class MainWindow : public QMainWindow {
   QSpinBox* reg_rounds_box_ = nullptr;
   QDoubleSpinBox* reg_kernel_box_ = nullptr;
   QSpinBox* reg_control_box_ = nullptr;
+  QComboBox* reg_multiscale_box_ = nullptr;
   QPushButton* register_button_ = nullptr;
   QPlainTextEdit* reg_text_ = nullptr;
   // Stacked slices panel.

@@ -50,6 +50,10 @@ std::vector<std::string> validate(const RegistrationParameters& p) {
     problems.push_back("regularization must be ≥ 0 (got " + value_text(p.regularization) + ")");
   }
   if (p.control_points < 1) problems.push_back("control points must be ≥ 1 (got 0)");
+  if (std::find(std::begin(kMultiscaleChoices), std::end(kMultiscaleChoices), p.multiscale) ==
+      std::end(kMultiscaleChoices)) {
+    problems.push_back("multiscale must be auto, on or off (got '" + p.multiscale + "')");
+  }
   // The backend's own check (names the backends present) is AlignParameters'.
   AlignParameters backend_only;
   backend_only.backend = p.backend;
@@ -71,6 +75,7 @@ workflow::RegistrationOptions registration_options(const RegistrationParameters&
   AlignParameters backend_only;
   backend_only.backend = p.backend;
   o.backend = backend_options(backend_only);
+  o.multiscale = parse_multiscale(p.multiscale);
   return o;
 }
 
@@ -86,6 +91,7 @@ workflow::NonrigidOptions nonrigid_options(const RegistrationParameters& p) {
   o.reach_source = r.reach_source;
   o.reach_target = r.reach_target;
   o.backend = r.backend;
+  o.multiscale = r.multiscale;
   o.kernel_width = p.kernel_width;
   o.regularization = p.regularization;
   o.control_points = p.control_points;
@@ -109,7 +115,8 @@ RegistrationInput registration_input(const Dataset& source, const Dataset& targe
   return input;
 }
 
-RegistrationOutcome run_registration(const RegistrationInput& input, const RegistrationCallback& progress) {
+RegistrationOutcome run_registration(const RegistrationInput& input, const RegistrationCallback& progress,
+                                     const workflow::SolveProgress& solve_progress) {
   const RegistrationParameters& p = input.parameters;
   const std::size_t n = input.source.size() / 3, m = input.target.size() / 3;
   const PointsView source{input.source, n, 3};
@@ -124,8 +131,18 @@ RegistrationOutcome run_registration(const RegistrationInput& input, const Regis
   out.key = input.key;
   out.n = n;
   out.m = m;
+  out.multiscale = p.multiscale;
+  const auto summarize = [&out](const SolveResult& last) {
+    for (const workflow::RegistrationRound& round : out.rounds) out.multiscale_rounds += round.multiscale;
+    out.multiscale_reason = last.multiscale.reason;
+    out.multiscale_kept_fraction = last.multiscale.used && !last.multiscale.stages.empty()
+                                       ? last.multiscale.stages.back().kept_fraction
+                                       : 1.0;
+  };
   if (p.model == "nonrigid") {
-    workflow::NonrigidResult r = workflow::register_nonrigid(source, target, nonrigid_options(p), callback);
+    workflow::NonrigidOptions options = nonrigid_options(p);
+    options.solve_progress = solve_progress;
+    workflow::NonrigidResult r = workflow::register_nonrigid(source, target, options, callback);
     out.registered = std::move(r.moved);
     out.control_points = r.control_points.size() / 3;
     out.kernel_width = r.kernel_width;
@@ -138,8 +155,12 @@ RegistrationOutcome run_registration(const RegistrationInput& input, const Regis
     out.backend = r.backend;
     out.seconds = r.seconds;
     out.transported_mass = r.transported_mass;
+    stopped = stopped || r.cancelled;
+    summarize(r.last_solve);
   } else {
-    workflow::RegistrationResult r = workflow::register_clouds(source, target, registration_options(p), callback);
+    workflow::RegistrationOptions options = registration_options(p);
+    options.solve_progress = solve_progress;
+    workflow::RegistrationResult r = workflow::register_clouds(source, target, options, callback);
     out.registered = r.transform.apply(input.source);
     out.transform = r.transform;
     out.rotation_degrees = r.transform.rotation_degrees();
@@ -154,9 +175,47 @@ RegistrationOutcome run_registration(const RegistrationInput& input, const Regis
     out.iterations = r.iterations;
     out.backend = r.backend;
     out.seconds = r.seconds;
+    stopped = stopped || r.cancelled;
+    summarize(r.last_solve);
   }
   out.cancelled = stopped;
   return out;
+}
+
+QString check_text(int round, int rounds, const Progress& check) {
+  QString text = QStringLiteral("round %1/%2 · stage %3/%4%5 · ε %6 · iteration %7")
+                     .arg(round)
+                     .arg(rounds)
+                     .arg(check.stage + 1)
+                     .arg(check.stage_count)
+                     .arg(check.coarse ? QStringLiteral(" (coarse level)") : QString())
+                     .arg(check.epsilon, 0, 'g', 3)
+                     .arg(check.iteration);
+  // An intermediate ε stage reports after its iterations without measuring the error (NaN).
+  if (std::isfinite(check.marginal_error)) text += QStringLiteral(" · marginal error %1").arg(check.marginal_error, 0, 'e', 2);
+  return text;
+}
+
+TaskWorker::Job registration_job(std::shared_ptr<const RegistrationInput> input) {
+  return [input = std::move(input)](const TaskWorker::Report& report) -> std::shared_ptr<const void> {
+    auto outcome = std::make_shared<RegistrationOutcome>(run_registration(
+        *input,
+        [&](int round, int rounds, double epsilon, double rms) {
+          return report(QStringLiteral("round %1/%2 · ε %3 · rms %4")
+                            .arg(round)
+                            .arg(rounds)
+                            .arg(epsilon, 0, 'g', 3)
+                            .arg(rms, 0, 'g', 4),
+                        round, rounds);
+        },
+        [&](int round, const Progress& check) {
+          // The bar counts the rounds done; the line follows the running solve.
+          const int rounds = input->parameters.max_rounds;
+          return report(check_text(round, rounds, check), round - 1, rounds);
+        }));
+    if (outcome->cancelled) return nullptr;  // TaskWorker answers a null result with cancelled()
+    return outcome;
+  };
 }
 
 std::string describe(const RegistrationOutcome& o) {
@@ -186,6 +245,13 @@ std::string describe(const RegistrationOutcome& o) {
   text += "rms " + format("%.6g", o.rms) + " (" + format("%.4g", o.diameter > 0 ? o.rms / o.diameter : 0.0) +
           " × diameter; weighted, to the OT correspondences)\n";
   text += "transported mass " + format("%.4f", o.transported_mass) + " of the source's\n";
+  if (o.multiscale_rounds > 0) {
+    text += "multiscale (" + o.multiscale + "): " + std::to_string(o.multiscale_rounds) + " of " +
+            std::to_string(o.rounds.size()) + " rounds; the last visited " +
+            format("%.3g", 100 * o.multiscale_kept_fraction) + "% of the point pairs\n";
+  } else {
+    text += "multiscale (" + o.multiscale + "): not used (" + o.multiscale_reason + ")\n";
+  }
   char line[200];
   std::snprintf(line, sizeof line, "%s after %zu rounds (%d Sinkhorn iterations), final blur %.4g, %.2f s on %s\n",
                 o.converged ? "converged" : "NOT converged", o.rounds.size(), o.iterations, o.final_blur, o.seconds,

@@ -7,12 +7,14 @@
 #include <cstddef>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "dataset.hpp"
 #include "flashot/workflow/nonrigid.hpp"
+#include "task_worker.hpp"
 #include "flashot/workflow/registration.hpp"
 
 namespace flashot::gui {
@@ -31,9 +33,11 @@ struct RegistrationParameters {
   double regularization = 1e-2;  ///< nonrigid
   std::size_t control_points = 200;  ///< nonrigid
   std::string backend = "auto";
+  std::string multiscale = "auto";  ///< the rounds' solves: auto | on | off (`flashot register --multiscale`)
 };
 
 inline constexpr const char* kRegistrationModels[] = {"rigid", "similarity", "affine", "nonrigid"};
+inline constexpr const char* kMultiscaleChoices[] = {"auto", "on", "off"};
 
 /// Every problem with `p`, one message each naming the field and the value (empty when valid), with the CLI's
 /// wording ("anneal must be in (0, 1) (got 1.5)").
@@ -71,6 +75,12 @@ struct RegistrationOutcome {
   bool converged = false;
   bool cancelled = false;  ///< stopped by the progress callback: nothing to show or save
   std::vector<workflow::RegistrationRound> rounds;
+  std::string multiscale = "auto";  ///< the setting the rounds' solves ran with
+  std::size_t multiscale_rounds = 0;  ///< rounds whose solve ran the multiscale solver
+  /// The last round's solve: why multiscale was or was not used, and the share of the point pairs its last stage
+  /// visited (1 for a dense solve).
+  std::string multiscale_reason;
+  double multiscale_kept_fraction = 1;
   int iterations = 0;
   std::string backend;
   double seconds = 0;
@@ -80,8 +90,23 @@ struct RegistrationOutcome {
 /// `progress(round, max_rounds, epsilon, rms)` after each round, on the calling thread; false cancels.
 using RegistrationCallback = std::function<bool(int, int, double, double)>;
 
-/// Runs the registration the CLI runs. Throws std::invalid_argument for bad parameters or points.
-RegistrationOutcome run_registration(const RegistrationInput& input, const RegistrationCallback& progress);
+/// Runs the registration the CLI runs. `solve_progress(round, check)` is called at every marginal-error check of
+/// every round's solve (a multiscale solve's coarser level included), on the calling thread; false from either
+/// callback cancels — from `solve_progress` in the middle of the solve. Throws std::invalid_argument for bad
+/// parameters or points.
+RegistrationOutcome run_registration(const RegistrationInput& input, const RegistrationCallback& progress,
+                                     const workflow::SolveProgress& solve_progress = {});
+
+/// The progress line at a check of round `round` of `rounds`: "round 3/60 · stage 7/7 · ε 0.000592 · iteration 40 ·
+/// marginal error 1.31e-02"; a multiscale solve's coarser level settling says "stage 7/7 (coarse level)" and an
+/// intermediate stage, which has no error, leaves the error out.
+QString check_text(int round, int rounds, const Progress& check);
+
+/// The register panel's job for a TaskWorker: run_registration with a progress report after every round ("round
+/// 3/60 · ε … · rms …") and at every check of a round's solve (check_text), the bar at the rounds done; Cancel
+/// (TaskWorker::cancel) stops the running solve at its next check. The result is the RegistrationOutcome, null
+/// when cancelled.
+TaskWorker::Job registration_job(std::shared_ptr<const RegistrationInput> input);
 
 /// The panel's text: the 4×4 matrix, rotation angle and axis, scale, translation (or the field's size), the
 /// residual (rms, transported mass), rounds and time, and any warning.

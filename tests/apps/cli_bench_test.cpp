@@ -49,9 +49,14 @@ TEST(Bench, ClusteredDataAndAForcedKernelRun) {
   // --screening), and the line names them.
   const CommandResult r =
       run_flashot({"bench", "--n", "300", "--m", "250", "--d", "7", "--iters", "3", "--repeats", "2", "--backend",
-                   "cpu", "--data", "clusters", "--kernel", "register", "--subtile-overlap"});
+                   "cpu", "--data", "clusters", "--kernel", "register"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("clusters kernel=register subtile-overlap"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("clusters kernel=register subtile-overlap"), std::string::npos) << r.out;  // on by default
+  const CommandResult off =
+      run_flashot({"bench", "--n", "300", "--m", "250", "--d", "7", "--iters", "3", "--repeats", "2", "--backend",
+                   "cpu", "--kernel", "tensor", "--subtile-overlap", "off"});
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_NE(off.out.find("kernel=tensor n=300"), std::string::npos) << off.out;
 }
 
 TEST(Usage, BadOptionValuesExitTwoWithOneLine) {
@@ -61,6 +66,7 @@ TEST(Usage, BadOptionValuesExitTwoWithOneLine) {
            {"bench", "--n", "10", "--backend", "gpu"},
            {"bench", "--n", "10", "--no-such-option"},
            {"bench", "--n", "10", "--kernel", "fastest"},
+           {"bench", "--n", "10", "--subtile-overlap", "yes"},
            {"bench", "--n", "10", "--data", "no-such-data"},
            {"bench", "--n", "10", "--overrelaxation", "2"},
            {"bench", "--n", "10", "--overrelaxation", "fast"},

@@ -71,11 +71,59 @@ TEST(RegisterSamples, RecoversTheKnownRotationOfThePartialScanWithTheDefaults) {
     EXPECT_LT(std::abs(v), kMaxTranslationError) << "axis " << i;
   }
   EXPECT_TRUE(report["warnings"].empty()) << report["warnings"].dump();
+  // --multiscale auto at 2,178 × 3,000 points (6.5·10⁶ pairs, below the CPU threshold of 10¹⁰): every round dense.
+  EXPECT_EQ(report["parameters"]["multiscale"], "auto");
+  for (const auto& round : report["rounds"]) EXPECT_FALSE(round["multiscale"].get<bool>()) << round.dump();
+  EXPECT_EQ(r.err.find("multiscale in"), std::string::npos) << r.err;
   EXPECT_NEAR(report["reach_used"]["target"].get<double>(), 0.02 * report["diameter"].get<double>(), 1e-9);
   EXPECT_EQ(report["reach_used"]["source"].get<double>(), 0.0);
   const io::PlyFile out = io::read_ply(folder / "registered.ply");
   const io::PlyFile in = io::read_ply(kSamples / "shape_scan.ply");
   EXPECT_EQ(out.find("vertex")->find("x_original")->values, in.find("vertex")->find("x")->values);
+}
+
+// --multiscale on: every round's solve runs the multiscale block-sparse solver (on the samples: a coarse level of
+// 9 × 12 block centres under the points), and the registration still lands within 1° of the truth.
+TEST(RegisterSamples, MultiscaleOnRunsEveryRoundMultiscaleAndRecoversTheRotation) {
+  const auto folder = fresh_folder();
+  const CommandResult r = run_flashot({"register", (kSamples / "shape_scan.ply").string(),
+                                       (kSamples / "shape.ply").string(), "-o", (folder / "registered.ply").string(),
+                                       "--report", (folder / "report.json").string(), "--backend", "cpu",
+                                       "--multiscale", "on"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(read_file(folder / "report.json"));
+  EXPECT_EQ(report["parameters"]["multiscale"], "on");
+  ASSERT_FALSE(report["rounds"].empty());
+  for (const auto& round : report["rounds"]) EXPECT_TRUE(round["multiscale"].get<bool>()) << round.dump();
+  EXPECT_TRUE(report["multiscale"]["used"].get<bool>()) << report["multiscale"].dump();  // the last round's solve
+  const std::string note = "multiscale in " + std::to_string(report["rounds"].size()) + " of " +
+                           std::to_string(report["rounds"].size()) + " rounds";
+  EXPECT_NE(r.err.find(note), std::string::npos) << r.err;
+  EXPECT_TRUE(report["converged"].get<bool>());
+  const workflow::Transform motion = scan_motion();
+  workflow::Transform composed;
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      double v = 0;
+      for (int k = 0; k < 3; ++k) v += report["transform"][i][k].get<double>() * motion.linear[std::size_t(3 * k + j)];
+      composed.linear[std::size_t(3 * i + j)] = v;
+    }
+  }
+  std::printf("multiscale on: found %.4f degrees, residual %.4f degrees, rms %.6f, %zu rounds, %d iterations\n",
+              report["rotation_degrees"].get<double>(), composed.rotation_degrees(), report["rms"].get<double>(),
+              report["rounds"].size(), report["iterations"].get<int>());
+  EXPECT_LT(composed.rotation_degrees(), kMaxAngleErrorDegrees);
+  EXPECT_TRUE(report["warnings"].empty()) << report["warnings"].dump();
+}
+
+TEST(RegisterSamples, AMultiscaleValueOtherThanAutoOnOffIsAUsageError) {
+  const auto folder = fresh_folder();
+  const CommandResult r = run_flashot({"register", (kSamples / "shape_scan.ply").string(),
+                                       (kSamples / "shape.ply").string(), "-o", (folder / "registered.ply").string(),
+                                       "--multiscale", "sometimes"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("multiscale must be auto, on or off (got 'sometimes')"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(folder / "registered.ply"));
 }
 
 TEST(Registration, ResultsThatLookOffAreWarnedAbout) {

@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <limits>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -58,14 +60,53 @@ std::shared_ptr<const void> run_on_worker(TaskWorker::Job job, bool cancel_at_on
   return finished.first().first().value<std::shared_ptr<const void>>();
 }
 
-TaskWorker::Job registration_job(std::shared_ptr<const RegistrationInput> input) {
-  return [input](const TaskWorker::Report& report) -> std::shared_ptr<const void> {
-    auto outcome = std::make_shared<RegistrationOutcome>(run_registration(*input, [&](int round, int rounds, double, double rms) {
-      return report(QStringLiteral("round %1, rms %2").arg(round).arg(rms), round, rounds);
-    }));
-    if (outcome->cancelled) return nullptr;
-    return outcome;
-  };
+/// Runs `job` on a TaskWorker and keeps every progress line; `cancel_when(line)` true makes the test press Cancel
+/// (TaskWorker::cancel, as the window's button does) while the job runs.
+struct WatchedRun {
+  std::shared_ptr<const void> result;
+  QStringList lines;
+  bool cancelled = false, failed = false;
+  int lines_at_cancel = -1;  ///< progress lines received when Cancel was pressed
+};
+WatchedRun run_watched(TaskWorker::Job job, const std::function<bool(const QString&)>& cancel_when = {}) {
+  WatchedRun run;
+  TaskWorker worker;
+  QSignalSpy finished(&worker, &TaskWorker::finished);
+  QSignalSpy cancelled(&worker, &TaskWorker::cancelled);
+  QSignalSpy failed(&worker, &TaskWorker::failed);
+  QObject::connect(&worker, &TaskWorker::progress, &worker, [&](const QString& text, int, int) {
+    run.lines << text;
+    if (cancel_when && run.lines_at_cancel < 0 && cancel_when(text)) {
+      run.lines_at_cancel = int(run.lines.size());
+      worker.cancel();
+    }
+  });
+  if (!worker.start(std::move(job))) return run;
+  if (!QTest::qWaitFor([&] { return !worker.busy() && finished.count() + cancelled.count() + failed.count() > 0; },
+                       kTimeoutMs)) {
+    qWarning("the job did not end within %d ms", kTimeoutMs);
+    return run;
+  }
+  run.cancelled = !cancelled.isEmpty();
+  run.failed = !failed.isEmpty();
+  if (run.failed) qWarning("worker failed: %s", qPrintable(failed.first().first().toString()));
+  if (!finished.isEmpty()) run.result = finished.first().first().value<std::shared_ptr<const void>>();
+  return run;
+}
+
+/// `flashot register SCAN SHAPE -o DIR/cli.ply --report DIR/cli.json --backend cpu --quiet EXTRA…`'s report.
+nlohmann::json cli_register_report(const std::filesystem::path& folder, const QStringList& extra = {}) {
+  QProcess cli;
+  cli.start(FLASHOT_CLI, QStringList{"register", QString::fromStdString((kSamples / "shape_scan.ply").string()),
+                                     QString::fromStdString((kSamples / "shape.ply").string()), "-o",
+                                     QString::fromStdString((folder / "cli.ply").string()), "--report",
+                                     QString::fromStdString((folder / "cli.json").string()), "--backend", "cpu",
+                                     "--quiet"} + extra);
+  if (!cli.waitForFinished(kTimeoutMs) || cli.exitCode() != 0) {
+    qWarning("flashot register failed: %s", cli.readAllStandardError().constData());
+    return {};
+  }
+  return nlohmann::json::parse(read_bytes(folder / "cli.json"));
 }
 
 }  // namespace
@@ -116,14 +157,8 @@ class GuiRegisterTest : public QObject {
     QTemporaryDir dir;
     QVERIFY(dir.isValid());
     const std::filesystem::path folder = dir.path().toStdString();
-    QProcess cli;
-    cli.start(FLASHOT_CLI, {"register", QString::fromStdString((kSamples / "shape_scan.ply").string()),
-                            QString::fromStdString((kSamples / "shape.ply").string()), "-o",
-                            QString::fromStdString((folder / "cli.ply").string()), "--report",
-                            QString::fromStdString((folder / "cli.json").string()), "--backend", "cpu", "--quiet"});
-    QVERIFY(cli.waitForFinished(kTimeoutMs));
-    QVERIFY2(cli.exitCode() == 0, cli.readAllStandardError().constData());
-    const nlohmann::json report = nlohmann::json::parse(read_bytes(folder / "cli.json"));
+    const nlohmann::json report = cli_register_report(folder);
+    QVERIFY(!report.is_null());
     const auto& a = o.transform->linear;
     const auto& t = o.transform->translation;
     double worst = 0;
@@ -185,6 +220,135 @@ class GuiRegisterTest : public QObject {
     std::size_t files = 0;
     for (const auto& entry : std::filesystem::directory_iterator(folder)) files += entry.is_regular_file();
     QCOMPARE(files, std::size_t{3});
+  }
+
+  // Multiscale on, as the panel runs it (its TaskWorker job, with a progress line at every check of every round's
+  // solve), against `flashot register --multiscale on` on the same files: the same transform, bit for bit.
+  void multiscale_on_matches_cli_exactly() {
+    const Dataset scan = Dataset::open(kSamples / "shape_scan.ply");
+    const Dataset shape = Dataset::open(kSamples / "shape.ply");
+    RegistrationParameters p;
+    p.backend = "cpu";
+    p.multiscale = "on";
+    auto input = std::make_shared<RegistrationInput>(registration_input(scan, shape, kSpacePly, p));
+    const WatchedRun run = run_watched(registration_job(input));
+    QVERIFY(!run.failed && !run.cancelled);
+    const auto result = std::static_pointer_cast<const RegistrationOutcome>(run.result);
+    QVERIFY(result != nullptr);
+    const RegistrationOutcome& o = *result;
+    QVERIFY(o.transform.has_value());
+    // Every round's solve ran multiscale, and the panel heard its checks: the first round's coarser level settling
+    // (9 × 12 block centres under the points) and the points' own checks with their marginal error.
+    QVERIFY(!o.rounds.empty());
+    QCOMPARE(o.multiscale_rounds, o.rounds.size());
+    QVERIFY(std::any_of(run.lines.begin(), run.lines.end(), [](const QString& l) {
+      return l.startsWith("round 1/60 · stage") && l.contains("(coarse level)") && l.contains("marginal error");
+    }));
+    QVERIFY(std::any_of(run.lines.begin(), run.lines.end(), [](const QString& l) {
+      return l.startsWith("round 2/60 · stage 1/1 · ε") && l.contains("marginal error");
+    }));
+    const std::string text = describe(o);
+    const std::string rounds_line = "multiscale (on): " + std::to_string(o.rounds.size()) + " of " +
+                                    std::to_string(o.rounds.size()) + " rounds";
+    QVERIFY2(text.find(rounds_line) != std::string::npos, text.c_str());
+
+    QTemporaryDir dir;
+    const std::filesystem::path folder = dir.path().toStdString();
+    const nlohmann::json report = cli_register_report(folder, {"--multiscale", "on"});
+    QVERIFY(!report.is_null());
+    QCOMPARE(report["rounds"].size(), o.rounds.size());
+    for (std::size_t k = 0; k < o.rounds.size(); ++k) {
+      QVERIFY(report["rounds"][k]["multiscale"].get<bool>());
+      QCOMPARE(report["rounds"][k]["iterations"].get<int>(), o.rounds[k].iterations);
+    }
+    for (int r = 0; r < 3; ++r) {
+      for (int c = 0; c < 3; ++c) QCOMPARE(report["transform"][r][c].get<double>(), o.transform->linear[std::size_t(3 * r + c)]);
+      QCOMPARE(report["transform"][r][3].get<double>(), o.transform->translation[std::size_t(r)]);
+    }
+    QCOMPARE(report["rms"].get<double>(), o.rms);
+    QCOMPARE(report["transported_mass"].get<double>(), o.transported_mass);
+    QCOMPARE(report["iterations"].get<int>(), o.iterations);
+    qInfo("multiscale on: rotation %.4f degrees, rms %.6g, %zu rounds, %d iterations, %.1f s (CLI: %.1f s)",
+          o.rotation_degrees, o.rms, o.rounds.size(), o.iterations, o.seconds, report["total_seconds"].get<double>());
+    QVERIFY2(std::abs(o.rotation_degrees - 30) < 0.5, qPrintable(QString::number(o.rotation_degrees)));
+  }
+
+  // Cancel in the middle of a multiscale solve: the engine's progress callback returns false at the next check, and
+  // the registration ends there — no further check, no round completed (rigid and nonrigid paths).
+  void cancel_during_a_multiscale_solve_ends_it() {
+    const Dataset scan = Dataset::open(kSamples / "shape_scan.ply");
+    const Dataset shape = Dataset::open(kSamples / "shape.ply");
+    for (const char* model : {"rigid", "nonrigid"}) {
+      RegistrationParameters p;
+      p.backend = "cpu";
+      p.multiscale = "on";
+      p.model = model;
+      const RegistrationInput input = registration_input(scan, shape, kSpacePly, p);
+      int rounds_done = 0, checks = 0, checks_after_stop = 0, stopped_in_round = 0;
+      bool stop = false;
+      const RegistrationOutcome o = run_registration(
+          input, [&](int, int, double, double) { return ++rounds_done > 0; },
+          [&](int round, const Progress& check) {
+            if (stop) ++checks_after_stop;
+            ++checks;
+            // Stop at the first measured check of the coarser level: inside the multiscale solve of round 1.
+            if (!stop && check.coarse && std::isfinite(check.marginal_error)) {
+              stop = true;
+              stopped_in_round = round;
+              return false;
+            }
+            return true;
+          });
+      QVERIFY2(stop, model);
+      QCOMPARE(stopped_in_round, 1);
+      QCOMPARE(checks_after_stop, 0);
+      QCOMPARE(rounds_done, 0);
+      QVERIFY(o.cancelled);
+      QVERIFY(o.rounds.empty());
+    }
+    // Through the panel's job: Cancel pressed at the first check of the coarser level ends the job as cancelled.
+    RegistrationParameters p;
+    p.backend = "cpu";
+    p.multiscale = "on";
+    auto input = std::make_shared<RegistrationInput>(registration_input(scan, shape, kSpacePly, p));
+    const WatchedRun run = run_watched(registration_job(input), [](const QString& line) {
+      return line.contains("(coarse level)") && line.contains("marginal error");
+    });
+    QVERIFY(run.lines_at_cancel > 0);
+    QVERIFY(run.cancelled);
+    QVERIFY(run.result == nullptr);
+    qInfo("cancel: %d progress lines when Cancel was pressed, %lld in all", run.lines_at_cancel,
+          static_cast<long long>(run.lines.size()));
+  }
+
+  void multiscale_choice_is_validated() {
+    RegistrationParameters p;
+    p.multiscale = "sometimes";
+    const std::vector<std::string> problems = validate(p);
+    QCOMPARE(problems.size(), std::size_t{1});
+    QCOMPARE(problems[0], std::string("multiscale must be auto, on or off (got 'sometimes')"));
+    p.multiscale = "off";
+    QCOMPARE(registration_options(p).multiscale, Multiscale::kOff);
+    p.model = "nonrigid";
+    p.multiscale = "on";
+    QCOMPARE(nonrigid_options(p).multiscale, Multiscale::kOn);
+  }
+
+  // The progress line at a check names the round, the stage (coarse level or the points), ε, the iteration and
+  // the error; an intermediate stage (no error measured) leaves the error out.
+  void check_text_names_round_stage_and_error() {
+    Progress c;
+    c.stage = 6;
+    c.stage_count = 7;
+    c.epsilon = 0.000592;
+    c.iteration = 40;
+    c.marginal_error = 0.0131;
+    c.coarse = true;
+    QCOMPARE(check_text(3, 60, c),
+             QStringLiteral("round 3/60 · stage 7/7 (coarse level) · ε 0.000592 · iteration 40 · marginal error 1.31e-02"));
+    c.coarse = false;
+    c.marginal_error = std::numeric_limits<double>::quiet_NaN();
+    QCOMPARE(check_text(3, 60, c), QStringLiteral("round 3/60 · stage 7/7 · ε 0.000592 · iteration 40"));
   }
 
   // Point sets from .h5ad obsm: a 3-column entry registers and saves as obsm <key>_flashot, X untouched.

@@ -70,9 +70,27 @@ class GuiRegisterWindowTest : public QObject {
     QVERIFY2(text->toPlainText().contains("rotation 30.0"), qPrintable(text->toPlainText()));
     QVERIFY(text->toPlainText().contains("transported mass"));
     QVERIFY(text->toPlainText().contains("translation ("));
+    QVERIFY2(text->toPlainText().contains("multiscale (auto): not used (auto: n·m = "), qPrintable(text->toPlainText()));
     QVERIFY(std::abs(r.rotation_degrees - 30) < 0.5);
     const Frame frame = const_cast<PointCloudScene&>(window.scene()).render();
     QVERIFY(drawn_pixels(frame) > frame.rgb.size() / 3 / 100);
+
+    // Multiscale on: while a round's solve runs, the progress line follows its checks (round, stage, ε, iteration),
+    // and Cancel pressed then ends the run; the previous result stays.
+    auto* multiscale = window.findChild<QComboBox*>("reg_multiscale");
+    auto* progress = window.findChild<QLabel*>("progress_text");
+    QVERIFY(multiscale && progress);
+    QCOMPARE(multiscale->currentText(), QString("auto"));
+    multiscale->setCurrentText("on");
+    const RegistrationOutcome* before = window.registration();
+    QTest::mouseClick(reg, Qt::LeftButton);
+    QVERIFY(QTest::qWaitFor([&] { return progress->text().contains(" · stage ") || !cancel->isEnabled(); }, kTimeoutMs));
+    QVERIFY2(progress->text().startsWith("round "), qPrintable(progress->text()));
+    QTest::mouseClick(cancel, Qt::LeftButton);
+    QVERIFY(QTest::qWaitFor([&] { return reg->isEnabled(); }, kTimeoutMs));
+    QCOMPARE(progress->text(), QString("cancelled"));
+    QVERIFY(window.registration() == before);
+    multiscale->setCurrentText("auto");
 
     // A nonrigid registration started and cancelled at once leaves the previous result in place.
     model->setCurrentText("nonrigid");

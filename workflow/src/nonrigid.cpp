@@ -157,12 +157,21 @@ NonrigidResult register_nonrigid(PointsView source, PointsView target, const Non
     so.reach_source = o.reach_source;
     so.reach_target = o.reach_target;
     so.scheme = Scheme::kAlternating;
+    so.multiscale = o.multiscale;
+    if (o.solve_progress) so.progress = [&o, round](const Progress& p) { return o.solve_progress(round + 1, p); };
     // The last round's potentials are a close start for the next blur (the points moved a little).
     so.initial_f = f;
     so.initial_g = gpot;
+    if (round > 0) warm_start_at_final_epsilon(so, blur);
     SolveResult s = problem.solve(so);
     if (s.reason == StopReason::kNonFinite)
       throw std::runtime_error("non-rigid round " + std::to_string(round) + ": the OT solve failed: " + s.message);
+    if (s.reason == StopReason::kCancelled) {  // solve_progress said stop: keep the rounds completed before
+      result.cancelled = true;
+      result.iterations += s.iterations;
+      result.last_solve = std::move(s);
+      break;
+    }
     const std::vector<float> targets = problem.barycentric(s, Side::kSource);  // (n, 3)
     const std::vector<float> mass = problem.row_marginal(s);                  // (n)
     result.iterations += s.iterations;
@@ -206,6 +215,7 @@ NonrigidResult register_nonrigid(PointsView source, PointsView target, const Non
     rr.epsilon = s.epsilon;
     rr.iterations = s.iterations;
     rr.converged = s.converged;
+    rr.multiscale = s.multiscale.used;
     double sum = 0;
     for (std::size_t i = 0; i < n; ++i) {
       sum += mass[i] * squared_distance(&moved[i * 3], &targets[i * 3]);

@@ -21,6 +21,15 @@ Vector3 row(std::span<const float> points, std::size_t i) {
 
 }  // namespace
 
+void warm_start_at_final_epsilon(SolveOptions& solve, double blur) {
+  // The ε schedule of a multiscale fixed-ε solve starts at s·diameter² (engine/src/multiscale.cpp,
+  // MultiscaleSolver::solve); with the round's blur as the diameter it is the round's ε alone (s ≤ 1), so the warm
+  // start is the warm-up. Otherwise it would run a stage at every ε from the clouds' diameter down, one iteration
+  // each, on the points themselves (a warm start skips the coarser levels): at the first ε every block pair is
+  // listed, and those iterations replace the warm start by a cold one. A dense fixed-ε solve has no schedule.
+  solve.diameter = blur;
+}
+
 std::string to_string(TransformModel model) {
   switch (model) {
     case TransformModel::kRigid: return "rigid";
@@ -180,6 +189,10 @@ RegistrationResult register_clouds(PointsView source, PointsView target, const R
     solve.reach_target = reach_target;
     solve.scheme = options.scheme;
     solve.max_iterations = options.round_iterations;
+    solve.multiscale = options.multiscale;
+    if (options.solve_progress) {
+      solve.progress = [&options, round](const Progress& p) { return options.solve_progress(round + 1, p); };
+    }
     if (round == 0) {
       solve.blur = blur;  // ε-scaling from the diameter down to the first blur
     } else {
@@ -188,11 +201,18 @@ RegistrationResult register_clouds(PointsView source, PointsView target, const R
       solve.epsilon = blur * blur;  // the engine's rule: ε = blur² in cost units
       solve.initial_f = f;
       solve.initial_g = g;
+      warm_start_at_final_epsilon(solve, blur);
     }
     solve.cost = options.cost;
     const SolveResult s = problem.solve(solve);
     if (s.reason == StopReason::kNonFinite) {
       throw std::runtime_error("round " + std::to_string(round + 1) + ": " + s.message);
+    }
+    if (s.reason == StopReason::kCancelled) {  // solve_progress said stop: keep the rounds completed before
+      result.cancelled = true;
+      result.last_solve = s;
+      result.iterations += s.iterations;
+      break;
     }
     f = s.f;
     g = s.g;
@@ -208,6 +228,7 @@ RegistrationResult register_clouds(PointsView source, PointsView target, const R
     report.epsilon = s.epsilon;
     report.iterations = s.iterations;
     report.converged = s.converged;
+    report.multiscale = s.multiscale.used;
     double squared = 0, total = 0;
     for (std::size_t i = 0; i < source.n; ++i) {
       double change = 0, residual = 0;

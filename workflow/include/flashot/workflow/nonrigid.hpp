@@ -32,6 +32,8 @@ struct NonrigidOptions {
   Cost cost = Cost::kSquaredEuclidean;
   double reach = 0, reach_source = 0, reach_target = 0;  ///< data units, as SolveOptions (ρ = reach²)
   BackendOptions backend;
+  Multiscale multiscale = Multiscale::kAuto;  ///< the rounds' solves, as RegistrationOptions::multiscale
+  SolveProgress solve_progress;               ///< as RegistrationOptions::solve_progress
 };
 
 struct NonrigidResult {
@@ -44,6 +46,9 @@ struct NonrigidResult {
   double diameter = 0;
   double transported_mass = 1;  ///< share of the source's mass the final plan transports (as RegistrationResult)
   bool converged = false;  ///< settled at the final blur within max_rounds
+  /// A round's solve was stopped by solve_progress: the field is that of the rounds completed before it (zero and
+  /// none when the first round stopped).
+  bool cancelled = false;
   SolveResult last_solve;
   int iterations = 0;  ///< Sinkhorn iterations, all rounds together
   std::string backend, device;

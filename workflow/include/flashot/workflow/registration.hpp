@@ -39,6 +39,14 @@ struct Transform {
 Transform fit_transform(std::span<const float> from, std::span<const float> to, std::span<const float> weights,
                         TransformModel model);
 
+/// A round after the first solves at ε = blur² from the last round's potentials: sets `solve.diameter` to `blur` so that
+/// the engine's ε schedule is that one stage, dense or multiscale alike (a multiscale solve otherwise warms a fixed ε
+/// up from the clouds' diameter, on the points when warm-started). Used by register_clouds and register_nonrigid.
+void warm_start_at_final_epsilon(SolveOptions& solve, double blur);
+
+/// `progress(round, check)` at every marginal-error check of a round's solve (1-based round); false stops it.
+using SolveProgress = std::function<bool(int, const Progress&)>;
+
 struct RegistrationOptions {
   TransformModel model = TransformModel::kRigid;
   double blur = 0;          ///< final blur (data units); 0 = 0.01 × the clouds' diameter
@@ -61,6 +69,13 @@ struct RegistrationOptions {
   static constexpr double kDefaultReachTargetRelative = 0.02;
   Scheme scheme = Scheme::kAlternating;
   BackendOptions backend;
+  /// The rounds' solves (SolveOptions::multiscale, docs/multiscale.md): kAuto lets the engine pick by n·m and the
+  /// backend (multiscale from 10¹⁰ pairs on the CPU, 10¹² on GPUs), kOn and kOff force it.
+  Multiscale multiscale = Multiscale::kAuto;
+  /// Called at every marginal-error check of every round's solve (SolveOptions::progress), on the calling thread,
+  /// with the 1-based round; a multiscale solve's coarser level reports too (Progress::coarse). Returning false
+  /// stops that solve at that check and ends the registration (RegistrationResult::cancelled). Empty: no calls.
+  SolveProgress solve_progress;
 };
 
 struct RegistrationRound {
@@ -69,6 +84,7 @@ struct RegistrationRound {
   double rms = 0;           ///< weighted RMS distance from the moved source to its barycentric targets
   double displacement = 0;  ///< largest change of a moved source point against the previous round
   bool converged = false;   ///< the round's Sinkhorn solve converged
+  bool multiscale = false;  ///< the round's solve ran the multiscale solver (SolveResult::multiscale.used)
 };
 
 struct RegistrationResult {
@@ -83,6 +99,9 @@ struct RegistrationResult {
   /// the scan found no partner and the fit rests on a few points.
   double transported_mass = 1;
   bool converged = false;  ///< the transform settled at the final blur within max_rounds
+  /// A round's solve was stopped by solve_progress: `transform` and `rounds` are those of the rounds completed
+  /// before it (the identity and none when the first round stopped); `last_solve` is the stopped solve.
+  bool cancelled = false;
   SolveResult last_solve;  ///< the final round's solve (ε, cost, marginal error, stop reason)
   int iterations = 0;      ///< Sinkhorn iterations, all rounds together
   std::string backend, device;
