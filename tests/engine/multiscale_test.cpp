@@ -437,7 +437,12 @@ double primal_row_variance_form(const std::vector<float>& x, std::size_t d, cons
 // rows of its plan application P·[y | ‖y‖² | 1] against fp64 evaluations from its own potentials, on a d = 50
 // mixture with matched pairs (the bench's case), 5 % blur, the multiscale final stage on its lists. The CPU reads
 // ≈ 6·10⁻⁷ on both (docs/multiscale.md, "Primal cost"); a larger size runs on CUDA, where the sums over m columns
-// are longer (the dense tensor-core application and the block lists' fp32 one are different kernels).
+// are longer (the dense tensor-core application and the block lists' fp32 one are different kernels). The H200 run
+// of this test found the tensor-core application's sums 1.3·10⁻³ low at n = 60 000 (its fp32 adds on the tensor
+// cores do not round to nearest; fixed in engine/cuda/apply_mma.cu). Bars: 2·10⁻⁵ of the cost where every sum is an
+// fp32 FMA; 5·10⁻⁵ on CUDA, whose dense path forms scores and weights from split-fp16 products (≈ 2⁻²² relative
+// each, times the variance form's gain of ≈ 28 here: ≈ 10⁻⁵; the fixed kernel read 2.4·10⁻⁵ at n = 3000, the
+// biased one 1.3·10⁻³ at 60 000).
 TEST_P(MultiscaleBackend, PrimalCostAtD50MatchesAnFp64Evaluation) {
   const std::string& backend = GetParam();
   FLASHOT_REQUIRE_BACKEND(backend);
@@ -484,9 +489,10 @@ TEST_P(MultiscaleBackend, PrimalCostAtD50MatchesAnFp64Evaluation) {
       }
       // fp32 potentials and sums: the variance form's cancellation (E‖y‖² ≈ 28× the row's spread here) keeps the
       // rounding of the sums far below this, unless a sum is biased.
-      EXPECT_NEAR(formed, exact, 2e-5 * exact) << which << " rows of P·[y | ‖y‖² | 1], n = " << n;
+      const double bar = backend == "cuda" ? 5e-5 : 2e-5;
+      EXPECT_NEAR(formed, exact, bar * exact) << which << " rows of P·[y | ‖y‖² | 1], n = " << n;
       if (stride == 1) {
-        EXPECT_NEAR(r->primal_cost, exact, 2e-5 * exact) << which << " primal cost, n = " << n;
+        EXPECT_NEAR(r->primal_cost, exact, bar * exact) << which << " primal cost, n = " << n;
       }
     }
     // Both potentials' plans lie within the solves' tolerance of the same plan.
