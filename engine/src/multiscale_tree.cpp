@@ -6,6 +6,7 @@
 #include <parallel/algorithm>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -30,6 +31,7 @@ constexpr std::size_t kMaxSeeds = 16;
 /// A leaf block is searched for parts only when its points, projected on the line through two far apart members,
 /// leave an empty gap of at least this share of their range.
 constexpr double kProjectionGap = 0.1;
+constexpr std::size_t kProjectionBins = 64;
 /// Two halves of a part become parts of their own when their centres lie at least this many times the sum of their
 /// radii apart: groups that lie apart (two clusters in one block, an outlier), never the two halves of one compact
 /// or elongated group (a segment's halves lie exactly the sum of their radii apart, a disc's or a blob's closer).
@@ -210,10 +212,18 @@ std::vector<Part> leaf_parts(PointsView p, std::span<const float> w, std::uint32
       for (std::size_t q = 0; q < d; ++q) v += (at(s)[q] - seed[q]) * axis[q];
       along.push_back(v);
     }
-    std::sort(along.begin(), along.end());
-    double gap = 0;
-    for (std::size_t s = 1; s < along.size(); ++s) gap = std::max(gap, along[s] - along[s - 1]);
-    if (!(gap > kProjectionGap * (along.back() - along.front()))) return {whole};
+    // An empty gap of a share kProjectionGap of the range holds ⌊kProjectionBins·kProjectionGap⌋ − 1 whole empty
+    // bins of kProjectionBins: that many in a row pass (a histogram, not a sort: this runs for every leaf).
+    const auto [lo, hi] = std::minmax_element(along.begin(), along.end());
+    const double low = *lo, range = *hi - *lo;
+    if (!(range > 0)) return {whole};
+    std::array<bool, kProjectionBins> filled{};
+    for (const double v : along)
+      filled[std::min(kProjectionBins - 1, static_cast<std::size_t>((v - low) / range * kProjectionBins))] = true;
+    const auto needed = static_cast<std::size_t>(kProjectionBins * kProjectionGap) - 1;
+    std::size_t run = 0, longest = 0;
+    for (const bool f : filled) longest = std::max(longest, run = f ? 0 : run + 1);
+    if (longest < needed) return {whole};
   }
   std::vector<double> nearest(count);
   std::vector<std::uint8_t> group(count, 0);
