@@ -95,7 +95,7 @@ struct GromovOptions {
   /// moments (docs/gromov-wasserstein.md §8). Pairs are taken only from outer iterations whose inner solve
   /// converged; the memory restarts when an inner solve does not converge or the objective after an extrapolated
   /// cost rose by more than inner_tolerance relative. The plan, its objective and every stopping test are still
-  /// the plan's own. 0: off (the plain outer loop).
+  /// the plan's own. Coarse levels (coarse_points) run the plain map. 0: off (the plain outer loop).
   int outer_anderson_memory = 3;
   /// Inner solves: the SolveOptions of the same names (marginal error tolerance, budget per solve, check cadence).
   /// The budget is per outer iteration, not a convergence requirement: a solve cut short hands its potentials to
