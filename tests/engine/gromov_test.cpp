@@ -338,7 +338,8 @@ class GromovSlices : public ::testing::TestWithParam<std::string> {};
 
 /// The balanced recovery on one backend; coarse_points > 0 starts the loop from a coarser subsample's
 /// (GromovOptions::coarse_points) with coarse_factor 4: 200 × 250 points, then 800 × 1000.
-void check_slices(const std::string& backend, int coarse_points) {
+void check_slices(const std::string& backend, int coarse_points,
+                  const std::function<void(GromovOptions&)>& tweak = {}) {
   SliceOptions so;
   so.n_source = 800;
   so.n_target = 1000;
@@ -372,6 +373,7 @@ void check_slices(const std::string& backend, int coarse_points) {
   o.outer_tolerance = 1e-5;
   o.inner_tolerance = 1e-4;
   o.coarse_points = coarse_points;
+  if (tweak) tweak(o);
   const GromovResult r = problem.solve(o);
   if (coarse_points > 0) {
     EXPECT_FALSE(r.coarse_history.empty());
