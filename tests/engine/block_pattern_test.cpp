@@ -220,9 +220,11 @@ TEST_P(BlockBackend, OperationsFollowTheLists) {
   expect_close(fh, ref.softmin(true, s.g), tol, "softmin rows");
   expect_close(gh, ref.softmin(false, s.f), tol, "softmin columns");
 
-  // P·V and Pᵀ·U: unlisted pairs contribute nothing, the inactive rows are zero. k = 3 and 1 take the CUDA
-  // register kernel at d ≤ 4 (a barycentric projection's width), k = 5 the tiled one.
-  for (const std::size_t k : {std::size_t{5}, std::size_t{3}, std::size_t{1}}) {
+  // P·V and Pᵀ·U: unlisted pairs contribute nothing, the inactive rows are zero. At d ≤ 4, k = 1, 3 and 4 take
+  // the CUDA register kernel with one float4 of V a column, k = 5 and 8 the one with two (the row pass P·[Y | ‖y‖² |
+  // 1] of 3-D points), k = 9 the tiled one.
+  for (const std::size_t k : {std::size_t{9}, std::size_t{8}, std::size_t{5}, std::size_t{4}, std::size_t{3},
+                              std::size_t{1}}) {
     const std::vector<float> v = random_points(s.p.m, k, 11), u = random_points(s.p.n, k, 12);
     std::vector<float> pv(s.p.n * k), ptu(s.p.m * k);
     s.backend->apply(pp, Side::kSource, v, k, false, pv);
@@ -436,7 +438,12 @@ TEST(BlockShards, ShardedBackendFollowsTheListsAsOneBackendDoes) {
   small.shards = 2;
   const auto odd = detail::make_backend(small, detail::ProblemData{p.xv(), p.yv(), p.a, p.b});
   EXPECT_NO_THROW(odd->set_pattern(pat));  // 2100 rows: aligned
-  const TestProblem q = make_problem({.n = 700, .m = 600, .d = 3, .seed = 92});
+  // 700 rows over 2 shards now cut at a 256-row block (shard_plan.hpp, kShardListAlign) and are accepted; 400
+  // rows cannot give each shard a whole block, so their boundary falls inside one.
+  const TestProblem mid = make_problem({.n = 700, .m = 600, .d = 3, .seed = 93});
+  const auto cut = detail::make_backend(small, detail::ProblemData{mid.xv(), mid.yv(), mid.a, mid.b});
+  EXPECT_NO_THROW(cut->set_pattern(std::make_shared<const BlockPattern>(BlockPattern::dense(mid.n, mid.m))));
+  const TestProblem q = make_problem({.n = 400, .m = 600, .d = 3, .seed = 92});
   const auto tiny = detail::make_backend(small, detail::ProblemData{q.xv(), q.yv(), q.a, q.b});
   EXPECT_THROW(tiny->set_pattern(std::make_shared<const BlockPattern>(BlockPattern::dense(q.n, q.m))),
                std::runtime_error);
