@@ -57,6 +57,11 @@ TEST(Bench, ClusteredDataAndAForcedKernelRun) {
                    "cpu", "--kernel", "tensor", "--subtile-overlap", "off"});
   ASSERT_EQ(off.exit_code, 0) << off.err;
   EXPECT_NE(off.out.find("kernel=tensor n=300"), std::string::npos) << off.out;
+  const CommandResult across =
+      run_flashot({"bench", "--n", "300", "--m", "250", "--d", "7", "--iters", "3", "--repeats", "2", "--backend",
+                   "cpu", "--kernel", "tensor-bias", "--subtile-overlap", "across"});
+  ASSERT_EQ(across.exit_code, 0) << across.err;
+  EXPECT_NE(across.out.find("kernel=tensor-bias subtile-overlap=across n=300"), std::string::npos) << across.out;
 }
 
 TEST(Usage, BadOptionValuesExitTwoWithOneLine) {
