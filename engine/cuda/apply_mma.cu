@@ -219,9 +219,16 @@ __global__ void __launch_bounds__(kApThreads) apply_mma_kernel(ApplyArgs args) {
         const std::uint32_t b1 = *reinterpret_cast<const std::uint32_t*>(v_hi + o + 8);
         const std::uint32_t l0 = *reinterpret_cast<const std::uint32_t*>(v_lo + o);
         const std::uint32_t l1 = *reinterpret_cast<const std::uint32_t*>(v_lo + o + 8);
-        mma_16816(acc[nv], ph, b0, b1, false);
-        mma_16816(acc[nv], ph, l0, l1, false);
-        mma_16816(acc[nv], pl, b0, b1, false);
+        // The k16 step's three products into a fresh fragment, then added to the running sum in fp32 (round to
+        // nearest). Accumulating every step on the tensor cores instead biased the sums low: their fp32 adds do
+        // not round to nearest, and each row's sum takes 12 adds a tile, ≈ 1.3·10⁻³ relative at 60 000 columns
+        // (docs/multiscale.md, "Primal cost at d = 50").
+        float step[4] = {0.f, 0.f, 0.f, 0.f};
+        mma_16816(step, ph, b0, b1, false);
+        mma_16816(step, ph, l0, l1, false);
+        mma_16816(step, pl, b0, b1, false);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[nv][q] += step[q];
       }
     }
   }

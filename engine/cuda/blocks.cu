@@ -206,11 +206,12 @@ __global__ void __launch_bounds__(kBlockSmallThreads) block_lse_small_kernel(Poi
   }
 }
 
-/// P·V for d ≤ 4 and k ≤ 4 (the barycentric projection of 3-D points: k = 3), on the register kernel's layout: one
-/// row block per thread block, 64 threads × 4 rows in registers, a column block of coordinates, biases and V rows in
-/// shared memory; each entry is its score, one exponential against the row's log-normaliser and k + 1 FMAs. (The
-/// tiled kernel below multiplies a 64-wide chunk of V, which at k = 3 is 21 times the work.)
-template <int D>
+/// P·V for d ≤ 4 and k ≤ KV (KV = 4 or 8: the barycentric projection of 3-D points, k = 3, and the row pass
+/// P·[Y | ‖y‖² | 1] after a solve, k = d + 2 ≤ 6), on the register kernel's layout: one row block per thread block,
+/// 64 threads × 4 rows in registers, a column block of coordinates, biases and V rows in shared memory; each entry
+/// is its score, one exponential against the row's log-normaliser and KV + 1 FMAs. (The tiled kernel below
+/// multiplies a 64-wide chunk of V, which at k = 3 is 21 times the work.)
+template <int D, int KV>
 __global__ void __launch_bounds__(kBlockSmallThreads) block_apply_small_kernel(PointSet rows, PointSet cols,
                                                                                const float* __restrict__ h,
                                                                                BlockLists lists,
@@ -220,14 +221,16 @@ __global__ void __launch_bounds__(kBlockSmallThreads) block_apply_small_kernel(P
                                                                                float* __restrict__ out,
                                                                                float* __restrict__ wsum) {
   static_assert(D >= 1 && D <= 4, "register block kernel: d ≤ 4");
-  __shared__ float4 tile[kPatternBlock];  // (BN): (q0, q1, q2, bias) for D ≤ 3, (q0..q3) for D = 4
-  __shared__ float vtile[kPatternBlock];  // (BN): bias for D = 4
-  __shared__ float4 vals[kPatternBlock];  // (BN, 4): the columns' rows of V, zeros past k
+  static_assert(KV == 4 || KV == 8, "register block kernel: V in one or two float4 per column");
+  constexpr int kQuads = KV / 4;
+  __shared__ float4 tile[kPatternBlock];         // (BN): (q0, q1, q2, bias) for D ≤ 3, (q0..q3) for D = 4
+  __shared__ float vtile[kPatternBlock];         // (BN): bias for D = 4
+  __shared__ float4 vals[kQuads][kPatternBlock];  // (KV / 4, BN): the columns' rows of V, zeros past k
   const int rb = blockIdx.x;
   const SegmentScale sc = seg[lists.segment[rb]];
   const int i_base = rb * kPatternBlock + threadIdx.x;
   float xr[kBlockSmallRows][D], shift[kBlockSmallRows], total[kBlockSmallRows];
-  float4 acc[kBlockSmallRows];
+  float4 acc[kBlockSmallRows][kQuads];
 #pragma unroll
   for (int r = 0; r < kBlockSmallRows; ++r) {
     const int i = i_base + r * kBlockSmallThreads;
@@ -235,7 +238,8 @@ __global__ void __launch_bounds__(kBlockSmallThreads) block_apply_small_kernel(P
     for (int c = 0; c < D; ++c) xr[r][c] = i < rows.count ? sc.alpha * rows.points[std::size_t(i) * D + c] : 0.f;
     shift[r] = i < rows.count ? lse2[i] : INFINITY;
     total[r] = 0.f;
-    acc[r] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int u = 0; u < kQuads; ++u) acc[r][u] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   for (int q = lists.offsets[rb]; q < lists.offsets[rb + 1]; ++q) {
     const int2 range = lists.ranges[q];
@@ -244,14 +248,16 @@ __global__ void __launch_bounds__(kBlockSmallThreads) block_apply_small_kernel(P
       __syncthreads();
       for (int c = threadIdx.x; c < kPatternBlock; c += kBlockSmallThreads) {
         const int j = t0 + c;
-        float qv[4] = {0.f, 0.f, 0.f, 0.f}, vv[4] = {0.f, 0.f, 0.f, 0.f};
+        float qv[4] = {0.f, 0.f, 0.f, 0.f}, vv[KV];
+#pragma unroll
+        for (int e = 0; e < KV; ++e) vv[e] = 0.f;
         float bias = -INFINITY;
         if (j < j_end) {
 #pragma unroll
           for (int e = 0; e < D; ++e) qv[e] = cols.points[std::size_t(j) * D + e];
           bias = bias_of(cols, h, sc, j);
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
+          for (int e = 0; e < KV; ++e)
             if (e < k) vv[e] = v[std::size_t(j) * k + e];
         }
         if constexpr (D <= 3) {
@@ -260,14 +266,18 @@ __global__ void __launch_bounds__(kBlockSmallThreads) block_apply_small_kernel(P
           tile[c] = make_float4(qv[0], qv[1], qv[2], qv[3]);
           vtile[c] = bias;
         }
-        vals[c] = make_float4(vv[0], vv[1], vv[2], vv[3]);
+#pragma unroll
+        for (int u = 0; u < kQuads; ++u)
+          vals[u][c] = make_float4(vv[4 * u], vv[4 * u + 1], vv[4 * u + 2], vv[4 * u + 3]);
       }
       __syncthreads();
       const int ncols = j_end - t0;
       for (int c = 0; c < ncols; ++c) {
         const float4 qq = tile[c];
         const float bias = D <= 3 ? qq.w : vtile[c];
-        const float4 vv = vals[c];
+        float4 vv[kQuads];
+#pragma unroll
+        for (int u = 0; u < kQuads; ++u) vv[u] = vals[u][c];
 #pragma unroll
         for (int r = 0; r < kBlockSmallRows; ++r) {
           float e = bias - shift[r];
@@ -277,10 +287,13 @@ __global__ void __launch_bounds__(kBlockSmallThreads) block_apply_small_kernel(P
           if constexpr (D > 3) e = fmaf(xr[r][3], qq.w, e);
           const float w = fast_exp2(e);
           total[r] += w;
-          acc[r].x = fmaf(w, vv.x, acc[r].x);
-          acc[r].y = fmaf(w, vv.y, acc[r].y);
-          acc[r].z = fmaf(w, vv.z, acc[r].z);
-          acc[r].w = fmaf(w, vv.w, acc[r].w);
+#pragma unroll
+          for (int u = 0; u < kQuads; ++u) {
+            acc[r][u].x = fmaf(w, vv[u].x, acc[r][u].x);
+            acc[r][u].y = fmaf(w, vv[u].y, acc[r][u].y);
+            acc[r][u].z = fmaf(w, vv[u].z, acc[r][u].z);
+            acc[r][u].w = fmaf(w, vv[u].w, acc[r][u].w);
+          }
         }
       }
     }
@@ -289,10 +302,13 @@ __global__ void __launch_bounds__(kBlockSmallThreads) block_apply_small_kernel(P
   for (int r = 0; r < kBlockSmallRows; ++r) {
     const int i = i_base + r * kBlockSmallThreads;
     if (i >= rows.count) continue;
-    const float a[4] = {acc[r].x, acc[r].y, acc[r].z, acc[r].w};
 #pragma unroll
-    for (int c = 0; c < 4; ++c)
-      if (c < k) out[std::size_t(i) * k + c] = a[c];
+    for (int u = 0; u < kQuads; ++u) {
+      const float a[4] = {acc[r][u].x, acc[r][u].y, acc[r][u].z, acc[r][u].w};
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        if (4 * u + c < k) out[std::size_t(i) * k + 4 * u + c] = a[c];
+    }
     wsum[i] = total[r];
   }
 }
@@ -567,19 +583,33 @@ void launch_block_finalize(Finalize mode, const float2* partials, int splits, co
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+template <int KV>
+void launch_apply_small(const PointSet& rows, const PointSet& cols, const float* h, int d, const BlockLists& lists,
+                        const SegmentScale* seg, const float* lse2, const float* v, int k, float* out, float* wsum,
+                        cudaStream_t stream) {
+  const dim3 grid(div_up(rows.count, kPatternBlock));
+  switch (d) {
+    case 1: block_apply_small_kernel<1, KV><<<grid, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, lse2, v, k, out, wsum); break;
+    case 2: block_apply_small_kernel<2, KV><<<grid, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, lse2, v, k, out, wsum); break;
+    case 3: block_apply_small_kernel<3, KV><<<grid, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, lse2, v, k, out, wsum); break;
+    default: block_apply_small_kernel<4, KV><<<grid, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, lse2, v, k, out, wsum); break;
+  }
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
 void launch_block_apply(const PointSet& rows, const PointSet& cols, const float* h, int d, const BlockLists& lists,
                         const SegmentScale* seg, const float* lse2, const float* v, int k, float* out, float* wsum,
                         cudaStream_t stream) {
   if (rows.count == 0 || k == 0) return;
-  if (d <= 4 && k <= 4) {  // the register kernel: one row block per thread block
-    const dim3 small(div_up(rows.count, kPatternBlock));
-    switch (d) {
-      case 1: block_apply_small_kernel<1><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, lse2, v, k, out, wsum); break;
-      case 2: block_apply_small_kernel<2><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, lse2, v, k, out, wsum); break;
-      case 3: block_apply_small_kernel<3><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, lse2, v, k, out, wsum); break;
-      default: block_apply_small_kernel<4><<<small, kBlockSmallThreads, 0, stream>>>(rows, cols, h, lists, seg, lse2, v, k, out, wsum); break;
-    }
-    FLASHOT_CUDA_CHECK_LAUNCH();
+  if (d <= 4 && k <= 8) {  // the register kernel: one row block per thread block
+    if (k <= 4)
+      launch_apply_small<4>(rows, cols, h, d, lists, seg, lse2, v, k, out, wsum, stream);
+    else
+      launch_apply_small<8>(rows, cols, h, d, lists, seg, lse2, v, k, out, wsum, stream);
     return;
   }
   const dim3 grid(div_up(rows.count, kTileRows), 1, div_up(k, kApplyChunk));

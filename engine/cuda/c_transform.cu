@@ -474,24 +474,6 @@ constexpr int ct_rows() {
   return D <= 4 ? 8 : 4;
 }
 
-/// Column splits for `blocks` row blocks of a kernel of which `per_sm` blocks are resident per multiprocessor: the
-/// fewest that keep ≥ 90 % of the device's resident blocks busy over whole waves (every block does the same work,
-/// so a last wave of a few blocks costs as much as a full one), at most one per column tile. Fewer splits also
-/// mean longer column streams per row, over which the candidate lists settle (fewer insertions).
-int ct_splits(int blocks, int tiles, int per_sm, int sms) {
-  const long long slots = std::max(1LL, static_cast<long long>(std::max(per_sm, 1)) * sms);
-  const int most = static_cast<int>(std::max(1LL, std::min<long long>(tiles, (4 * slots + blocks - 1) / blocks)));
-  int pick = 1;
-  double pick_busy = 0;
-  for (int s = 1; s <= most; ++s) {
-    const long long total = static_cast<long long>(blocks) * s;
-    const double busy = double(total) / double((total + slots - 1) / slots * slots);
-    if (busy >= 0.9) return s;
-    if (busy > pick_busy) pick = s, pick_busy = busy;
-  }
-  return pick;
-}
-
 /// Resident blocks per multiprocessor of `kernel` (static shared memory only).
 template <typename Kernel>
 int ct_per_sm(Kernel kernel, int threads) {
@@ -583,6 +565,24 @@ void launch_tiled(const CTransformSides& sd, const float* h, float s, int sms, C
 
 }  // namespace
 
+/// Column splits for `blocks` row blocks of a kernel of which `per_sm` blocks are resident per multiprocessor: the
+/// fewest that keep ≥ 90 % of the device's resident blocks busy over whole waves (every block does the same work,
+/// so a last wave of a few blocks costs as much as a full one), at most one per column tile. Fewer splits also
+/// mean longer column streams per row, over which the candidate lists settle (fewer insertions).
+int ct_splits(int blocks, int tiles, int per_sm, int sms) {
+  const long long slots = std::max(1LL, static_cast<long long>(std::max(per_sm, 1)) * sms);
+  const int most = static_cast<int>(std::max(1LL, std::min<long long>(tiles, (4 * slots + blocks - 1) / blocks)));
+  int pick = 1;
+  double pick_busy = 0;
+  for (int s = 1; s <= most; ++s) {
+    const long long total = static_cast<long long>(blocks) * s;
+    const double busy = double(total) / double((total + slots - 1) / slots * slots);
+    if (busy >= 0.9) return s;
+    if (busy > pick_busy) pick = s, pick_busy = busy;
+  }
+  return pick;
+}
+
 CTransformCounts c_transform_counts(const CTransformScratch& sc, cudaStream_t stream) {
   CTransformCounts out;
   if (sc.counters.size() < 2) return out;
@@ -638,7 +638,7 @@ void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, d
     reserve_c_transform_wg_listed(sd, *rop, sms, sc);
   }
   if (wg) {
-    launch_c_transform_wg(sd, *rop, *cop, sc.h.get(), s, sms, cascade, sc, splits, stream);
+    launch_c_transform_wg(sd, *rop, *cop, sc.h.get(), s, sms, cascade, choices.wg_subtiles, sc, splits, stream);
   } else if (tensor) {
     launch_c_transform_mma(sd, *rop, *cop, sc.h.get(), s, sms, sc, splits, stream);
   } else if (tiled) {

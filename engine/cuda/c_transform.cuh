@@ -64,6 +64,10 @@ struct CTransformChoices {
   int columns = 2;      // the register pass (d ≤ 4): columns per test of the candidate lists (1, 2 or 4)
   bool tiles = true;    // the register pass (d ≤ 4): Morton order and column tiles skipped by their boxes
   int tile_rows = 2;    // with tiles: rows per thread (2, 4 or 8)
+  /// The cascade's first pass on warpgroups: m64 subtiles per warpgroup, 1 (512-thread blocks, the next tile's
+  /// product issued before this one's epilogue) or 2 (two 256-thread blocks per SM, lists in shared memory; used for
+  /// 16 < padded d ≤ 16·kCtWgSharedListsMaxKs, elsewhere 1).
+  int wg_subtiles = 1;
 };
 
 /// Rows of the last run_c_transform by how they were decided (CTransformScratch::counters).
@@ -123,11 +127,23 @@ constexpr int kCtWgMaxKs = 8;
 /// Whether the warpgroup pass serves these operands: c_transform_mma_serves, and the column side has its warpgroup
 /// tiles (MmaOperands::tiles: a Hopper GPU running an sm_90a build), padded d ≤ 16·kCtWgMaxKs.
 bool c_transform_wg_serves(const MmaOperands& rop, const MmaOperands& cop);
+/// The largest KS of the warpgroup pass with two subtiles and shared lists (CTransformChoices::wg_subtiles): two
+/// of its blocks must share an SM.
+constexpr int kCtWgSharedListsMaxKs = 4;
+/// Subtiles per warpgroup of the warpgroup pass for operands of padded_d: CTransformChoices::wg_subtiles where it
+/// serves (the hi·hi pass, single, at 16 < padded_d ≤ 16·kCtWgSharedListsMaxKs), else the pipeline's
+/// (mma_launch.cuh wg_subtiles: 2 at padded d = 16, else 1). Its blocks per SM are as many.
+int ct_wg_first_subtiles(int padded_d, bool single, int subtiles);
 /// The first pass on warpgroups (wgmma): as launch_c_transform_mma (scratch.bias holds the column biases). single:
-/// the hi·hi product alone (the cascade's first pass), else the three split products.
+/// the hi·hi product alone (the cascade's first pass), else the three split products. subtiles:
+/// CTransformChoices::wg_subtiles.
 void launch_c_transform_wg(const CTransformSides& sides, const MmaOperands& rop, const MmaOperands& cop,
-                           const float* h, float s, int sms, bool single, CTransformScratch& scratch, int& splits,
-                           cudaStream_t stream);
+                           const float* h, float s, int sms, bool single, int subtiles, CTransformScratch& scratch,
+                           int& splits, cudaStream_t stream);
+/// Column splits for `blocks` row blocks of a kernel with `per_sm` resident blocks per multiprocessor: the fewest
+/// that keep ≥ 90 % of the device's resident blocks busy over whole waves, at most one per column tile
+/// (c_transform.cu).
+int ct_splits(int blocks, int tiles, int per_sm, int sms);
 /// The cascade's second pass: the rows scratch.list names (scratch.counters[0] of them, counted on the device; at
 /// most sides.nrows) are gathered into scratch.hi / lo and scored with the three split products against every
 /// column; their candidate lists go to scratch.best / arg as (splits, k, count) at compact row w (the w-th listed

@@ -739,9 +739,13 @@ class PlanBackend final : public Backend {
     const MultiscaleLevel::Certified& c = L_.certified;
     if (c.pattern && c.epsilon == epsilon && c.cost_scale == s && c.truncation == truncation_ &&
         c.dense_fraction == dense_fraction_ && c.f == f && c.g == g) {
-      // The solve's own final lists, certified for exactly these potentials.
-      L_.pattern = c.pattern;
-      L_.backend->set_pattern(L_.pattern);
+      // The solve's own final lists, certified for exactly these potentials. Right after the solve the backend
+      // still holds them: installing them again would copy every range anew (on a GPU an upload of the lists,
+      // ≈ 0.2·10⁹ ranges a side at 10⁸ points, estimated) for every plan operation.
+      if (L_.pattern != c.pattern) {
+        L_.pattern = c.pattern;
+        L_.backend->set_pattern(L_.pattern);
+      }
       pattern_version_ = version_;
       epsilon_ = epsilon;
       scale_ = s;

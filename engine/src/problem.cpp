@@ -40,6 +40,30 @@ struct Problem::Impl {
   /// What the plan operations of the loaded result use: `backend`, or the multiscale plan backend (the certified
   /// block pairs of a multiscale result's potentials, in the caller's order).
   mutable detail::Backend* active = nullptr;
+  /// The row pass of the last solve's diagnostics (docs/multiscale.md, "After the solve"): P·[Y | ‖y‖² | 1] of
+  /// that solve's result gives its primal cost and, with no further pass, its barycentric projection of the
+  /// source, plan row masses and source gradient. Kept for the result whose plan it is (same f, g, ε, cost and
+  /// multiscale lists) until the next solve; empty (no f) when no solve computed it or a row mass was not a
+  /// positive normal float (a zero-weight row: its projection is the normalized pass's, not 0/0).
+  struct RowPass {
+    std::vector<float> f, g;
+    double epsilon = 0;
+    Cost cost = Cost::kSquaredEuclidean;
+    bool multiscale = false;
+    double truncation = 0, dense_fraction = 0;
+    std::vector<float> mean;  // (n×d) T_i = (PY)_i / r_i, centred coordinates
+    std::vector<float> mass;  // (n) r_i = (P1)_i
+  } row_pass;
+
+  /// The stored row pass when `s` is the result it belongs to (the plan the operations of `s` would load).
+  const RowPass* row_pass_of(const SolveResult& s) const {
+    const RowPass& c = row_pass;
+    if (c.f.empty() || s.epsilon != c.epsilon || s.cost != c.cost || s.multiscale.used != c.multiscale) return nullptr;
+    if (c.multiscale && (s.multiscale.truncation != c.truncation || s.multiscale.dense_fraction != c.dense_fraction))
+      return nullptr;
+    if (s.f != c.f || s.g != c.g) return nullptr;
+    return &c;
+  }
 
   detail::MultiscaleSolver& multiscale_solver(std::uint64_t seed) const {
     if (!multiscale || multiscale->seed() != seed)
@@ -91,7 +115,8 @@ struct Problem::Impl {
 
   /// ⟨P, C⟩ = s·Σ_i r_i·(‖x_i − T_i‖² + E_i‖y‖² − ‖T_i‖²), T_i = (PY)_i / r_i and E_i‖y‖² = (P‖y‖²)_i / r_i:
   /// one pass with V = [y | ‖y‖² | 1]. The variance form keeps the cancellation to the spread of each row.
-  double primal_cost(const detail::PlanParams& p) const {
+  /// `result` (the loaded one, host points only): T and r are kept in row_pass for its later plan operations.
+  double primal_cost(const detail::PlanParams& p, const SolveResult* result = nullptr) {
     if (device_input) {
       std::vector<double> terms(n);
       backend->resident_primal_terms(p, terms);
@@ -112,17 +137,40 @@ struct Problem::Impl {
     }
     std::vector<float> out(n * k);
     active->apply(p, Side::kSource, v, k, false, out);
+    v = {};
+    RowPass keep;
+    bool usable = result != nullptr;
+    if (usable) {
+      keep.mean.resize(n * d);
+      keep.mass.resize(n);
+    }
     double cost = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const double r = out[i * k + d + 1];
+      // A row mass that is not a positive normal float: the normalized pass decides that row's projection.
+      if (usable && !(r >= std::numeric_limits<float>::min() && std::isfinite(r))) usable = false;
       if (!(r > 0)) continue;
       double dist = 0, tnorm = 0;
       for (std::size_t c = 0; c < d; ++c) {
         const double t = out[i * k + c] / r;
+        if (usable) keep.mean[i * d + c] = static_cast<float>(t);
         dist += (x[i * d + c] - t) * (x[i * d + c] - t);
         tnorm += t * t;
       }
+      if (usable) keep.mass[i] = out[i * k + d + 1];
       cost += r * (dist + std::max(0.0, out[i * k + d] / r - tnorm));
+    }
+    if (usable) {
+      out = {};
+      const SolveResult& s = *result;
+      keep.f = s.f;
+      keep.g = s.g;
+      keep.epsilon = s.epsilon;
+      keep.cost = s.cost;
+      keep.multiscale = s.multiscale.used;
+      keep.truncation = s.multiscale.truncation;
+      keep.dense_fraction = s.multiscale.dense_fraction;
+      row_pass = std::move(keep);
     }
     return p.cost_scale * cost;
   }
@@ -320,6 +368,7 @@ SolveResult Problem::solve(const SolveOptions& options) {
   const bool automatic = options.multiscale == Multiscale::kAuto;
   const bool multiscale = !p.device_input && (options.multiscale == Multiscale::kOn ||
                                               (automatic && pairs >= threshold && options.tolerance > 0));
+  impl_->row_pass = {};  // belongs to the previous solve's result
   SolveResult r;
   if (multiscale) {
     r = p.multiscale_solver(options.multiscale_seed).solve(options, p.diameter);
@@ -338,7 +387,9 @@ SolveResult Problem::solve(const SolveOptions& options) {
   }
   r.primal_cost = std::numeric_limits<double>::quiet_NaN();
   if (r.reason != StopReason::kNonFinite && options.diagnostics) {
-    r.primal_cost = p.primal_cost(p.load(r));
+    // One row pass P·[Y | ‖y‖² | 1]: the primal cost now, the source's barycentric projection, row masses and
+    // gradient of this result later (row_pass; docs/multiscale.md, "After the solve").
+    r.primal_cost = impl_->primal_cost(p.load(r), p.device_input ? nullptr : &r);
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
@@ -368,6 +419,7 @@ std::vector<float> Problem::apply_plan_transpose(const SolveResult& s, std::span
 }
 
 std::vector<float> Problem::row_marginal(const SolveResult& s) const {
+  if (const Impl::RowPass* c = impl_->row_pass_of(s)) return c->mass;
   return impl_->marginal(impl_->load(s), Side::kSource);
 }
 
@@ -377,6 +429,11 @@ std::vector<float> Problem::column_marginal(const SolveResult& s) const {
 
 std::vector<float> Problem::barycentric(const SolveResult& s, Side from) const {
   const Impl& p = *impl_;
+  if (const Impl::RowPass* c = from == Side::kSource ? p.row_pass_of(s) : nullptr) {
+    std::vector<float> out = c->mean;  // the diagnostics' row pass: (PY)_i / (P1)_i
+    p.uncentre(out);
+    return out;
+  }
   const detail::PlanParams pp = p.load(s);
   std::vector<float> out(p.count(from) * p.d);
   if (p.device_input)
@@ -474,7 +531,9 @@ LabelTransfer Problem::transfer_labels(const SolveResult& s, Side labels_on, std
 
 std::vector<float> Problem::gradient(const SolveResult& s, Side wrt) const {
   const Impl& p = *impl_;
-  const detail::PlanParams pp = p.load(s);
+  // The diagnostics' row pass of this result (never kept for device points) answers the source side: no load.
+  const Impl::RowPass* c = wrt == Side::kSource ? p.row_pass_of(s) : nullptr;
+  const detail::PlanParams pp = c ? detail::PlanParams{s.epsilon, detail::cost_scale(s.cost)} : p.load(s);
   // ∇ = 2s·r_i·(x_i − T(x_i)): the same as 2s(r_i x_i − (PY)_i), written so the difference is taken between points
   // (and independent of the centring).
   const std::size_t count = p.count(wrt);
@@ -483,9 +542,15 @@ std::vector<float> Problem::gradient(const SolveResult& s, Side wrt) const {
     p.backend->points_gradient(pp, wrt, g);
     return g;
   }
-  std::vector<float> t(count * p.d);
-  p.active->apply(pp, wrt, p.points(Impl::other(wrt)), p.d, true, t);
-  const std::vector<float> r = p.marginal(pp, wrt);
+  std::vector<float> t, r;
+  if (c) {
+    t = c->mean;
+    r = c->mass;
+  } else {
+    t.resize(count * p.d);
+    p.active->apply(pp, wrt, p.points(Impl::other(wrt)), p.d, true, t);
+    r = p.marginal(pp, wrt);
+  }
   const std::vector<float>& pts = p.points(wrt);
   std::vector<float> g(count * p.d);
   for (std::size_t i = 0; i < count; ++i)

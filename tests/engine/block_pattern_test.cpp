@@ -220,9 +220,11 @@ TEST_P(BlockBackend, OperationsFollowTheLists) {
   expect_close(fh, ref.softmin(true, s.g), tol, "softmin rows");
   expect_close(gh, ref.softmin(false, s.f), tol, "softmin columns");
 
-  // P·V and Pᵀ·U: unlisted pairs contribute nothing, the inactive rows are zero. k = 3 and 1 take the CUDA
-  // register kernel at d ≤ 4 (a barycentric projection's width), k = 5 the tiled one.
-  for (const std::size_t k : {std::size_t{5}, std::size_t{3}, std::size_t{1}}) {
+  // P·V and Pᵀ·U: unlisted pairs contribute nothing, the inactive rows are zero. At d ≤ 4, k = 1, 3 and 4 take
+  // the CUDA register kernel with one float4 of V a column, k = 5 and 8 the one with two (the row pass P·[Y | ‖y‖² |
+  // 1] of 3-D points), k = 9 the tiled one.
+  for (const std::size_t k : {std::size_t{9}, std::size_t{8}, std::size_t{5}, std::size_t{4}, std::size_t{3},
+                              std::size_t{1}}) {
     const std::vector<float> v = random_points(s.p.m, k, 11), u = random_points(s.p.n, k, 12);
     std::vector<float> pv(s.p.n * k), ptu(s.p.m * k);
     s.backend->apply(pp, Side::kSource, v, k, false, pv);

@@ -353,6 +353,50 @@ INSTANTIATE_TEST_SUITE_P(Backends, MultiscaleVsDense,
                          ::testing::Combine(::testing::ValuesIn(backends_under_test()), ::testing::ValuesIn(cases())),
                          [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param).name; });
 
+// The solve's diagnostics pass P·[Y | ‖y‖² | 1] answers the source barycentric projection, the row masses and
+// the source gradient of that result (docs/multiscale.md, "After the solve"): the same values, within fp32
+// rounding, as the plan passes that answer any other result; a zero-weight row (mass 0, projection 0/0) leaves
+// them to the passes, as does a result that is not the last solve's.
+TEST(Multiscale, TheDiagnosticsRowPassAnswersTheResultsProjection) {
+  const std::size_t n = 2500, d = 3;
+  const std::vector<float> x = synthetic::generate(synthetic::Shape::kSphere, n, d, 4);
+  const std::vector<float> y = synthetic::deform(x, d, 5, 0.05);
+  for (const bool zero_row : {false, true}) {
+    std::vector<float> a = uniform_weights(n);
+    if (zero_row) a[17] = 0;
+    Problem problem({x, n, d}, {y, n, d}, a, {}, backend_options("cpu", 2));
+    SolveOptions o;
+    o.blur_relative = 0.05;
+    o.tolerance = 1e-3;
+    o.multiscale = Multiscale::kOn;
+    o.scheme = Scheme::kAlternating;
+    const SolveResult r = problem.solve(o);
+    ASSERT_TRUE(r.multiscale.used);
+    ASSERT_TRUE(r.converged) << r.message;
+    ASSERT_TRUE(std::isfinite(r.primal_cost));
+    const std::vector<float> t = problem.barycentric(r, Side::kSource);
+    const std::vector<float> mass = problem.row_marginal(r);
+    const std::vector<float> grad = problem.gradient(r, Side::kSource);
+    // A second solve without diagnostics: the same potentials, and nothing kept for the first result any more.
+    o.diagnostics = false;
+    const SolveResult again = problem.solve(o);
+    ASSERT_EQ(again.f, r.f);
+    ASSERT_EQ(again.g, r.g);
+    const std::vector<float> t_pass = problem.barycentric(r, Side::kSource);
+    const std::vector<float> mass_pass = problem.row_marginal(r);
+    const std::vector<float> grad_pass = problem.gradient(r, Side::kSource);
+    for (float v : t) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_LT(max_abs_diff(t, t_pass), 1e-5 * problem.diameter()) << zero_row;
+    EXPECT_LT(max_abs_diff(mass, mass_pass), 1e-5 * max_abs(mass_pass)) << zero_row;
+    EXPECT_LT(max_abs_diff(grad, grad_pass), 1e-4 * max_abs(grad_pass)) << zero_row;
+    if (zero_row) {
+      EXPECT_EQ(mass[17], 0.0f);
+      EXPECT_EQ(t, t_pass);  // no row pass kept: the normalized pass, the zero row's weighted mean included
+    }
+  }
+}
+
+
 class MultiscaleBackend : public ::testing::TestWithParam<std::string> {};
 
 // Row i's share of ⟨P, C⟩ in fp64 from the potentials alone: Σ_j P_ij C_ij with P_ij = a_i b_j exp((f_i + g_j −
@@ -393,7 +437,12 @@ double primal_row_variance_form(const std::vector<float>& x, std::size_t d, cons
 // rows of its plan application P·[y | ‖y‖² | 1] against fp64 evaluations from its own potentials, on a d = 50
 // mixture with matched pairs (the bench's case), 5 % blur, the multiscale final stage on its lists. The CPU reads
 // ≈ 6·10⁻⁷ on both (docs/multiscale.md, "Primal cost"); a larger size runs on CUDA, where the sums over m columns
-// are longer (the dense tensor-core application and the block lists' fp32 one are different kernels).
+// are longer (the dense tensor-core application and the block lists' fp32 one are different kernels). The H200 run
+// of this test found the tensor-core application's sums 1.3·10⁻³ low at n = 60 000 (its fp32 adds on the tensor
+// cores do not round to nearest; fixed in engine/cuda/apply_mma.cu). Bars: 2·10⁻⁵ of the cost where every sum is an
+// fp32 FMA; 5·10⁻⁵ on CUDA, whose dense path forms scores and weights from split-fp16 products (≈ 2⁻²² relative
+// each, times the variance form's gain of ≈ 28 here: ≈ 10⁻⁵; the fixed kernel read 2.4·10⁻⁵ at n = 3000, the
+// biased one 1.3·10⁻³ at 60 000).
 TEST_P(MultiscaleBackend, PrimalCostAtD50MatchesAnFp64Evaluation) {
   const std::string& backend = GetParam();
   FLASHOT_REQUIRE_BACKEND(backend);
@@ -440,9 +489,10 @@ TEST_P(MultiscaleBackend, PrimalCostAtD50MatchesAnFp64Evaluation) {
       }
       // fp32 potentials and sums: the variance form's cancellation (E‖y‖² ≈ 28× the row's spread here) keeps the
       // rounding of the sums far below this, unless a sum is biased.
-      EXPECT_NEAR(formed, exact, 2e-5 * exact) << which << " rows of P·[y | ‖y‖² | 1], n = " << n;
+      const double bar = backend == "cuda" ? 5e-5 : 2e-5;
+      EXPECT_NEAR(formed, exact, bar * exact) << which << " rows of P·[y | ‖y‖² | 1], n = " << n;
       if (stride == 1) {
-        EXPECT_NEAR(r->primal_cost, exact, 2e-5 * exact) << which << " primal cost, n = " << n;
+        EXPECT_NEAR(r->primal_cost, exact, bar * exact) << which << " primal cost, n = " << n;
       }
     }
     // Both potentials' plans lie within the solves' tolerance of the same plan.
