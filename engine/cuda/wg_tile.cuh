@@ -14,6 +14,7 @@
 // a screened site is one launch of its site kernel (lse_wg_site_kernel, sums_wg_site_kernel), which runs either body.
 
 #include <cstdint>
+#include <type_traits>
 
 #include "device_common.cuh"
 #include "mma_device.cuh"
@@ -74,6 +75,7 @@ struct WgTileCore {
   static constexpr int kArrayBytes = kMmaTile * kChunks * 16;         // one array of one column tile
   static constexpr int kStageBytes = 2 * kArrayBytes + kMmaTile * 4;  // hi, lo, biases
   static constexpr int kStages = 4;
+  static constexpr int kAcrossChain = 2;  // tiles per chain of WgWait::kSubtilesAcross
   static constexpr int kRowsLoBytes = kWgBlockRows * kChunks * 16;     // the block's rows' lo halves
   static constexpr int kRowsLoAt = kStages * kStageBytes;              // after the stages (SCREEN)
   static constexpr int kBarriersAt = kRowsLoAt + (kRowsLo ? kRowsLoBytes : 0);  // one shared barrier per stage
@@ -303,49 +305,42 @@ struct WgTileCore {
         release(it);
       }
     } else if constexpr (WAIT == WgWait::kSubtilesAcross) {
-      // Tiles in pairs, every group waited for within the body (a group in flight across the back edge makes
-      // ptxas serialise every wgmma: C7514): tile it + 1's subtile 0 is multiplied during tile it's subtile 1
-      // epilogue, its subtile 1 during its subtile 0 epilogue, so three epilogues of four have products behind
-      // them (kSubtiles: one of two). An odd last tile runs as kSubtiles.
+      // Chains of kAcrossChain tiles, every group waited for within a chain (a group in flight across the loop's
+      // back edge makes ptxas serialise every wgmma: C7514): tile it + 1's subtile 0 is multiplied during tile it's
+      // subtile 1 epilogue, its subtile 1 during its subtile 0 epilogue, so 2·L − 1 epilogues of a chain of L have
+      // products behind them (kSubtiles: one of two). The last tiles short of a chain run one at a time, as
+      // kSubtiles does.
       float d[MT][8][4];
       const auto sum_subtile = [&](int it, auto part) {
         const int s = it % kStages;
         const std::uint8_t* stage = smem + s * kStageBytes;
         epilogue(d, reinterpret_cast<const float*>(stage + 2 * kArrayBytes), s, it, stage, part);
       };
-      int it = 0;
-      for (; it + 1 < tiles; it += 2) {
+      const auto chain = [&](int it, auto length) {
+        constexpr int L = decltype(length)::value;
         arrived(it);
         issue_product<true>(stage_address(it), d);  // one group per subtile
-        wgmma::wait<1>();  // tile it's subtile 0
-        wgmma::fence_operands(d[0]);
-        sum_subtile(it, WgSubtiles<0, 1>{});
-        arrived(it + 1);
-        issue_subtile<0>(stage_address(it + 1), d);
-        wgmma::wait<1>();  // tile it's subtile 1
-        wgmma::fence_operands(d[1]);
-        sum_subtile(it, WgSubtiles<1, 2>{});
-        release(it);
-        issue_subtile<1>(stage_address(it + 1), d);
-        wgmma::wait<1>();  // tile it + 1's subtile 0
-        wgmma::fence_operands(d[0]);
-        sum_subtile(it + 1, WgSubtiles<0, 1>{});
-        wgmma::wait<0>();  // tile it + 1's subtile 1
-        wgmma::fence_operands(d[1]);
-        sum_subtile(it + 1, WgSubtiles<1, 2>{});
-        release(it + 1);
-      }
-      if (it < tiles) {
-        arrived(it);
-        issue_product<true>(stage_address(it), d);
-        wgmma::wait<1>();
-        wgmma::fence_operands(d[0]);
-        sum_subtile(it, WgSubtiles<0, 1>{});
-        wgmma::wait<0>();
-        wgmma::fence_operands(d[1]);
-        sum_subtile(it, WgSubtiles<1, 2>{});
-        release(it);
-      }
+#pragma unroll
+        for (int u = 0; u < L; ++u) {
+          wgmma::wait<1>();  // tile it + u's subtile 0
+          wgmma::fence_operands(d[0]);
+          sum_subtile(it + u, WgSubtiles<0, 1>{});
+          if (u + 1 < L) {
+            arrived(it + u + 1);
+            issue_subtile<0>(stage_address(it + u + 1), d);
+            wgmma::wait<1>();  // tile it + u's subtile 1
+          } else {
+            wgmma::wait<0>();
+          }
+          wgmma::fence_operands(d[1]);
+          sum_subtile(it + u, WgSubtiles<1, 2>{});
+          release(it + u);
+          if (u + 1 < L) issue_subtile<1>(stage_address(it + u + 1), d);
+        }
+      };
+      int it = 0;
+      for (; it + kAcrossChain <= tiles; it += kAcrossChain) chain(it, std::integral_constant<int, kAcrossChain>{});
+      for (; it < tiles; ++it) chain(it, std::integral_constant<int, 1>{});
     } else {
       for (int it = 0; it < tiles; ++it) {
         arrived(it);
