@@ -256,10 +256,6 @@ int bench_main(const std::vector<std::string>& args) {
        "subtile while the second's products run (on, the default), and, across, the second while the next tile's "
        "first subtile is multiplied (CudaTuning::subtile_overlap; docs/engine.md, \"Overlapping the subtiles\"); "
        "same results every way, for A/B timing")
-      ("fma-exp2", po::value<long long>()->default_value(0),
-       "0 | 2 | 3. CUDA, Hopper, --kernel tensor-bias at d <= 14: eighths of the one-pass sums' exponentials "
-       "computed by a polynomial on the FMA units instead of the MUFU (CudaTuning::sums_fma_exp2, 0 by default; "
-       "docs/engine.md, \"Exponentials on the FMA units\"); for A/B timing")
       ("csv", "print only `method,n,m,d,eps,iters,median_ms` values on stdout (for scripts)")
       ("end-to-end", "instead: one whole job, timed once: upload, epsilon-scaling solve down to --eps until the "
                      "marginal error is at most --tolerance, barycentric projection of the source; prints one JSON "
@@ -323,10 +319,6 @@ int bench_main(const std::vector<std::string>& args) {
     if (overlap != "on" && overlap != "off" && overlap != "across")
       throw UsageError("--subtile-overlap must be off, on or across (got '" + overlap + "')");
     backend.cuda.subtile_overlap = parse_subtile_overlap(overlap);
-    const long long fma_exp2 = vm["fma-exp2"].as<long long>();
-    if (fma_exp2 != 0 && fma_exp2 != 2 && fma_exp2 != 3)
-      throw UsageError("--fma-exp2 must be 0, 2 or 3 (got " + std::to_string(fma_exp2) + ")");
-    backend.cuda.sums_fma_exp2 = static_cast<int>(fma_exp2);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -419,9 +411,6 @@ int bench_main(const std::vector<std::string>& args) {
                                    (backend.cuda.subtile_overlap == SubtileOverlap::kOff      ? ""
                                     : backend.cuda.subtile_overlap == SubtileOverlap::kWithinTile ? " subtile-overlap"
                                                                                                   : " subtile-overlap=across") +
-                                   (backend.cuda.sums_fma_exp2 > 0
-                                        ? " fma-exp2=" + std::to_string(backend.cuda.sums_fma_exp2) + "/8"
-                                        : std::string()) +
                                    " n=" + std::to_string(n) + " m=" + std::to_string(m) + " d=" + std::to_string(d) +
                                    " eps=" + format_double(eps) + " iters=" + std::to_string(iters) + " (" +
                                    to_string(solve.scheme) + ")";

@@ -438,7 +438,6 @@ void DeviceStep::Impl::prepare_operands(const BackendOptions& options, const Hos
   const SubtileOverlap overlap = warpgroup ? options.cuda.subtile_overlap : SubtileOverlap::kOff;
   xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode, hx.max_norm, warpgroup, xtiles_.get(), xbias_.get(), overlap};
   yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode, hy.max_norm, warpgroup, ytiles_.get(), ybias_.get(), overlap};
-  xop_.fma_exp2 = options.cuda.sums_fma_exp2;  // CudaTuning::sums_fma_exp2: the biased sums read the rows' value
 }
 
 void DeviceStep::Impl::prepare_screening(const BackendOptions& options, float smallest_b) {
@@ -499,8 +498,6 @@ std::string DeviceStep::Impl::device() const {
   if (xop_.subtile_overlap != SubtileOverlap::kOff && (xop_.padded_d == 16 || bias_ops_.padded_d == 16))
     scores += xop_.subtile_overlap == SubtileOverlap::kAcrossTiles ? ", subtiles overlapped across tiles"
                                                                   : ", subtiles overlapped";
-  if (bias_ops_.padded_d == 16 && xop_.fma_exp2 > 0)
-    scores += ", " + std::to_string(xop_.fma_exp2) + "/8 of the sums' exponentials on the FMA units";
   return device_name_ + ", " + scores;
 }
 

@@ -33,9 +33,6 @@ struct MmaOperands {
   // sums wait for a tile's subtiles (kWithinTile: WgWait::kSubtiles, kAcrossTiles: kSubtilesAcross, kOff: kWhole;
   // CudaTuning::subtile_overlap). The rows' operands' value decides.
   SubtileOverlap subtile_overlap = SubtileOverlap::kOff;
-  // The biased sums of two subtiles (sums_bias.cuh, KS = 1): eighths of their exponentials on the FMA units (0, 2,
-  // 3; CudaTuning::sums_fma_exp2). The rows' operands' value decides.
-  int fma_exp2 = 0;
 };
 
 /// Bytes of one column tile of split operands in the warpgroup kernels' layout (hi and lo core matrices of 64 points).

@@ -173,7 +173,6 @@ bool launch_symmetric_sums_bias(const PointSet& x, const PointSet& y, const MmaO
   MmaOperands rop, cop;
   rop.hi = out.rows_hi, rop.lo = out.rows_lo, rop.padded_d = out.padded_d, rop.warpgroup = true;
   rop.subtile_overlap = xop.subtile_overlap;
-  rop.fma_exp2 = xop.fma_exp2;
   cop.tiles = out.tiles, cop.bias = vbias, cop.padded_d = out.padded_d, cop.warpgroup = true;
   const SiteLaunch at{dim3(plan.row_blocks, plan.splits), stream, nullptr, 0.f};
   const BiasSumsArgs args{x, y.count, rop, cop, plan.cols_per_split, rsum, csum, forecast};

@@ -14,40 +14,10 @@
 namespace flashot::detail::cuda {
 namespace {
 
-/// 2^p on the FMA units: p = k + r, k = round(p) (the 1.5·2^23 rounding constant), r ∈ [−½, ½], 2^r by a degree-5
-/// relative-minimax polynomial (Remez: 7.7·10⁻⁸ in exact arithmetic), times 2^k built as bits. Relative error ≤
-/// 2.1·10⁻⁷ (1.75 ulp; a host model of these fp32 operations, every p of step 7.3·10⁻⁴ in [−126, 127.5)), the class
-/// of ex2.approx (2^−22.5). p is first clamped to [−127, 128] by max/min that keep a NaN (so that a NaN shows as it
-/// does through ex2): from −127 down (the −∞ of masked columns) the result is 0, as ex2.approx.ftz's; from 127.5 up
-/// it is +∞, where ex2 is finite up to 128 — a sum that large is out of the one-pass range either way.
-__device__ __forceinline__ float fma_exp2(float p) {
-  asm("max.NaN.f32 %0, %0, 0fC2FE0000;\n\tmin.NaN.f32 %0, %0, 0f43000000;" : "+f"(p));  // [−127, 128]
-  const float t = p + 12582912.f;  // 1.5·2^23: the low bits of t's significand hold k = round(p)
-  const float r = p - (t - 12582912.f);
-  float q = fmaf(1.3277939e-3f, r, 9.6757580e-3f);
-  q = fmaf(q, r, 5.5507097e-2f);
-  q = fmaf(q, r, 2.4022114e-1f);
-  q = fmaf(q, r, 6.9314694e-1f);
-  q = fmaf(q, r, 1.0000001f);
-  // (k + 127)·2^23 as bits: t's bits times 2^23 (the bits above k's wrap away) plus 127·2^23.
-  const float scale = __int_as_float(__float_as_int(t) * (1 << 23) + (127 << 23));
-  return q * scale;
-}
-
-/// Whether add_exponentials takes column group nt's exponentials from fma_exp2 when FMA eighths of them are
-/// (nt·FMA mod 8 ≥ 8 − FMA: FMA = 2 → groups 3, 7; 3 → 2, 5, 7), spread so that ptxas can interleave both units.
-template <int FMA>
-__device__ __forceinline__ constexpr bool on_fma(int nt) {
-  return FMA > 0 && (nt * FMA) % 8 >= 8 - FMA;
-}
-
 /// E = exp2(p) of a warp's tile whose accumulator p already is the exponent (MT m16 subtiles × 64 columns, this
 /// lane's rows g, g + 8 of each): added to the rows' sums rs and, weighted by the rows' a, to this lane's column sums
 /// col[2·nt + q] (columns nt·8 + 2t + q). add_entries' contract without the biases (subtiles FIRST .. LAST − 1).
-/// FMA: eighths of the exponentials computed by fma_exp2 on the FMA units rather than by ex2 on the MUFU, whose
-/// 16 results per cycle and SM bound these sums (CudaTuning::sums_fma_exp2; docs/engine.md, "Exponentials on the
-/// FMA units").
-template <int MT, int FIRST = 0, int LAST = MT, int FMA = 0>
+template <int MT, int FIRST = 0, int LAST = MT>
 __device__ __forceinline__ void add_exponentials(const float (&p)[MT][8][4], const float (&a)[MT][2],
                                                  float (&rs)[MT][2], float (&col)[16]) {
 #pragma unroll
@@ -56,9 +26,7 @@ __device__ __forceinline__ void add_exponentials(const float (&p)[MT][8][4], con
     for (int mt = FIRST; mt < LAST; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const float x0 = p[mt][nt][2 * hh], x1 = p[mt][nt][2 * hh + 1];
-        const float e0 = on_fma<FMA>(nt) ? fma_exp2(x0) : fast_exp2(x0);
-        const float e1 = on_fma<FMA>(nt) ? fma_exp2(x1) : fast_exp2(x1);
+        const float e0 = fast_exp2(p[mt][nt][2 * hh]), e1 = fast_exp2(p[mt][nt][2 * hh + 1]);
         rs[mt][hh] += e0 + e1;
         col[2 * nt] = fmaf(a[mt][hh], e0, col[2 * nt]);
         col[2 * nt + 1] = fmaf(a[mt][hh], e1, col[2 * nt + 1]);
@@ -66,7 +34,7 @@ __device__ __forceinline__ void add_exponentials(const float (&p)[MT][8][4], con
 }
 
 /// sums_bias_wg_kernel's body (MT subtiles per warpgroup).
-template <int KS, int MT, WgWait SPLIT, int FMA>
+template <int KS, int MT, WgWait SPLIT>
 __device__ __forceinline__ void sums_bias_wg_body(PointSet x, int cols_count, MmaOperands rop, MmaOperands cop,
                                                   int cols_per_split, float* __restrict__ rsum,
                                                   float* __restrict__ csum) {
@@ -98,7 +66,7 @@ __device__ __forceinline__ void sums_bias_wg_body(PointSet x, int cols_count, Mm
     if constexpr (kFirst == 0)
 #pragma unroll
       for (int c = 0; c < 16; ++c) col[c] = 0.f;
-    add_exponentials<MT, kFirst, kLast, FMA>(p, ar, rs, col);
+    add_exponentials<MT, kFirst, kLast>(p, ar, rs, col);
     if constexpr (kLast < MT) return;  // the tile's other subtile follows
     total_column_sums(col);
     atomicAdd(&colacc[slot][gr * 8 + 2 * t], col[0]);
@@ -132,35 +100,24 @@ __device__ __forceinline__ void sums_bias_wg_body(PointSet x, int cols_count, Mm
 /// stored); columns past y.count carry a sentinel exponent (E = 0). forecast: the step's SumsStep; its shift is
 /// already in the rows' operands, its skip returns here. SPLIT (KS = 1, two subtiles): kWhole, or each tile's
 /// subtiles waited for and summed one at a time (WgWait::kSubtiles, kSubtilesAcross), with the same sums bit for bit.
-/// FMA (KS = 1): eighths of the exponentials on the FMA units (add_exponentials).
-template <int KS, WgWait SPLIT = WgWait::kWhole, int FMA = 0>
+template <int KS, WgWait SPLIT = WgWait::kWhole>
 __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     sums_bias_wg_kernel(PointSet x, int cols_count, MmaOperands rop, MmaOperands cop, int cols_per_split,
                         float* __restrict__ rsum, float* __restrict__ csum, const SumsForecast* forecast) {
   if (forecast != nullptr && sums_step(*forecast).skip != 0) return;
-  sums_bias_wg_body<KS, wg_subtiles(KS), SPLIT, FMA>(x, cols_count, rop, cop, cols_per_split, rsum, csum);
+  sums_bias_wg_body<KS, wg_subtiles(KS), SPLIT>(x, cols_count, rop, cop, cols_per_split, rsum, csum);
 }
 
 }  // namespace
 
 namespace {
 
-template <int KS, WgWait SPLIT, int FMA = 0>
+template <int KS, WgWait SPLIT>
 void launch_sums_bias_wg_variant(const SiteLaunch& at, const BiasSumsArgs& a) {
   constexpr int kMt = wg_subtiles(KS);
-  launch_kernel<sums_bias_wg_kernel<KS, SPLIT, FMA>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes,
+  launch_kernel<sums_bias_wg_kernel<KS, SPLIT>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes,
                                                 at.stream, a.x, a.cols_count, a.rop, a.cop, a.cols_per_split, a.rsum,
                                                 a.csum, a.forecast);
-}
-
-/// Eighths of the exponentials on the FMA units (MmaOperands::fma_exp2: 0, 2 or 3, validated with the options).
-template <int KS, WgWait SPLIT>
-void launch_sums_bias_wg_fma(const SiteLaunch& at, const BiasSumsArgs& a) {
-  switch (a.rop.fma_exp2) {
-    case 2: return launch_sums_bias_wg_variant<KS, SPLIT, 2>(at, a);
-    case 3: return launch_sums_bias_wg_variant<KS, SPLIT, 3>(at, a);
-    default: return launch_sums_bias_wg_variant<KS, SPLIT, 0>(at, a);
-  }
 }
 
 }  // namespace
@@ -171,11 +128,11 @@ void launch_sums_bias_wg_kernel(const SiteLaunch& at, const BiasSumsArgs& a) {
   if constexpr (wg_subtiles(KS) == 2) {
     switch (a.rop.subtile_overlap) {
       case SubtileOverlap::kWithinTile:
-        return launch_sums_bias_wg_fma<KS, WgWait::kSubtiles>(at, a);
+        return launch_sums_bias_wg_variant<KS, WgWait::kSubtiles>(at, a);
       case SubtileOverlap::kAcrossTiles:
-        return launch_sums_bias_wg_fma<KS, WgWait::kSubtilesAcross>(at, a);
+        return launch_sums_bias_wg_variant<KS, WgWait::kSubtilesAcross>(at, a);
       case SubtileOverlap::kOff:
-        return launch_sums_bias_wg_fma<KS, WgWait::kWhole>(at, a);
+        break;
     }
   }
   launch_sums_bias_wg_variant<KS, WgWait::kWhole>(at, a);

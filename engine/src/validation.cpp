@@ -65,9 +65,6 @@ void validate_cuda_tuning(const CudaTuning& t) {
   if (r != 0 && r != 2 && r != 4 && r != 8)
     throw std::invalid_argument("cuda.c_transform_tile_rows must be 0 (default), 2, 4 or 8 (got " + std::to_string(r) +
                                 ")");
-  const int e = t.sums_fma_exp2;
-  if (e != 0 && e != 2 && e != 3)
-    throw std::invalid_argument("cuda.sums_fma_exp2 must be 0 (default), 2 or 3 (got " + std::to_string(e) + ")");
 }
 
 std::vector<float> weights_or_uniform(std::span<const float> w, std::size_t n) {

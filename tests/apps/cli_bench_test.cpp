@@ -59,10 +59,9 @@ TEST(Bench, ClusteredDataAndAForcedKernelRun) {
   EXPECT_NE(off.out.find("kernel=tensor n=300"), std::string::npos) << off.out;
   const CommandResult across =
       run_flashot({"bench", "--n", "300", "--m", "250", "--d", "7", "--iters", "3", "--repeats", "2", "--backend",
-                   "cpu", "--kernel", "tensor-bias", "--subtile-overlap", "across", "--fma-exp2", "2"});
+                   "cpu", "--kernel", "tensor-bias", "--subtile-overlap", "across"});
   ASSERT_EQ(across.exit_code, 0) << across.err;
-  EXPECT_NE(across.out.find("kernel=tensor-bias subtile-overlap=across fma-exp2=2/8 n=300"), std::string::npos)
-      << across.out;
+  EXPECT_NE(across.out.find("kernel=tensor-bias subtile-overlap=across n=300"), std::string::npos) << across.out;
 }
 
 TEST(Usage, BadOptionValuesExitTwoWithOneLine) {
@@ -73,7 +72,6 @@ TEST(Usage, BadOptionValuesExitTwoWithOneLine) {
            {"bench", "--n", "10", "--no-such-option"},
            {"bench", "--n", "10", "--kernel", "fastest"},
            {"bench", "--n", "10", "--subtile-overlap", "yes"},
-           {"bench", "--n", "10", "--fma-exp2", "4"},
            {"bench", "--n", "10", "--data", "no-such-data"},
            {"bench", "--n", "10", "--overrelaxation", "2"},
            {"bench", "--n", "10", "--overrelaxation", "fast"},

@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <string>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include "backend_fixture.hpp"
@@ -61,22 +60,16 @@ TEST_P(CudaTensorBiasTest, ShiftedPotentialsMatchTheReference) {
     for (std::size_t j = 0; j < m; ++j) o.initial_g[j] = static_cast<float>(start.g[j] - shift);
   }
   const ReferenceResult ref = reference_solve(PointsView{x, n, d}, PointsView{y, m, d}, a, b, o);
-  // (kernel, CudaTuning::sums_fma_exp2): the biased sums with 0, 2 and 3 eighths of their exponentials on the FMA
-  // units (d ≤ 14 on Hopper; ignored elsewhere), the tensor kernels beside them.
-  const std::pair<ScoreKernel, int> runs[] = {
-      {ScoreKernel::kTensorBias, 0}, {ScoreKernel::kTensorBias, 2}, {ScoreKernel::kTensorBias, 3},
-      {ScoreKernel::kTensor, 0}};
-  for (const auto& [kernel, fma_exp2] : runs) {
+  for (const ScoreKernel kernel : {ScoreKernel::kTensorBias, ScoreKernel::kTensor}) {
     BackendOptions options = backend_options("cuda");
     options.cuda.kernel = kernel;
-    options.cuda.sums_fma_exp2 = fma_exp2;
     Problem problem(PointsView{x, n, d}, PointsView{y, m, d}, a, b, options);
     const SolveResult r = problem.solve(o);
     ASSERT_NE(r.reason, StopReason::kNonFinite) << to_string(kernel) << ": " << r.message;
     const EngineStatistics st = problem.statistics();
     const double ef = shifted_error(r.f, ref.f, shift), eg = shifted_error(r.g, ref.g, -shift);
-    std::printf("[ tensor-bias ] d=%zu C=%g eps=%g kernel=%s fma-exp2=%d/8: f %.3g g %.3g; %lld one-pass steps (%s)\n",
-                d, shift, epsilon, to_string(kernel).c_str(), fma_exp2, ef, eg, st.one_pass_steps, r.device.c_str());
+    std::printf("[ tensor-bias ] d=%zu C=%g eps=%g kernel=%s: f %.3g g %.3g; %lld one-pass steps (%s)\n", d, shift,
+                epsilon, to_string(kernel).c_str(), ef, eg, st.one_pass_steps, r.device.c_str());
     EXPECT_LE(ef, kRelTol) << "kernel " << to_string(kernel) << " d = " << d << " C = " << shift;
     EXPECT_LE(eg, kRelTol) << "kernel " << to_string(kernel) << " d = " << d << " C = " << shift;
     // The one-pass steps ran (the biased sums are their kernel), not only the two-pass fallbacks.
@@ -84,8 +77,6 @@ TEST_P(CudaTensorBiasTest, ShiftedPotentialsMatchTheReference) {
     // On Hopper (the warpgroup kernels) the family's sums are the biased ones.
     if (kernel == ScoreKernel::kTensorBias && r.device.find("sm_90") != std::string::npos) {
       EXPECT_NE(r.device.find("biases on the tensor cores"), std::string::npos) << r.device;
-      // The polynomial exponentials ran where the biased sums have two subtiles (d ≤ 14).
-      EXPECT_EQ(r.device.find("on the FMA units") != std::string::npos, fma_exp2 > 0 && d <= 14) << r.device;
     }
   }
 }

@@ -3,7 +3,6 @@
 
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "../../engine/cuda/dispatch.hpp"
 
@@ -136,28 +135,6 @@ TEST(CudaDispatch, SubtileOverlapNamesRoundTripAndTheDefaultIsWithinTile) {
     FAIL() << "'both' accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("'both'"), std::string::npos) << e.what();
-  }
-}
-
-TEST(CudaDispatch, FmaExponentialsOtherThanZeroTwoOrThreeEighthsAreRefusedByName) {
-  const std::vector<float> x{0.f, 1.f, 2.f}, y{0.5f, 1.5f};
-  for (const int eighths : {1, 4, 8, -2}) {
-    BackendOptions options;
-    options.backend = BackendKind::kCpu;  // the options are checked before any backend is built
-    options.cuda.sums_fma_exp2 = eighths;
-    try {
-      Problem problem(PointsView{x, 3, 1}, PointsView{y, 2, 1}, {}, {}, options);
-      FAIL() << "sums_fma_exp2 = " << eighths << " accepted";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("sums_fma_exp2"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("got " + std::to_string(eighths)), std::string::npos) << e.what();
-    }
-  }
-  for (const int eighths : {0, 2, 3}) {
-    BackendOptions options;
-    options.backend = BackendKind::kCpu;
-    options.cuda.sums_fma_exp2 = eighths;
-    EXPECT_NO_THROW(Problem(PointsView{x, 3, 1}, PointsView{y, 2, 1}, {}, {}, options)) << eighths;
   }
 }
 

@@ -155,12 +155,6 @@ struct CudaTuning {
   /// additions (docs/engine.md, "Overlapping the subtiles"). kWithinTile measured 1–3 % faster than kOff on the
   /// H200, so it is the default. `flashot bench --subtile-overlap off|on|across`. Ignored elsewhere.
   SubtileOverlap subtile_overlap = SubtileOverlap::kWithinTile;
-  /// The one-pass sums with the biases on the tensor cores (ScoreKernel::kTensorBias at d ≤ 14 on a Hopper GPU):
-  /// eighths of their exponentials computed by a polynomial on the FMA units instead of the MUFU's ex2 — 0 (the
-  /// default: all on the MUFU), 2 or 3; anything else makes the Problem throw std::invalid_argument. Results agree
-  /// to ex2's accuracy, not bit for bit (docs/engine.md, "Exponentials on the FMA units"). `flashot bench
-  /// --fma-exp2 0|2|3`. Ignored elsewhere.
-  int sums_fma_exp2 = 0;
 };
 
 /// Where the problem lives and how it computes. Fixed when the Problem is built.
