@@ -251,9 +251,9 @@ int bench_main(const std::vector<std::string>& args) {
        "CUDA score kernel family, for benchmarks and for measuring the dispatch table (docs/engine.md, \"Choosing "
        "the kernel\"): auto | register (d <= 16) | tiled | tensor (d <= 128) | tensor-bias (d <= 30: tensor, "
        "its one-pass sums' biases on the tensor cores too)")
-      ("subtile-overlap", po::value<std::string>()->default_value("on"),
+      ("subtile-overlap", po::value<std::string>()->default_value("across"),
        "off | on | across. CUDA, Hopper, d <= 16 (tensor, tensor-bias): the warpgroup kernels sum a tile's first "
-       "subtile while the second's products run (on, the default), and, across, the second while the next tile's "
+       "subtile while the second's products run (on), and, across (the default), the second while the next tile's "
        "first subtile is multiplied (CudaTuning::subtile_overlap; docs/engine.md, \"Overlapping the subtiles\"); "
        "same results every way, for A/B timing")
       ("csv", "print only `method,n,m,d,eps,iters,median_ms` values on stdout (for scripts)")

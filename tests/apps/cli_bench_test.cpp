@@ -51,7 +51,8 @@ TEST(Bench, ClusteredDataAndAForcedKernelRun) {
       run_flashot({"bench", "--n", "300", "--m", "250", "--d", "7", "--iters", "3", "--repeats", "2", "--backend",
                    "cpu", "--data", "clusters", "--kernel", "register"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("clusters kernel=register subtile-overlap"), std::string::npos) << r.out;  // on by default
+  // across by default
+  EXPECT_NE(r.out.find("clusters kernel=register subtile-overlap=across"), std::string::npos) << r.out;
   const CommandResult off =
       run_flashot({"bench", "--n", "300", "--m", "250", "--d", "7", "--iters", "3", "--repeats", "2", "--backend",
                    "cpu", "--kernel", "tensor", "--subtile-overlap", "off"});

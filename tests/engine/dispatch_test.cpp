@@ -125,11 +125,11 @@ TEST(CudaDispatch, TheBiasedSumsServeUpToDThirtyAtTheDefaultPrecisionOnly) {
   EXPECT_EQ(to_string(ScoreKernel::kTensorBias), "tensor-bias");
 }
 
-TEST(CudaDispatch, SubtileOverlapNamesRoundTripAndTheDefaultIsWithinTile) {
+TEST(CudaDispatch, SubtileOverlapNamesRoundTripAndTheDefaultIsAcrossTiles) {
   for (const SubtileOverlap o : {SubtileOverlap::kOff, SubtileOverlap::kWithinTile, SubtileOverlap::kAcrossTiles})
     EXPECT_EQ(parse_subtile_overlap(to_string(o)), o) << to_string(o);
   EXPECT_EQ(to_string(SubtileOverlap::kAcrossTiles), "across");
-  EXPECT_EQ(CudaTuning{}.subtile_overlap, SubtileOverlap::kWithinTile);
+  EXPECT_EQ(CudaTuning{}.subtile_overlap, SubtileOverlap::kAcrossTiles);
   try {
     parse_subtile_overlap("both");
     FAIL() << "'both' accepted";
