@@ -16,6 +16,8 @@
 
 namespace flashot::detail {
 
+static_assert(kShardListAlign == kBlockSize, "shard_plan.hpp and block_pattern.hpp agree on the lists' row blocks");
+
 namespace {
 
 /// Floats of partial column results held at once by the Pᵀ·U combination (G·m·columns), 256 MiB: larger k is

@@ -20,6 +20,16 @@ double to_lse2(double h, double epsilon) { return -h / (epsilon * std::numbers::
 
 }  // namespace
 
+std::size_t shard_unit(std::size_t rows, int shards, std::size_t align) {
+  // Whole blocks of `align` rows when every shard gets at least one; else whole row blocks of the block-sparse lists
+  // (kShardListAlign, when it divides `align`), so that a multiscale solve can still cut its lists by shard; else
+  // single rows. The last block may be partial.
+  const auto g = static_cast<std::size_t>(std::max(shards, 1));
+  if (rows >= g * align) return align;
+  if (align % kShardListAlign == 0 && rows >= g * kShardListAlign) return kShardListAlign;
+  return 1;
+}
+
 std::vector<ShardRange> plan_shards(std::size_t rows, int shards, std::size_t align) {
   if (shards < 1) throw std::invalid_argument("shards must be ≥ 1 (got " + std::to_string(shards) + ")");
   if (align < 1) throw std::invalid_argument("shard row alignment must be ≥ 1 (got 0)");
@@ -27,8 +37,7 @@ std::vector<ShardRange> plan_shards(std::size_t rows, int shards, std::size_t al
   if (g > rows)
     throw std::invalid_argument("shards must be ≤ the rows to cut, n = " + std::to_string(rows) + " (got " +
                                 std::to_string(shards) + " shards)");
-  // Cut whole blocks of `align` rows when every shard gets at least one; the last block may be partial.
-  const std::size_t unit = rows >= g * align ? align : 1;
+  const std::size_t unit = shard_unit(rows, shards, align);
   const std::size_t units = (rows + unit - 1) / unit;
   std::vector<ShardRange> plan(g);
   std::size_t begin = 0;

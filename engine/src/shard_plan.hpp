@@ -24,8 +24,16 @@ struct ShardRange {
 /// ends in a partial block.
 inline constexpr std::size_t kShardRowAlign = 1024;
 
-/// `shards` contiguous, non-empty ranges covering [0, rows) in order. Balanced: when rows ≥ shards·align the
-/// boundaries are multiples of `align` and sizes differ by at most `align`; otherwise sizes differ by at most one.
+/// Rows per row block of the block-sparse lists (block_pattern.hpp's kBlockSize): a sharded multiscale solve cuts
+/// its lists by shard (ShardBackend::set_pattern), so shard boundaries must fall on these blocks.
+inline constexpr std::size_t kShardListAlign = 256;
+
+/// The block of rows that plan_shards cuts whole: `align` when rows ≥ shards·align; else kShardListAlign when it
+/// divides `align` and rows ≥ shards·kShardListAlign; else 1.
+std::size_t shard_unit(std::size_t rows, int shards, std::size_t align = kShardRowAlign);
+
+/// `shards` contiguous, non-empty ranges covering [0, rows) in order. Balanced: the boundaries are multiples of
+/// shard_unit(rows, shards, align) and sizes differ by at most that unit.
 /// Throws std::invalid_argument for shards < 1, align < 1, or shards > rows (naming both).
 std::vector<ShardRange> plan_shards(std::size_t rows, int shards, std::size_t align = kShardRowAlign);
 

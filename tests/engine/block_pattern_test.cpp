@@ -438,7 +438,12 @@ TEST(BlockShards, ShardedBackendFollowsTheListsAsOneBackendDoes) {
   small.shards = 2;
   const auto odd = detail::make_backend(small, detail::ProblemData{p.xv(), p.yv(), p.a, p.b});
   EXPECT_NO_THROW(odd->set_pattern(pat));  // 2100 rows: aligned
-  const TestProblem q = make_problem({.n = 700, .m = 600, .d = 3, .seed = 92});
+  // 700 rows over 2 shards now cut at a 256-row block (shard_plan.hpp, kShardListAlign) and are accepted; 400
+  // rows cannot give each shard a whole block, so their boundary falls inside one.
+  const TestProblem mid = make_problem({.n = 700, .m = 600, .d = 3, .seed = 93});
+  const auto cut = detail::make_backend(small, detail::ProblemData{mid.xv(), mid.yv(), mid.a, mid.b});
+  EXPECT_NO_THROW(cut->set_pattern(std::make_shared<const BlockPattern>(BlockPattern::dense(mid.n, mid.m))));
+  const TestProblem q = make_problem({.n = 400, .m = 600, .d = 3, .seed = 92});
   const auto tiny = detail::make_backend(small, detail::ProblemData{q.xv(), q.yv(), q.a, q.b});
   EXPECT_THROW(tiny->set_pattern(std::make_shared<const BlockPattern>(BlockPattern::dense(q.n, q.m))),
                std::runtime_error);

@@ -39,7 +39,7 @@ double direct_softmin(const std::vector<double>& t, double epsilon) {
 }
 
 TEST(ShardPlan, CoversEveryRowContiguouslyAndBalanced) {
-  for (std::size_t rows : {1u, 2u, 7u, 64u, 100u, 1023u, 1024u, 5000u, 100000u}) {
+  for (std::size_t rows : {1u, 2u, 7u, 64u, 100u, 1023u, 1024u, 3000u, 5000u, 100000u}) {
     for (int shards = 1; shards <= 8; ++shards) {
       if (static_cast<std::size_t>(shards) > rows) continue;
       for (std::size_t align : {std::size_t(1), std::size_t(64), detail::kShardRowAlign}) {
@@ -54,12 +54,16 @@ TEST(ShardPlan, CoversEveryRowContiguouslyAndBalanced) {
           largest = std::max(largest, r.size());
         }
         EXPECT_EQ(next, rows);
-        const bool aligned = rows >= static_cast<std::size_t>(shards) * align;
-        EXPECT_LE(largest - smallest, aligned ? align : 1) << rows << " rows, " << shards << " shards, align " << align;
-        if (aligned) {
-          for (const ShardRange& r : plan) {
-            EXPECT_EQ(r.begin % align, 0u) << rows << " rows, align " << align;
-          }
+        // Whole blocks of `align` rows when every shard gets one, else of the lists' 256 rows (when 256 divides
+        // align), else single rows.
+        const std::size_t g = static_cast<std::size_t>(shards);
+        const std::size_t unit = rows >= g * align                                  ? align
+                                 : align % 256 == 0 && rows >= g * std::size_t(256) ? std::size_t(256)
+                                                                                    : std::size_t(1);
+        EXPECT_EQ(detail::shard_unit(rows, shards, align), unit) << rows << " rows, " << shards << " shards";
+        EXPECT_LE(largest - smallest, unit) << rows << " rows, " << shards << " shards, align " << align;
+        for (const ShardRange& r : plan) {
+          EXPECT_EQ(r.begin % unit, 0u) << rows << " rows, " << shards << " shards, align " << align;
         }
       }
     }
