@@ -251,10 +251,11 @@ int bench_main(const std::vector<std::string>& args) {
        "CUDA score kernel family, for benchmarks and for measuring the dispatch table (docs/engine.md, \"Choosing "
        "the kernel\"): auto | register (d <= 16) | tiled | tensor (d <= 128) | tensor-bias (d <= 30: tensor, "
        "its one-pass sums' biases on the tensor cores too)")
-      ("subtile-overlap", po::value<std::string>()->default_value("on"),
-       "on | off. CUDA, Hopper, d <= 16 (tensor, tensor-bias): the warpgroup kernels sum a tile's first subtile "
-       "while the second's products run (CudaTuning::subtile_overlap, on by default; docs/engine.md, \"Overlapping "
-       "the subtiles\"); same results, off for A/B timing")
+      ("subtile-overlap", po::value<std::string>()->default_value("across"),
+       "off | on | across. CUDA, Hopper, d <= 16 (tensor, tensor-bias): the warpgroup kernels sum a tile's first "
+       "subtile while the second's products run (on), and, across (the default), the second while the next tile's "
+       "first subtile is multiplied (CudaTuning::subtile_overlap; docs/engine.md, \"Overlapping the subtiles\"); "
+       "same results every way, for A/B timing")
       ("csv", "print only `method,n,m,d,eps,iters,median_ms` values on stdout (for scripts)")
       ("end-to-end", "instead: one whole job, timed once: upload, epsilon-scaling solve down to --eps until the "
                      "marginal error is at most --tolerance, barycentric projection of the source; prints one JSON "
@@ -315,9 +316,9 @@ int bench_main(const std::vector<std::string>& args) {
   try {
     backend.cuda.kernel = parse_score_kernel(vm["kernel"].as<std::string>());
     const std::string overlap = vm["subtile-overlap"].as<std::string>();
-    if (overlap != "on" && overlap != "off")
-      throw UsageError("--subtile-overlap must be on or off (got '" + overlap + "')");
-    backend.cuda.subtile_overlap = overlap == "on";
+    if (overlap != "on" && overlap != "off" && overlap != "across")
+      throw UsageError("--subtile-overlap must be off, on or across (got '" + overlap + "')");
+    backend.cuda.subtile_overlap = parse_subtile_overlap(overlap);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -407,7 +408,9 @@ int bench_main(const std::vector<std::string>& args) {
   const std::string method = "flashot_" + problem.backend_name();
   const std::string problem_text = (clusters ? "clusters " : "") + std::string("kernel=") +
                                    to_string(backend.cuda.kernel) +
-                                   (backend.cuda.subtile_overlap ? " subtile-overlap" : "") +
+                                   (backend.cuda.subtile_overlap == SubtileOverlap::kOff      ? ""
+                                    : backend.cuda.subtile_overlap == SubtileOverlap::kWithinTile ? " subtile-overlap"
+                                                                                                  : " subtile-overlap=across") +
                                    " n=" + std::to_string(n) + " m=" + std::to_string(m) + " d=" + std::to_string(d) +
                                    " eps=" + format_double(eps) + " iters=" + std::to_string(iters) + " (" +
                                    to_string(solve.scheme) + ")";

@@ -435,7 +435,7 @@ void DeviceStep::Impl::prepare_operands(const BackendOptions& options, const Hos
     }
   }
   // CudaTuning::subtile_overlap: split waits in the warpgroup kernels that have two subtiles (mma.cuh).
-  const bool overlap = warpgroup && options.cuda.subtile_overlap;
+  const SubtileOverlap overlap = warpgroup ? options.cuda.subtile_overlap : SubtileOverlap::kOff;
   xop_ = {xhi_.get(), xlo_.get(), padded, scale, mode, hx.max_norm, warpgroup, xtiles_.get(), xbias_.get(), overlap};
   yop_ = {yhi_.get(), ylo_.get(), padded, scale, mode, hy.max_norm, warpgroup, ytiles_.get(), ybias_.get(), overlap};
 }
@@ -495,7 +495,9 @@ std::string DeviceStep::Impl::device() const {
   if (screen_.size() > 0) scores += xop_.warpgroup ? ", screened (warpgroup)" : ", screened";
   if (bias_ops_.tiles != nullptr) scores += ", sums with the biases on the tensor cores";
   // Some warpgroup kernel has two subtiles (padded d = 16: the LSE and the sums, or the biased sums alone).
-  if (xop_.subtile_overlap && (xop_.padded_d == 16 || bias_ops_.padded_d == 16)) scores += ", subtiles overlapped";
+  if (xop_.subtile_overlap != SubtileOverlap::kOff && (xop_.padded_d == 16 || bias_ops_.padded_d == 16))
+    scores += xop_.subtile_overlap == SubtileOverlap::kAcrossTiles ? ", subtiles overlapped across tiles"
+                                                                  : ", subtiles overlapped";
   return device_name_ + ", " + scores;
 }
 

@@ -12,9 +12,10 @@ namespace {
 
 /// The log-sum-exp of split operands on warpgroups, 256 rows per block: lse_mma_kernel<KS, 3, false, SCREEN>'s
 /// contract (SCREEN: each warp screens its 16 × 64 tile; otherwise every entry is summed, three wgmma products).
-/// SPLIT (dense, MT = 2): each tile's subtiles are waited for and summed one at a time (WgWait::kSubtiles); every
+/// SPLIT (dense, MT = 2; kWhole: not split): each tile's subtiles are waited for and summed one at a time
+/// (WgWait::kSubtiles, or kSubtilesAcross, the next tile's subtile 0 multiplied during subtile 1's epilogue); every
 /// row's running max and sum see the same entries in the same order, so they are the same bit for bit.
-template <int KS, bool SCREEN, int MT, bool SPLIT = false>
+template <int KS, bool SCREEN, int MT, WgWait SPLIT = WgWait::kWhole>
 __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop,
                                             const float* __restrict__ h, Scale sc, float alpha, int cols_per_split,
                                             float2* __restrict__ partials, int* seeds, ScreenState* screen,
@@ -83,8 +84,8 @@ __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOpe
         online_lse_row(top, [&](int e) { return s[mt][e / 2][2 * hh + e % 2]; }, run_max[mt][hh], run_sum[mt][hh]);
       }
   };
-  static_assert(!SPLIT || (!SCREEN && MT == 2), "split waits: the dense body of two subtiles");
-  constexpr WgWait kWait = SPLIT                              ? WgWait::kSubtiles
+  static_assert(SPLIT == WgWait::kWhole || (!SCREEN && MT == 2), "split waits: the dense body of two subtiles");
+  constexpr WgWait kWait = SPLIT != WgWait::kWhole               ? SPLIT
                            : !SCREEN && KS <= 4 && MT == 1 ? WgWait::kNextTile
                                                              : WgWait::kWhole;
   core.template run<kWait>(wg_smem, cop, tiles, tile_start, epilogue, [](int, int) {});
@@ -103,7 +104,7 @@ __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOpe
 
 /// The dense kernel of a site that is not screened (a screened site launches lse_wg_site_kernel). SPLIT:
 /// lse_wg_body's (KS = 1).
-template <int KS, bool SPLIT = false>
+template <int KS, WgWait SPLIT = WgWait::kWhole>
 __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     lse_wg_kernel(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop, const float* __restrict__ h, Scale sc,
                   float alpha, int cols_per_split, float2* __restrict__ partials, const int* guard, int* seeds,
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
 /// A screened site in one launch (rather than a screened and a dense launch of which one returns at once): the
 /// screened or the dense body, as the site's state says; the decision for the next launch is taken at the end of
 /// either (close_site). SPLIT: the dense body's (KS = 1).
-template <int KS, bool SPLIT = false>
+template <int KS, WgWait SPLIT = WgWait::kWhole>
 __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     lse_wg_site_kernel(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop, const float* __restrict__ h,
                        Scale sc, float alpha, int cols_per_split, float2* __restrict__ partials, const int* guard,
@@ -136,7 +137,7 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
 
 namespace {
 
-template <int KS, bool SITE, bool SPLIT>
+template <int KS, bool SITE, WgWait SPLIT>
 void launch_lse_wg_variant(const SiteLaunch& at, const LseSiteArgs& a) {
   constexpr int kMt = wg_subtiles(KS);
   if constexpr (SITE) {
@@ -158,12 +159,16 @@ template <int KS, bool SITE>
 void launch_lse_wg_kernel(const SiteLaunch& at, const LseSiteArgs& a) {
   // Split waits where a warpgroup has two subtiles and the operands ask for them (MmaOperands::subtile_overlap).
   if constexpr (wg_subtiles(KS) == 2) {
-    if (a.rop.subtile_overlap) {
-      launch_lse_wg_variant<KS, SITE, true>(at, a);
-      return;
+    switch (a.rop.subtile_overlap) {
+      case SubtileOverlap::kWithinTile:
+        return launch_lse_wg_variant<KS, SITE, WgWait::kSubtiles>(at, a);
+      case SubtileOverlap::kAcrossTiles:
+        return launch_lse_wg_variant<KS, SITE, WgWait::kSubtilesAcross>(at, a);
+      case SubtileOverlap::kOff:
+        break;
     }
   }
-  launch_lse_wg_variant<KS, SITE, false>(at, a);
+  launch_lse_wg_variant<KS, SITE, WgWait::kWhole>(at, a);
 }
 
 }  // namespace flashot::detail::cuda

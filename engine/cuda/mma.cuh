@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "flashot/flashot.hpp"
 #include "kernels.cuh"
 
 namespace flashot::detail::cuda {
@@ -28,10 +29,10 @@ struct MmaOperands {
   // (launch_column_biases). Each tile then arrives with one bulk copy.
   const std::uint8_t* tiles = nullptr;
   const float* bias = nullptr;
-  // Warpgroup kernels of two subtiles per warpgroup (padded_d = 16, wg_subtiles): the dense LSE and one-pass sums
-  // wait for and sum a tile's subtiles one at a time (WgWait::kSubtiles; CudaTuning::subtile_overlap). The rows'
-  // operands' flag decides.
-  bool subtile_overlap = false;
+  // Warpgroup kernels of two subtiles per warpgroup (padded_d = 16, wg_subtiles): how the dense LSE and one-pass
+  // sums wait for a tile's subtiles (kWithinTile: WgWait::kSubtiles, kAcrossTiles: kSubtilesAcross, kOff: kWhole;
+  // CudaTuning::subtile_overlap). The rows' operands' value decides.
+  SubtileOverlap subtile_overlap = SubtileOverlap::kOff;
 };
 
 /// Bytes of one column tile of split operands in the warpgroup kernels' layout (hi and lo core matrices of 64 points).

@@ -34,7 +34,7 @@ __device__ __forceinline__ void add_exponentials(const float (&p)[MT][8][4], con
 }
 
 /// sums_bias_wg_kernel's body (MT subtiles per warpgroup).
-template <int KS, int MT, bool SPLIT>
+template <int KS, int MT, WgWait SPLIT>
 __device__ __forceinline__ void sums_bias_wg_body(PointSet x, int cols_count, MmaOperands rop, MmaOperands cop,
                                                   int cols_per_split, float* __restrict__ rsum,
                                                   float* __restrict__ csum) {
@@ -81,8 +81,8 @@ __device__ __forceinline__ void sums_bias_wg_body(PointSet x, int cols_count, Mm
       if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
     }
   };
-  static_assert(!SPLIT || MT == 2, "split waits serve two subtiles");
-  constexpr WgWait kWait = SPLIT ? WgWait::kSubtiles : MT == 1 ? WgWait::kNextTile : WgWait::kWhole;
+  static_assert(SPLIT == WgWait::kWhole || MT == 2, "split waits serve two subtiles");
+  constexpr WgWait kWait = SPLIT != WgWait::kWhole ? SPLIT : MT == 1 ? WgWait::kNextTile : WgWait::kWhole;
   core.template run<kWait>(wg_smem, cop, tiles, tile_start, epilogue, drain);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -98,9 +98,9 @@ __device__ __forceinline__ void sums_bias_wg_body(PointSet x, int cols_count, Mm
 /// E_ij = exp2(⟨A_i, B_j⟩), A the rows' (rop: x.count × 16·KS, hi and lo) and B the columns' operands (cop.tiles;
 /// cop.bias is copied with each tile and not read). Rows past x.count read zeros (E = 1, weight 0, no row sum
 /// stored); columns past y.count carry a sentinel exponent (E = 0). forecast: the step's SumsStep; its shift is
-/// already in the rows' operands, its skip returns here. SPLIT (KS = 1, two subtiles): each tile's subtiles are
-/// waited for and summed one at a time (WgWait::kSubtiles), with the same sums bit for bit.
-template <int KS, bool SPLIT = false>
+/// already in the rows' operands, its skip returns here. SPLIT (KS = 1, two subtiles): kWhole, or each tile's
+/// subtiles waited for and summed one at a time (WgWait::kSubtiles, kSubtilesAcross), with the same sums bit for bit.
+template <int KS, WgWait SPLIT = WgWait::kWhole>
 __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     sums_bias_wg_kernel(PointSet x, int cols_count, MmaOperands rop, MmaOperands cop, int cols_per_split,
                         float* __restrict__ rsum, float* __restrict__ csum, const SumsForecast* forecast) {
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
 
 namespace {
 
-template <int KS, bool SPLIT>
+template <int KS, WgWait SPLIT>
 void launch_sums_bias_wg_variant(const SiteLaunch& at, const BiasSumsArgs& a) {
   constexpr int kMt = wg_subtiles(KS);
   launch_kernel<sums_bias_wg_kernel<KS, SPLIT>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes,
@@ -126,12 +126,16 @@ template <int KS>
 void launch_sums_bias_wg_kernel(const SiteLaunch& at, const BiasSumsArgs& a) {
   // Split waits where a warpgroup has two subtiles and the operands ask for them (MmaOperands::subtile_overlap).
   if constexpr (wg_subtiles(KS) == 2) {
-    if (a.rop.subtile_overlap) {
-      launch_sums_bias_wg_variant<KS, true>(at, a);
-      return;
+    switch (a.rop.subtile_overlap) {
+      case SubtileOverlap::kWithinTile:
+        return launch_sums_bias_wg_variant<KS, WgWait::kSubtiles>(at, a);
+      case SubtileOverlap::kAcrossTiles:
+        return launch_sums_bias_wg_variant<KS, WgWait::kSubtilesAcross>(at, a);
+      case SubtileOverlap::kOff:
+        break;
     }
   }
-  launch_sums_bias_wg_variant<KS, false>(at, a);
+  launch_sums_bias_wg_variant<KS, WgWait::kWhole>(at, a);
 }
 
 }  // namespace flashot::detail::cuda

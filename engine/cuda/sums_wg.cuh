@@ -12,9 +12,10 @@ namespace flashot::detail::cuda {
 namespace {
 
 /// The one-pass sums of split operands on warpgroups, 256 rows per block: sums_mma_kernel<KS, 3, false, SCREEN>'s
-/// contract. SPLIT (dense, MT = 2): each tile's subtiles are waited for and summed one at a time
-/// (WgWait::kSubtiles), with the same sums bit for bit.
-template <int KS, bool SCREEN, int MT, bool SPLIT = false>
+/// contract. SPLIT (dense, MT = 2; kWhole: not split): each tile's subtiles are waited for and summed one at a time
+/// (WgWait::kSubtiles, or kSubtilesAcross, the next tile's subtile 0 multiplied during subtile 1's sums), with the
+/// same sums bit for bit.
+template <int KS, bool SCREEN, int MT, WgWait SPLIT = WgWait::kWhole>
 __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop,
                                              const float* __restrict__ f, const float* __restrict__ g, Scale sc,
                                              float alpha, int cols_per_split, float* __restrict__ rsum,
@@ -77,8 +78,8 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
       if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
     }
   };
-  static_assert(!SPLIT || (!SCREEN && MT == 2), "split waits: the dense body of two subtiles");
-  constexpr WgWait kWait = SPLIT                              ? WgWait::kSubtiles
+  static_assert(SPLIT == WgWait::kWhole || (!SCREEN && MT == 2), "split waits: the dense body of two subtiles");
+  constexpr WgWait kWait = SPLIT != WgWait::kWhole               ? SPLIT
                            : !SCREEN && KS <= 4 && MT == 1 ? WgWait::kNextTile
                                                              : WgWait::kWhole;
   core.template run<kWait>(wg_smem, yop, tiles, tile_start, epilogue, drain);
@@ -95,7 +96,7 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
 
 /// The dense kernel of a sums site that is not screened (a screened one launches sums_wg_site_kernel). SPLIT:
 /// sums_wg_body's (KS = 1).
-template <int KS, bool SPLIT = false>
+template <int KS, WgWait SPLIT = WgWait::kWhole>
 __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     sums_wg_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
                    const float* __restrict__ g, Scale sc, float alpha, int cols_per_split, float* __restrict__ rsum,
@@ -108,7 +109,7 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
 }
 
 /// The sums of a screened site in one launch (lse_wg_site_kernel). SPLIT: its dense body's (KS = 1).
-template <int KS, bool SPLIT = false>
+template <int KS, WgWait SPLIT = WgWait::kWhole>
 __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
     sums_wg_site_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
                         const float* __restrict__ g, Scale sc, float alpha, int cols_per_split,
@@ -132,7 +133,7 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
 
 namespace {
 
-template <int KS, bool SITE, bool SPLIT>
+template <int KS, bool SITE, WgWait SPLIT>
 void launch_sums_wg_variant(const SiteLaunch& at, const SumsSiteArgs& a) {
   constexpr int kMt = wg_subtiles(KS);
   if constexpr (SITE) {
@@ -154,12 +155,16 @@ template <int KS, bool SITE>
 void launch_sums_wg_kernel(const SiteLaunch& at, const SumsSiteArgs& a) {
   // Split waits where a warpgroup has two subtiles and the operands ask for them (MmaOperands::subtile_overlap).
   if constexpr (wg_subtiles(KS) == 2) {
-    if (a.xop.subtile_overlap) {
-      launch_sums_wg_variant<KS, SITE, true>(at, a);
-      return;
+    switch (a.xop.subtile_overlap) {
+      case SubtileOverlap::kWithinTile:
+        return launch_sums_wg_variant<KS, SITE, WgWait::kSubtiles>(at, a);
+      case SubtileOverlap::kAcrossTiles:
+        return launch_sums_wg_variant<KS, SITE, WgWait::kSubtilesAcross>(at, a);
+      case SubtileOverlap::kOff:
+        break;
     }
   }
-  launch_sums_wg_variant<KS, SITE, false>(at, a);
+  launch_sums_wg_variant<KS, SITE, WgWait::kWhole>(at, a);
 }
 
 }  // namespace flashot::detail::cuda

@@ -14,6 +14,7 @@
 // a screened site is one launch of its site kernel (lse_wg_site_kernel, sums_wg_site_kernel), which runs either body.
 
 #include <cstdint>
+#include <type_traits>
 
 #include "device_common.cuh"
 #include "mma_device.cuh"
@@ -46,10 +47,17 @@ enum class WgWait {
   // kWhole, the same products and, for an epilogue that sums each subtile's entries in kWhole's order, the same
   // results bit for bit (CudaTuning::subtile_overlap; docs/engine.md, "Overlapping the subtiles").
   kSubtiles,
+  // MT = 2, kSubtiles' groups and epilogues, and tile it + 1's subtile 0 issued as soon as tile it's subtile 0 is
+  // summed: subtile 1's epilogue then runs while the next tile's subtile 0 is multiplied. Tiles go in pairs (every
+  // group is waited for within the loop's body), so three epilogues of four have products in flight behind them
+  // (kSubtiles: one of two). Still no second accumulator: a subtile's registers are written again only after its
+  // epilogue (CudaTuning::subtile_overlap = SubtileOverlap::kAcrossTiles).
+  kSubtilesAcross,
 };
 
 /// The m64 subtiles [FIRST, LAST) whose products one epilogue call of WgTileCore::run may read (the others' may still
-/// be in flight): the whole tile (0, MT) under WgWait::kWhole and kNextTile, (0, 1) then (1, 2) under kSubtiles. A
+/// be in flight): the whole tile (0, MT) under WgWait::kWhole and kNextTile, (0, 1) then (1, 2) under kSubtiles and
+/// kSubtilesAcross. A
 /// call with FIRST = 0 is a tile's first, one with LAST = MT its last.
 template <int FIRST, int LAST>
 struct WgSubtiles {
@@ -67,6 +75,7 @@ struct WgTileCore {
   static constexpr int kArrayBytes = kMmaTile * kChunks * 16;         // one array of one column tile
   static constexpr int kStageBytes = 2 * kArrayBytes + kMmaTile * 4;  // hi, lo, biases
   static constexpr int kStages = 4;
+  static constexpr int kAcrossChain = 2;  // tiles per chain of WgWait::kSubtilesAcross
   static constexpr int kRowsLoBytes = kWgBlockRows * kChunks * 16;     // the block's rows' lo halves
   static constexpr int kRowsLoAt = kStages * kStageBytes;              // after the stages (SCREEN)
   static constexpr int kBarriersAt = kRowsLoAt + (kRowsLo ? kRowsLoBytes : 0);  // one shared barrier per stage
@@ -120,20 +129,34 @@ struct WgTileCore {
     wgmma::fence();
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int ks = 0; ks < KS; ++ks)
-        wgmma::mma_n64(d[mt], a_hi[mt][ks], wgmma::descriptor(stage_address + ks * 256, kChunks), ks > 0);
-      if constexpr (!SCREEN) {
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks) {
-          wgmma::mma_n64(d[mt], a_hi[mt][ks], wgmma::descriptor(stage_address + kArrayBytes + ks * 256, kChunks),
-                         true);
-          wgmma::mma_n64(d[mt], a_lo[mt][ks], wgmma::descriptor(stage_address + ks * 256, kChunks), true);
-        }
-      }
+      subtile_products(stage_address, d, mt);
       if constexpr (GROUP_PER_SUBTILE) wgmma::commit();
     }
     if constexpr (!GROUP_PER_SUBTILE) wgmma::commit();
+  }
+
+  /// issue_product's products of subtile MTI alone, as one wgmma group (WgWait::kSubtilesAcross).
+  template <int MTI>
+  __device__ __forceinline__ void issue_subtile(std::uint32_t stage_address, float (&d)[MT][8][4]) const {
+    wgmma::fence();
+    subtile_products(stage_address, d, MTI);
+    wgmma::commit();
+  }
+
+  /// The wgmma products of subtile mt (no fence, no commit): hi·hi, then, dense, hi·lo + lo·hi.
+  __device__ __forceinline__ void subtile_products(std::uint32_t stage_address, float (&d)[MT][8][4],
+                                                   int mt) const {
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+      wgmma::mma_n64(d[mt], a_hi[mt][ks], wgmma::descriptor(stage_address + ks * 256, kChunks), ks > 0);
+    if constexpr (!SCREEN) {
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        wgmma::mma_n64(d[mt], a_hi[mt][ks], wgmma::descriptor(stage_address + kArrayBytes + ks * 256, kChunks),
+                       true);
+        wgmma::mma_n64(d[mt], a_lo[mt][ks], wgmma::descriptor(stage_address + ks * 256, kChunks), true);
+      }
+    }
   }
 
   /// d += hi·lo + lo·hi of this warp's 16 rows and the stage's columns: the rows' lo A fragments by ldmatrix from
@@ -178,8 +201,8 @@ struct WgTileCore {
   /// it + kStages into the stage. So a warpgroup may run up to kStages − 1 tiles ahead of another: one multiplies
   /// while another sums, and a warp with a costly tile (a screened kernel's kept one) delays no other warpgroup.
   /// The epilogue is called as epilogue(d, vt, stage index, it, stage, WgSubtiles<FIRST, LAST>{}) and reads the
-  /// products of subtiles FIRST .. LAST − 1 alone: once per tile with (0, MT), or, WAIT = WgWait::kSubtiles, once
-  /// per subtile. WgWait::kNextTile (dense kernels, and HI_ONLY ones, whose registers hold a second accumulator):
+  /// products of subtiles FIRST .. LAST − 1 alone: once per tile with (0, MT), or, WAIT = WgWait::kSubtiles or
+  /// kSubtilesAcross, once per subtile, in tile order either way. WgWait::kNextTile (dense kernels, and HI_ONLY ones, whose registers hold a second accumulator):
   /// tile it + 1's product is issued before tile it's epilogue.
   template <WgWait WAIT, typename TileStart, typename Epilogue, typename Drain>
   __device__ __forceinline__ void run(std::uint8_t* smem, const MmaOperands& cop, int tiles, TileStart tile_start,
@@ -187,7 +210,8 @@ struct WgTileCore {
     constexpr bool OVERLAP = WAIT == WgWait::kNextTile;
     static_assert(!(OVERLAP && kRowsLo), "the screened kernels change their scores on some paths only (kept tiles)");
     static_assert(!(OVERLAP && MT > 1), "two accumulators of two subtiles exceed the registers");
-    static_assert(WAIT != WgWait::kSubtiles || (MT == 2 && !kRowsLo),
+    constexpr bool SPLIT = WAIT == WgWait::kSubtiles || WAIT == WgWait::kSubtilesAcross;
+    static_assert(!SPLIT || (MT == 2 && !kRowsLo),
                   "split waits serve two subtiles whose every tile is summed (the screen decides for both at once)");
     asm volatile("cp.async.commit_group;\n" ::: "memory");  // the rows' lo halves (SCREEN, load_rows)
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
@@ -280,6 +304,43 @@ struct WgTileCore {
         epilogue(d, vt, s, it, stage, WgSubtiles<1, 2>{});
         release(it);
       }
+    } else if constexpr (WAIT == WgWait::kSubtilesAcross) {
+      // Chains of kAcrossChain tiles, every group waited for within a chain (a group in flight across the loop's
+      // back edge makes ptxas serialise every wgmma: C7514): tile it + 1's subtile 0 is multiplied during tile it's
+      // subtile 1 epilogue, its subtile 1 during its subtile 0 epilogue, so 2·L − 1 epilogues of a chain of L have
+      // products behind them (kSubtiles: one of two). The last tiles short of a chain run one at a time, as
+      // kSubtiles does.
+      float d[MT][8][4];
+      const auto sum_subtile = [&](int it, auto part) {
+        const int s = it % kStages;
+        const std::uint8_t* stage = smem + s * kStageBytes;
+        epilogue(d, reinterpret_cast<const float*>(stage + 2 * kArrayBytes), s, it, stage, part);
+      };
+      const auto chain = [&](int it, auto length) {
+        constexpr int L = decltype(length)::value;
+        arrived(it);
+        issue_product<true>(stage_address(it), d);  // one group per subtile
+#pragma unroll
+        for (int u = 0; u < L; ++u) {
+          wgmma::wait<1>();  // tile it + u's subtile 0
+          wgmma::fence_operands(d[0]);
+          sum_subtile(it + u, WgSubtiles<0, 1>{});
+          if (u + 1 < L) {
+            arrived(it + u + 1);
+            issue_subtile<0>(stage_address(it + u + 1), d);
+            wgmma::wait<1>();  // tile it + u's subtile 1
+          } else {
+            wgmma::wait<0>();
+          }
+          wgmma::fence_operands(d[1]);
+          sum_subtile(it + u, WgSubtiles<1, 2>{});
+          release(it + u);
+          if (u + 1 < L) issue_subtile<1>(stage_address(it + u + 1), d);
+        }
+      };
+      int it = 0;
+      for (; it + kAcrossChain <= tiles; it += kAcrossChain) chain(it, std::integral_constant<int, kAcrossChain>{});
+      for (; it < tiles; ++it) chain(it, std::integral_constant<int, 1>{});
     } else {
       for (int it = 0; it < tiles; ++it) {
         arrived(it);

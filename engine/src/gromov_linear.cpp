@@ -1,6 +1,11 @@
 // The linearized fused GW cost's algebra (docs/gromov-wasserstein.md §2–§3), apart from any backend.
 #include "gromov_linear.hpp"
 
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
 namespace flashot::detail {
 
 namespace {
@@ -110,6 +115,145 @@ PlanMoments reduce_moments(std::span<const double> x, std::size_t n, std::size_t
 PlanMoments reduce_moments(std::span<const double> x, std::size_t n, std::size_t p, std::span<const double> r_h,
                            std::size_t stride, std::size_t q) {
   return reduce<double>(x, n, p, r_h, stride, q);
+}
+
+std::vector<double> flatten_moments(const PlanMoments& mo) {
+  std::vector<double> v{mo.mass};
+  const auto add = [&v](const std::vector<double>& part) { v.insert(v.end(), part.begin(), part.end()); };
+  add(mo.xbar);
+  add(mo.ybar);
+  add(mo.cross);
+  v.push_back(mo.c_ny);
+  v.push_back(mo.r_nx);
+  add(mo.w);
+  add(mo.z);
+  v.push_back(mo.k);
+  add(mo.sx);
+  add(mo.x3);
+  v.push_back(mo.x4);
+  add(mo.sy);
+  add(mo.y3);
+  v.push_back(mo.y4);
+  return v;
+}
+
+PlanMoments unflatten_moments(std::span<const double> v, std::size_t p, std::size_t q) {
+  const std::size_t size = 1 + p + q + p * q + 2 + p + q + 1 + p * p + p + 1 + q * q + q + 1;
+  if (v.size() != size)
+    throw std::invalid_argument("unflatten_moments: expected " + std::to_string(size) + " numbers for p = " +
+                                std::to_string(p) + ", q = " + std::to_string(q) + " (got " +
+                                std::to_string(v.size()) + ")");
+  PlanMoments mo;
+  mo.p = p;
+  mo.q = q;
+  std::size_t at = 0;
+  const auto take = [&](std::size_t count) {
+    std::vector<double> part(v.begin() + static_cast<std::ptrdiff_t>(at),
+                             v.begin() + static_cast<std::ptrdiff_t>(at + count));
+    at += count;
+    return part;
+  };
+  mo.mass = v[at++];
+  mo.xbar = take(p);
+  mo.ybar = take(q);
+  mo.cross = take(p * q);
+  mo.c_ny = v[at++];
+  mo.r_nx = v[at++];
+  mo.w = take(p);
+  mo.z = take(q);
+  mo.k = v[at++];
+  mo.sx = take(p * p);
+  mo.x3 = take(p);
+  mo.x4 = v[at++];
+  mo.sy = take(q * q);
+  mo.y3 = take(q);
+  mo.y4 = v[at++];
+  return mo;
+}
+
+void MomentAnderson::reset() {
+  f_.clear();
+  g_.clear();
+  norms_.clear();
+  extrapolated_ = false;
+}
+
+std::vector<double> MomentAnderson::step(std::span<const double> m, std::span<const double> g) {
+  const std::size_t d = g.size();
+  std::vector<double> f(d);
+  for (std::size_t c = 0; c < d; ++c) f[c] = g[c] - m[c];
+  const double norm = std::sqrt(dot(f.data(), f.data(), d));
+  const bool after_mix = extrapolated_;
+  extrapolated_ = false;
+  if (after_mix && !norms_.empty() && !(norm < norms_.back())) reset();  // the mix did not bring the residual down
+  f_.push_back(f);
+  g_.emplace_back(g.begin(), g.end());
+  norms_.push_back(norm);
+  while (f_.size() > static_cast<std::size_t>(memory_) + 1) {
+    f_.erase(f_.begin());
+    g_.erase(g_.begin());
+    norms_.erase(norms_.begin());
+  }
+  const std::size_t k = f_.size() - 1;  // differences held
+  bool contracting = k >= 2;
+  for (std::size_t j = 0; j + 1 < norms_.size(); ++j) contracting &= norms_[j + 1] < norms_[j];
+  if (memory_ < 1 || !contracting) return {g.begin(), g.end()};
+  // ΔF_j = f_{j+1} − f_j; normal equations (ΔFᵀΔF + λI)γ = ΔFᵀ f_t, λ a 10⁻¹⁰ share of the trace (the residuals of
+  // an outer loop near its fixed point are nearly collinear).
+  std::vector<std::vector<double>> df(k, std::vector<double>(d));
+  for (std::size_t j = 0; j < k; ++j)
+    for (std::size_t c = 0; c < d; ++c) df[j][c] = f_[j + 1][c] - f_[j][c];
+  std::vector<double> a(k * k), rhs(k);
+  double trace = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    for (std::size_t j = 0; j < k; ++j) a[i * k + j] = dot(df[i].data(), df[j].data(), d);
+    rhs[i] = dot(df[i].data(), f.data(), d);
+    trace += a[i * k + i];
+  }
+  for (std::size_t i = 0; i < k; ++i) a[i * k + i] += 1e-10 * trace + 1e-300;
+  // Gaussian elimination with partial pivoting on the small symmetric system.
+  std::vector<double> gamma = rhs;
+  bool ok = trace > 0 && std::isfinite(trace);
+  for (std::size_t c = 0; c < k && ok; ++c) {
+    std::size_t piv = c;
+    for (std::size_t r = c + 1; r < k; ++r)
+      if (std::abs(a[r * k + c]) > std::abs(a[piv * k + c])) piv = r;
+    if (!(std::abs(a[piv * k + c]) > 0)) {
+      ok = false;
+      break;
+    }
+    if (piv != c) {
+      for (std::size_t j = 0; j < k; ++j) std::swap(a[c * k + j], a[piv * k + j]);
+      std::swap(gamma[c], gamma[piv]);
+    }
+    for (std::size_t r = c + 1; r < k; ++r) {
+      const double factor = a[r * k + c] / a[c * k + c];
+      for (std::size_t j = c; j < k; ++j) a[r * k + j] -= factor * a[c * k + j];
+      gamma[r] -= factor * gamma[c];
+    }
+  }
+  for (std::size_t c = k; c-- > 0 && ok;) {
+    for (std::size_t j = c + 1; j < k; ++j) gamma[c] -= a[c * k + j] * gamma[j];
+    gamma[c] /= a[c * k + c];
+  }
+  std::vector<double> next(g.begin(), g.end());
+  double step2 = 0, f2 = 0;
+  for (std::size_t c = 0; c < d && ok; ++c) {
+    double mix = 0;
+    for (std::size_t j = 0; j < k; ++j) mix += gamma[j] * (g_[j + 1][c] - g_[j][c]);
+    next[c] -= mix;
+    step2 += mix * mix;
+    f2 += f[c] * f[c];
+  }
+  if (!ok || !std::isfinite(step2) || step2 > kMaxStep * kMaxStep * f2) {
+    // Not a usable extrapolation: the plain image, and the memory restarts from this pair.
+    f_.erase(f_.begin(), f_.end() - 1);
+    g_.erase(g_.begin(), g_.end() - 1);
+    norms_.erase(norms_.begin(), norms_.end() - 1);
+    return {g.begin(), g.end()};
+  }
+  extrapolated_ = true;
+  return next;
 }
 
 double gw_energy(const PlanMoments& mo) {

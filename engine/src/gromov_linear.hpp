@@ -43,6 +43,42 @@ PlanMoments reduce_moments(std::span<const double> x, std::size_t n, std::size_t
 PlanMoments reduce_moments(std::span<const double> x, std::size_t n, std::size_t p, std::span<const double> r_h,
                            std::size_t stride, std::size_t q);
 
+/// Every number of a PlanMoments as one vector (its fields in declaration order), and back: the outer loop's
+/// acceleration (MomentAnderson) extrapolates the moments the next cost is built from.
+std::vector<double> flatten_moments(const PlanMoments& mo);
+/// Throws std::invalid_argument when v's size is not flatten_moments' size for (p, q).
+PlanMoments unflatten_moments(std::span<const double> v, std::size_t p, std::size_t q);
+
+/// Type-II Anderson acceleration of the outer fixed point m ↦ G(m) (docs/gromov-wasserstein.md §8): m are the
+/// moments a linearized cost was built from, G(m) the moments of the plan that cost gave. From the last
+/// `memory` + 1 pairs (m_k, G_k) with residuals f_k = G_k − m_k, the next cost's moments are
+///   m⁺ = G_t − ΔG·γ,   γ = argmin ‖f_t − ΔF·γ‖   (ΔF, ΔG: differences of consecutive f_k, G_k),
+/// solved on the (memory × memory) Gram matrix with a relative Tikhonov term. The vectors are a few dozen numbers,
+/// so the cost is nothing beside one plan application.
+///
+/// Safeguards (a fixed-point solver is drawn to every fixed point, the outer loop's repelling ones too — the
+/// product plan of a symmetric pure-GW problem): it extrapolates only while the residual norms of the pairs it
+/// holds fall monotonically (the loop contracts there), at least two differences held; a step whose next residual
+/// is not smaller than the one it started from restarts the memory from the new pair; a mix that is not finite
+/// or steps more than kMaxStep·‖f_t‖ from G_t is not taken (memory restarts). The caller restarts it too (reset)
+/// on its own evidence (an unconverged inner solve, a rise of the objective).
+class MomentAnderson {
+ public:
+  explicit MomentAnderson(int memory) : memory_(memory) {}
+  /// Adds (m, G(m)) and returns the next cost's moments: the mix, or G(m) itself; `extrapolated()` says which.
+  std::vector<double> step(std::span<const double> m, std::span<const double> g);
+  void reset();
+  bool extrapolated() const { return extrapolated_; }
+  /// A contraction of rate ρ needs steps of about ‖f‖/(1 − ρ): 100 admits ρ up to 0.99.
+  static constexpr double kMaxStep = 100;
+
+ private:
+  int memory_;
+  std::vector<std::vector<double>> f_, g_;  // the last memory + 1 residuals and images, oldest first
+  std::vector<double> norms_;               // their norms
+  bool extrapolated_ = false;
+};
+
 /// E(P) = Σ_ijkl (‖x_i − x_k‖² − ‖y_j − y_l‖²)² P_ij P_kl from the moments alone.
 double gw_energy(const PlanMoments& mo);
 

@@ -51,6 +51,15 @@ std::string to_string(ScoreKernel k) {
   return "unknown";
 }
 
+std::string to_string(SubtileOverlap o) {
+  switch (o) {
+    case SubtileOverlap::kOff: return "off";
+    case SubtileOverlap::kWithinTile: return "on";
+    case SubtileOverlap::kAcrossTiles: return "across";
+  }
+  return "unknown";
+}
+
 std::string to_string(Multiscale m) {
   switch (m) {
     case Multiscale::kAuto: return "auto";
@@ -110,6 +119,12 @@ ScoreKernel parse_score_kernel(const std::string& text) {
                         ScoreKernel::kTensorBias})
     if (to_string(k) == text) return k;
   throw std::invalid_argument("kernel must be auto, register, tiled, tensor or tensor-bias (got '" + text + "')");
+}
+
+SubtileOverlap parse_subtile_overlap(const std::string& text) {
+  for (SubtileOverlap o : {SubtileOverlap::kOff, SubtileOverlap::kWithinTile, SubtileOverlap::kAcrossTiles})
+    if (to_string(o) == text) return o;
+  throw std::invalid_argument("subtile overlap must be off, on or across (got '" + text + "')");
 }
 
 CpuIsa parse_cpu_isa(const std::string& text) {

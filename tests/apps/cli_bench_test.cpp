@@ -51,12 +51,18 @@ TEST(Bench, ClusteredDataAndAForcedKernelRun) {
       run_flashot({"bench", "--n", "300", "--m", "250", "--d", "7", "--iters", "3", "--repeats", "2", "--backend",
                    "cpu", "--data", "clusters", "--kernel", "register"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("clusters kernel=register subtile-overlap"), std::string::npos) << r.out;  // on by default
+  // across by default
+  EXPECT_NE(r.out.find("clusters kernel=register subtile-overlap=across"), std::string::npos) << r.out;
   const CommandResult off =
       run_flashot({"bench", "--n", "300", "--m", "250", "--d", "7", "--iters", "3", "--repeats", "2", "--backend",
                    "cpu", "--kernel", "tensor", "--subtile-overlap", "off"});
   ASSERT_EQ(off.exit_code, 0) << off.err;
   EXPECT_NE(off.out.find("kernel=tensor n=300"), std::string::npos) << off.out;
+  const CommandResult across =
+      run_flashot({"bench", "--n", "300", "--m", "250", "--d", "7", "--iters", "3", "--repeats", "2", "--backend",
+                   "cpu", "--kernel", "tensor-bias", "--subtile-overlap", "across"});
+  ASSERT_EQ(across.exit_code, 0) << across.err;
+  EXPECT_NE(across.out.find("kernel=tensor-bias subtile-overlap=across n=300"), std::string::npos) << across.out;
 }
 
 TEST(Usage, BadOptionValuesExitTwoWithOneLine) {

@@ -5,6 +5,7 @@
 //                    [--first-tol T] [--anneal R] [--anneal-factor F] [--anneal-tol T] [--anneal-iters K]
 //                    [--scheme symmetric|alternating] [--max-inner N] [--check-every K] [--coarse N]
 //                    [--coarse-factor F] [--rotation DEG] [--plateau 0|1] [--groups K] [--plain-groups 0|1] [--level-start 0|1] [--trigger F] [--spatial-groups K] [--coarse-stop 0|1] [--checks 0|1]
+//                    [--outer-anderson K] [--settled-tol T]
 //                    [--coarse-tol T] [--dump DIR]
 // Every outer iteration is printed (and flushed) as it finishes; then the totals and the recovery of the known
 // rotation, translation and cell types. --dump writes the normalized inputs to DIR (tests/bench/gw_pot_bench.py).
@@ -31,6 +32,8 @@ int main(int argc, char** argv) {
   int max_inner = defaults.inner_max_iterations, anneal_iters = 0, anderson = defaults.anderson_memory,
       block = defaults.anderson_block, coarse = defaults.coarse_points, check_every = defaults.check_every;
   double coarse_tol = defaults.coarse_tolerance, trigger = defaults.correction_trigger;
+  int outer_anderson = defaults.outer_anderson_memory;
+  double settled_tol = defaults.settled_moment_tolerance;
   double coarse_factor = defaults.coarse_factor, rotation = 30, overrelaxation = defaults.overrelaxation;
   int checks = 0;  // 1: print every marginal-error check of the inner solves
   int plateau = defaults.plateau_search, groups = defaults.correction_groups,
@@ -75,6 +78,8 @@ int main(int argc, char** argv) {
     else if (k == "--spatial-groups") spatial_groups = std::stoi(v);
     else if (k == "--coarse-stop") coarse_stop = std::stoi(v);
     else if (k == "--coarse-tol") coarse_tol = std::stod(v);
+    else if (k == "--outer-anderson") outer_anderson = std::stoi(v);
+    else if (k == "--settled-tol") settled_tol = std::stod(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -144,13 +149,15 @@ int main(int argc, char** argv) {
   o.correction_spatial_groups = spatial_groups;
   o.coarse_stop_on_moments = coarse_stop != 0;
   o.coarse_tolerance = coarse_tol;
+  o.outer_anderson_memory = outer_anderson;
+  o.settled_moment_tolerance = settled_tol;
   o.coarse_points = coarse;
   o.coarse_factor = coarse_factor;
   o.scheme = scheme == "symmetric" ? flashot::Scheme::kSymmetric : flashot::Scheme::kAlternating;
   o.report = [](const flashot::GromovIteration& it) {
-    std::printf("  %6zu x %-6zu outer %3d  eps %.3g  tol %.2g  objective %.6g  change %.3g  moments %.2g  inner %5d  marginal error %.2g  %.3f s\n",
+    std::printf("  %6zu x %-6zu outer %3d  eps %.3g  tol %.2g  objective %.6g  change %.3g  moments %.2g  inner %5d  marginal error %.2g  %.3f s%s\n",
                 it.n, it.m, it.outer, it.epsilon, it.inner_tolerance, it.objective, it.change, it.moment_change, it.inner_iterations,
-                it.marginal_error, it.seconds);
+                it.marginal_error, it.seconds, it.extrapolated ? "  (extrapolated cost)" : "");
   };
   if (checks)
     o.progress = [](const flashot::GromovProgress& pr) {
@@ -165,9 +172,10 @@ int main(int argc, char** argv) {
   std::printf("wall %.3f s (solve %.3f s), outer %d, inner %d, converged %s, peak device memory %.1f MB\n%s\n",
               wall, r.seconds, r.outer_iterations, r.inner_iterations, r.converged ? "yes" : "no",
               mem.peak_bytes / 1e6, r.message.c_str());
-  std::printf("coarse levels: %zu outer iterations, %d inner, %.3f s; full level: %.3f s, %d group corrections\n",
+  std::printf("coarse levels: %zu outer iterations, %d inner, %.3f s; full level: %.3f s, %d group corrections, "
+              "%d extrapolated costs\n",
               r.coarse_history.size(), r.coarse_inner_iterations, r.coarse_seconds, r.seconds - r.coarse_seconds,
-              r.group_corrections);
+              r.group_corrections, r.outer_extrapolations);
   // Recovery of the known motion and cell types (the test GromovSlices checks these at 800 × 1000).
   std::vector<float> mapped = problem.map_coordinates(r);
   for (float& c : mapped) c = static_cast<float>(c / y_factor);

@@ -1,10 +1,11 @@
 // Issue 21: split waits in the warpgroup kernels of two subtiles (CudaTuning::subtile_overlap; engine/cuda/wg_tile.cuh,
-// WgWait::kSubtiles; docs/engine.md, "Overlapping the subtiles"). Each tile's products are committed as one wgmma
-// group per subtile and subtile 0 is summed while subtile 1's run: the same products, summed in the same order, so
-// the potentials equal those of the plain kernels up to the order of the kernels' atomic additions (which varies
-// from run to run either way). Both schemes (the one-pass sums and, alternating, the LSE), both tensor families, at
-// d = 5, 8, 14 (padded to 16: two subtiles) and 16; on Hopper the device line says that the variant ran. Skips
-// without a GPU; FLASHOT_REQUIRE_CUDA=1 fails.
+// WgWait::kSubtiles, kSubtilesAcross; docs/engine.md, "Overlapping the subtiles"). Each tile's products are committed
+// as one wgmma group per subtile and subtile 0 is summed while subtile 1's run (kWithinTile), and subtile 1 while
+// the next tile's subtile 0 runs (kAcrossTiles): the same products, summed in the same order, so the potentials
+// equal those of the plain kernels (kOff) up to the order of the kernels' atomic additions (which varies from run
+// to run either way). Both schemes (the one-pass sums and, alternating, the LSE), both tensor families, at d = 5, 8,
+// 14 (padded to 16: two subtiles) and 16; on Hopper the device line says which variant ran. Skips without a GPU;
+// FLASHOT_REQUIRE_CUDA=1 fails.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,13 +39,15 @@ TEST_P(CudaSubtileOverlapTest, PotentialsEqualThePlainKernels) {
   o.tolerance = 0;
   o.max_iterations = 20;
   o.scheme = scheme;
-  SolveResult r[2];
-  std::string device[2];
-  long long one_pass[2] = {};
-  for (int overlap = 0; overlap < 2; ++overlap) {
+  constexpr SubtileOverlap kWays[] = {SubtileOverlap::kOff, SubtileOverlap::kWithinTile,
+                                      SubtileOverlap::kAcrossTiles};
+  SolveResult r[3];
+  std::string device[3];
+  long long one_pass[3] = {};
+  for (int overlap = 0; overlap < 3; ++overlap) {
     BackendOptions options = backend_options("cuda");
     options.cuda.kernel = kernel;
-    options.cuda.subtile_overlap = overlap == 1;
+    options.cuda.subtile_overlap = kWays[overlap];
     Problem problem(PointsView{x, n, d}, PointsView{y, m, d}, a, b, options);
     r[overlap] = problem.solve(o);
     ASSERT_NE(r[overlap].reason, StopReason::kNonFinite) << r[overlap].message;
@@ -52,17 +55,23 @@ TEST_P(CudaSubtileOverlapTest, PotentialsEqualThePlainKernels) {
     one_pass[overlap] = problem.statistics().one_pass_steps;
   }
   const double scale_f = std::max(1.0, max_abs(r[0].f)), scale_g = std::max(1.0, max_abs(r[0].g));
-  const double ef = max_abs_diff(r[1].f, r[0].f) / scale_f, eg = max_abs_diff(r[1].g, r[0].g) / scale_g;
-  std::printf("[ overlap ] d=%zu kernel=%s %s: f %.3g g %.3g (of %.3g, %.3g); one-pass steps %lld, %lld (%s)\n", d,
-              to_string(kernel).c_str(), to_string(scheme).c_str(), ef, eg, scale_f, scale_g, one_pass[0],
-              one_pass[1], device[1].c_str());
-  EXPECT_LE(ef, kRelTol) << "d = " << d << " kernel " << to_string(kernel) << " " << to_string(scheme);
-  EXPECT_LE(eg, kRelTol) << "d = " << d << " kernel " << to_string(kernel) << " " << to_string(scheme);
   EXPECT_EQ(device[0].find("subtiles overlapped"), std::string::npos) << device[0];
-  // On Hopper (the warpgroup kernels) the variant ran wherever a kernel has two subtiles: padded d = 16 (d ≤ 16),
-  // and the biased sums' padded 16 (d ≤ 14).
-  if (device[1].find("sm_90") != std::string::npos) {
-    EXPECT_NE(device[1].find("subtiles overlapped"), std::string::npos) << device[1];
+  for (int overlap = 1; overlap < 3; ++overlap) {
+    const std::string way = to_string(kWays[overlap]);
+    const double ef = max_abs_diff(r[overlap].f, r[0].f) / scale_f, eg = max_abs_diff(r[overlap].g, r[0].g) / scale_g;
+    std::printf("[ overlap ] d=%zu kernel=%s %s %s: f %.3g g %.3g (of %.3g, %.3g); one-pass steps %lld, %lld (%s)\n",
+                d, to_string(kernel).c_str(), to_string(scheme).c_str(), way.c_str(), ef, eg, scale_f, scale_g,
+                one_pass[0], one_pass[overlap], device[overlap].c_str());
+    EXPECT_LE(ef, kRelTol) << "d = " << d << " kernel " << to_string(kernel) << " " << to_string(scheme) << " " << way;
+    EXPECT_LE(eg, kRelTol) << "d = " << d << " kernel " << to_string(kernel) << " " << to_string(scheme) << " " << way;
+    // On Hopper (the warpgroup kernels) the variant ran wherever a kernel has two subtiles: padded d = 16 (d ≤ 16),
+    // and the biased sums' padded 16 (d ≤ 14).
+    if (device[overlap].find("sm_90") != std::string::npos) {
+      EXPECT_NE(device[overlap].find("subtiles overlapped"), std::string::npos) << device[overlap];
+      EXPECT_EQ(device[overlap].find("across tiles") != std::string::npos,
+                kWays[overlap] == SubtileOverlap::kAcrossTiles)
+          << device[overlap];
+    }
   }
 }
 

@@ -125,6 +125,19 @@ TEST(CudaDispatch, TheBiasedSumsServeUpToDThirtyAtTheDefaultPrecisionOnly) {
   EXPECT_EQ(to_string(ScoreKernel::kTensorBias), "tensor-bias");
 }
 
+TEST(CudaDispatch, SubtileOverlapNamesRoundTripAndTheDefaultIsAcrossTiles) {
+  for (const SubtileOverlap o : {SubtileOverlap::kOff, SubtileOverlap::kWithinTile, SubtileOverlap::kAcrossTiles})
+    EXPECT_EQ(parse_subtile_overlap(to_string(o)), o) << to_string(o);
+  EXPECT_EQ(to_string(SubtileOverlap::kAcrossTiles), "across");
+  EXPECT_EQ(CudaTuning{}.subtile_overlap, SubtileOverlap::kAcrossTiles);
+  try {
+    parse_subtile_overlap("both");
+    FAIL() << "'both' accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'both'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaDispatch, TheBiasedSumsWinOnlyWhereMeasuredFastestAndServing) {
   const DispatchEntry table[] = {
       {8, 100'000, 100'000, ScoreKernel::kRegister, 70.0}, {8, 100'000, 100'000, ScoreKernel::kTensor, 60.0},

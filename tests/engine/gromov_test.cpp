@@ -111,9 +111,10 @@ std::string loop_name(const ::testing::TestParamInfo<std::tuple<std::string, Loo
 
 class GromovLoop : public ::testing::TestWithParam<std::tuple<std::string, LoopCase>> {};
 
-TEST_P(GromovLoop, MatchesTheDenseSolver) {
-  const auto& [backend, c] = GetParam();
-  FLASHOT_REQUIRE_BACKEND(backend);
+/// Runs the loop case on one backend with the options below, changed by `tweak`, and checks it against the dense
+/// solver's fixed point (objective, energy, feature cost, marginals, barycentric map).
+GromovResult check_loop(const std::string& backend, const LoopCase& c,
+                        const std::function<void(GromovOptions&)>& tweak = {}) {
   const std::size_t n = 30, m = 40, e = 4;
   const std::vector<float> x = random_points(n, c.p, 21, 0.6);
   std::vector<float> y = random_points(m, c.q, 22, 0.5);
@@ -157,10 +158,12 @@ TEST_P(GromovLoop, MatchesTheDenseSolver) {
   o.moment_tolerance = 1e-5;
   o.max_outer = 500;
   o.inner_max_iterations = 20000;
+  if (tweak) tweak(o);
   const GromovResult r = problem.solve(o);
   std::cout << "[ gw loop  ] " << c.name << ": dense " << ref.outer_iterations << " outer iterations, objective "
             << ref.objective << "; flashot " << r.outer_iterations << " outer / " << r.inner_iterations
-            << " inner iterations in " << r.seconds << " s, objective " << r.objective << "\n";
+            << " inner iterations in " << r.seconds << " s (" << r.outer_extrapolations
+            << " extrapolated costs), objective " << r.objective << "\n";
   EXPECT_TRUE(r.converged) << r.message;
   EXPECT_NEAR(r.objective, ref.objective, kObjectiveTolerance * std::abs(ref.objective))
       << "dense: " << ref.outer_iterations << " outer iterations; flashot: " << r.message;
@@ -198,6 +201,13 @@ TEST_P(GromovLoop, MatchesTheDenseSolver) {
     for (std::size_t d = 0; d < c.q; ++d) worst = std::max(worst, std::abs(t[d] / s - mapped[i * c.q + d]));
   }
   EXPECT_LE(worst, 1e-2) << "barycentric coordinates";
+  return r;
+}
+
+TEST_P(GromovLoop, MatchesTheDenseSolver) {
+  const auto& [backend, c] = GetParam();
+  FLASHOT_REQUIRE_BACKEND(backend);
+  check_loop(backend, c);
 }
 
 const LoopCase kLoopCases[] = {
@@ -214,13 +224,122 @@ INSTANTIATE_TEST_SUITE_P(Cases, GromovLoop,
                                             ::testing::ValuesIn(kLoopCases)),
                          loop_name);
 
+// ---- The outer loop's acceleration and its stopping rule on settled moments (docs/gromov-wasserstein.md §8). ------
+
+TEST(GromovMomentAnderson, FlattenedMomentsRoundTrip) {
+  for (auto [p, q] : {std::pair<std::size_t, std::size_t>{2, 2}, {2, 3}, {3, 2}, {1, 2}}) {
+    const std::size_t n = 7, m = 9;
+    const std::vector<double> x = to_double(random_points(n, p, 31, 1.0));
+    const std::vector<double> y = to_double(random_points(m, q, 32, 1.0));
+    const std::vector<double> P = random_plan(n, m, 33);
+    const std::size_t k = detail::moment_columns(q);
+    const std::vector<double> H = detail::moment_values(y, m, q);
+    std::vector<double> R(n * k, 0.0);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < m; ++j)
+        for (std::size_t h = 0; h < k; ++h) R[i * k + h] += P[i * m + j] * H[j * k + h];
+    const detail::PlanMoments mo = detail::reduce_moments(x, n, p, std::span<const double>(R), k, q);
+    const std::vector<double> v = detail::flatten_moments(mo);
+    const detail::PlanMoments back = detail::unflatten_moments(v, p, q);
+    EXPECT_EQ(detail::flatten_moments(back), v) << "p " << p << ", q " << q;
+    EXPECT_EQ(detail::gw_energy(back), detail::gw_energy(mo));
+    EXPECT_THROW(detail::unflatten_moments(std::span<const double>(v).first(v.size() - 1), p, q),
+                 std::invalid_argument);
+  }
+}
+
+TEST(GromovMomentAnderson, SolvesALinearContractionInFewSteps) {
+  // G(m) = A m + b with A non-symmetric, spectral radius 0.95: the plain iteration needs ~400 steps for 10⁻⁸;
+  // type-II Anderson with memory ≥ d is GMRES on it (d + 1 steps in exact arithmetic), and memory 3 still
+  // cuts the count several-fold.
+  const std::size_t d = 6;
+  std::mt19937_64 rng(41);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<double> A(d * d, 0.0), b(d);
+  for (std::size_t i = 0; i < d; ++i) {
+    A[i * d + i] = 0.95 - 0.15 * static_cast<double>(i);  // eigenvalues 0.95 … 0.2 (upper triangular)
+    for (std::size_t j = i + 1; j < d; ++j) A[i * d + j] = 0.3 * u(rng);
+    b[i] = u(rng);
+  }
+  const auto map = [&](const std::vector<double>& m) {
+    std::vector<double> g(b);
+    for (std::size_t i = 0; i < d; ++i)
+      for (std::size_t j = 0; j < d; ++j) g[i] += A[i * d + j] * m[j];
+    return g;
+  };
+  const auto steps = [&](int memory) {
+    detail::MomentAnderson mix(memory);
+    std::vector<double> m(d, 0.0);
+    for (int t = 1; t <= 2000; ++t) {
+      const std::vector<double> g = map(m);
+      double res = 0;
+      for (std::size_t c = 0; c < d; ++c) res = std::max(res, std::abs(g[c] - m[c]));
+      if (res <= 1e-8) return t;
+      m = memory > 0 ? mix.step(m, g) : g;
+    }
+    return 2001;
+  };
+  const int plain = steps(0), small = steps(3), full = steps(static_cast<int>(d));
+  std::cout << "[ anderson ] linear contraction, residual 1e-8: plain " << plain << " steps, memory 3: " << small
+            << ", memory " << d << ": " << full << "\n";
+  EXPECT_GT(plain, 300);
+  EXPECT_LE(full, static_cast<int>(d) + 4);
+  EXPECT_LE(small, plain / 4);
+}
+
+class GromovOuterLoop : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GromovOuterLoop, AndersonOnTheMomentsShortensTheSlowPureGwCase) {
+  // The pure-GW balanced case contracts slowly (the dense solver's plain loop takes 58 outer iterations): the
+  // accelerated loop must reach the same fixed point (check_loop's checks) in fewer outer iterations.
+  FLASHOT_REQUIRE_BACKEND(GetParam());
+  const LoopCase& c = kLoopCases[3];
+  ASSERT_EQ(c.name, "pure_gw_balanced");
+  const GromovResult plain = check_loop(GetParam(), c, [](GromovOptions& o) { o.outer_anderson_memory = 0; });
+  const GromovResult fast = check_loop(GetParam(), c);
+  EXPECT_EQ(plain.outer_extrapolations, 0);
+  EXPECT_GT(fast.outer_extrapolations, 0);
+  EXPECT_LT(fast.outer_iterations, plain.outer_iterations);
+}
+
+TEST_P(GromovOuterLoop, SettledMomentsStopTheLoop) {
+  // outer_tolerance 0 leaves the objective test unmet: the settled moments alone must stop the loop at the dense
+  // solver's fixed point; with that rule off the loop runs to max_outer, not converged.
+  FLASHOT_REQUIRE_BACKEND(GetParam());
+  const LoopCase& c = kLoopCases[0];
+  const GromovResult r = check_loop(GetParam(), c, [](GromovOptions& o) {
+    o.outer_tolerance = 0;
+    o.settled_moment_tolerance = 1e-5;
+  });
+  EXPECT_NE(r.message.find("settled_moment_tolerance"), std::string::npos) << r.message;
+
+  const std::size_t n = 30, m = 40;
+  const std::vector<float> x = random_points(n, 2, 21, 0.6), y = random_points(m, 2, 22, 0.5);
+  const std::vector<float> u = random_points(n, 4, 23, 0.7), v = random_points(m, 4, 24, 0.7);
+  BackendOptions bo;
+  bo.backend = parse_backend(GetParam());
+  bo.threads = 1;
+  GromovProblem problem({{x, n, 2}, {y, m, 2}, {u, n, 4}, {v, m, 4}, {}, {}}, bo);
+  GromovOptions o;
+  o.epsilon = 0.1;
+  o.outer_tolerance = 0;
+  o.settled_moment_tolerance = 0;
+  o.max_outer = 30;
+  const GromovResult off = problem.solve(o);
+  EXPECT_FALSE(off.converged) << off.message;
+  EXPECT_EQ(off.outer_iterations, 30);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GromovOuterLoop, ::testing::ValuesIn(backends_under_test()));
+
 // ---- Synthetic slices: a known rigid motion and known cell types. -------------------------------------------------
 
 class GromovSlices : public ::testing::TestWithParam<std::string> {};
 
 /// The balanced recovery on one backend; coarse_points > 0 starts the loop from a coarser subsample's
 /// (GromovOptions::coarse_points) with coarse_factor 4: 200 × 250 points, then 800 × 1000.
-void check_slices(const std::string& backend, int coarse_points) {
+void check_slices(const std::string& backend, int coarse_points,
+                  const std::function<void(GromovOptions&)>& tweak = {}) {
   SliceOptions so;
   so.n_source = 800;
   so.n_target = 1000;
@@ -254,6 +373,7 @@ void check_slices(const std::string& backend, int coarse_points) {
   o.outer_tolerance = 1e-5;
   o.inner_tolerance = 1e-4;
   o.coarse_points = coarse_points;
+  if (tweak) tweak(o);
   const GromovResult r = problem.solve(o);
   if (coarse_points > 0) {
     EXPECT_FALSE(r.coarse_history.empty());

@@ -61,6 +61,13 @@ enum class Screening { kAuto, kOff, kOn };
 /// (kTensor whose one-pass sums also take the potentials' biases from the tensor cores, d ≤ 30, Precision::kDefault
 /// only; on a GPU without the warpgroup kernels it is kTensor). The CPU backend ignores it.
 enum class ScoreKernel { kAuto, kRegister, kTiled, kTensor, kTensorBias };
+/// How the CUDA backend's warpgroup kernels with two m64 subtiles per warpgroup (d ≤ 16 on a Hopper GPU: the dense
+/// LSE, the one-pass sums and their biased form at d ≤ 14) wait for a column tile's wgmma products (docs/engine.md,
+/// "Overlapping the subtiles"). kOff: both subtiles' products, then their sums. kWithinTile: one wgmma group per
+/// subtile; subtile 0 is summed while subtile 1's products run. kAcrossTiles (the default): kWithinTile, and the
+/// next tile's subtile 0 is multiplied while subtile 1 is summed. The same products summed in the same order every
+/// way.
+enum class SubtileOverlap { kOff, kWithinTile, kAcrossTiles };
 /// Instruction set of the CPU backend's kernels (engine/cpu/kernels_<isa>.cpp). kAuto: the widest this CPU runs.
 /// Naming one the CPU lacks makes the Problem throw std::runtime_error.
 enum class CpuIsa { kAuto, kGeneric, kAvx2, kAvx512 };
@@ -84,6 +91,7 @@ std::string to_string(BackendKind);
 std::string to_string(Precision);
 std::string to_string(Screening);
 std::string to_string(ScoreKernel);
+std::string to_string(SubtileOverlap);
 std::string to_string(StopReason);
 std::string to_string(CpuIsa);
 std::string to_string(Multiscale);
@@ -93,6 +101,7 @@ Scheme parse_scheme(const std::string&);
 Precision parse_precision(const std::string&);
 Screening parse_screening(const std::string&);
 ScoreKernel parse_score_kernel(const std::string&);
+SubtileOverlap parse_subtile_overlap(const std::string&);
 CpuIsa parse_cpu_isa(const std::string&);
 Multiscale parse_multiscale(const std::string&);
 
@@ -142,12 +151,12 @@ struct CudaTuning {
   /// docs/engine.md). Results are identical whatever is chosen. Ignored elsewhere.
   int c_transform_tile_rows = 0;
   /// The warpgroup kernels whose warpgroups hold two m64 subtiles (d ≤ 16 on a Hopper GPU: the dense LSE, the
-  /// one-pass sums and their biased form at d ≤ 14) commit each column tile's products as one wgmma group per
-  /// subtile and sum subtile 0 while subtile 1's products run; false waits for both before summing either. The
-  /// same products summed in the same order: results equal either way up to the order of the kernels' atomic
-  /// additions (docs/engine.md, "Overlapping the subtiles"); 1–3 % faster on the H200, so on by default.
-  /// `flashot bench --subtile-overlap on|off`. Ignored elsewhere.
-  bool subtile_overlap = true;
+  /// one-pass sums and their biased form at d ≤ 14): how they wait for a tile's products (SubtileOverlap). The
+  /// same products summed in the same order: results equal every way up to the order of the kernels' atomic
+  /// additions (docs/engine.md, "Overlapping the subtiles"). On the H200 kWithinTile measured 1–3 % faster than
+  /// kOff, kAcrossTiles 3–7 % faster than kWithinTile (the alternating scheme 9.5 %), so kAcrossTiles is the
+  /// default. `flashot bench --subtile-overlap off|on|across`. Ignored elsewhere.
+  SubtileOverlap subtile_overlap = SubtileOverlap::kAcrossTiles;
 };
 
 /// Where the problem lives and how it computes. Fixed when the Problem is built.
