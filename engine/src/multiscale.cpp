@@ -118,8 +118,8 @@ struct MultiscaleLevel {
   std::unique_ptr<ClusterTree> tx, ty;          // null on a dense level
   std::unique_ptr<Backend> backend;
   BackendOptions options;                       // what `backend` was made with (Run::carry makes more alike)
-  std::unique_ptr<MultiscaleLevel> coarse;      // the centres of this level's leaf blocks
-  double leaf_radius = 0;                       // mass-weighted mean leaf-block radius, the larger side
+  std::unique_ptr<MultiscaleLevel> coarse;      // the centres of the parts of this level's leaf blocks
+  double leaf_radius = 0;                       // mass-weighted mean radius of the leaf blocks' parts, the larger side
   std::shared_ptr<const BlockPattern> pattern;  // what the backend holds now (null: dense)
   // Host copies for the watched iterations (Run::watched_step): the current potentials (valid while `known`), an
   // iteration's output, and the elementwise maximum of the two.
@@ -176,23 +176,25 @@ std::unique_ptr<MultiscaleLevel> build_level(const BackendOptions& options, Poin
     L->y = permute_rows(y.data, y.d, L->ty->order);
     L->a = permuted(a, L->tx->order);
     L->b = permuted(b, L->ty->order);
+    // The coarser level holds one point per part of a leaf block (ClusterTree::part_offset): a compact block is one
+    // point at its centre; a block across clusters one point in each, so the coarse problem moves no mass between
+    // clusters that the points do not (docs/multiscale.md, "Blocks across clusters").
     double radius = 0;
     std::vector<float> cx, cy, mx, my;
     for (const ClusterTree* t : {L->tx.get(), L->ty.get()}) {
-      const int H = t->height;
       double mass = 0, sum = 0;
-      for (std::size_t k = 0; k < t->blocks; ++k) {
-        mass += t->mass[H][k];
-        sum += t->mass[H][k] * t->radius[H][k];
+      for (std::size_t k = 0; k < t->parts(); ++k) {
+        mass += t->part_mass[k];
+        sum += t->part_mass[k] * t->part_radius[k];
       }
       radius = std::max(radius, mass > 0 ? sum / mass : 0.0);
       std::vector<float>& c = t == L->tx.get() ? cx : cy;
       std::vector<float>& w = t == L->tx.get() ? mx : my;
-      c.assign(t->centre[H].begin(), t->centre[H].end());
-      w.assign(t->mass[H].begin(), t->mass[H].end());
+      c.assign(t->part_centre.begin(), t->part_centre.end());
+      w.assign(t->part_mass.begin(), t->part_mass.end());
     }
     L->leaf_radius = radius;
-    L->coarse = build_level(options, {cx, L->tx->blocks, x.d}, {cy, L->ty->blocks, x.d}, mx, my,
+    L->coarse = build_level(options, {cx, L->tx->parts(), x.d}, {cy, L->ty->parts(), x.d}, mx, my,
                             seed * 0x9e3779b97f4a7c15ULL + 1, false);
   } else {
     L->x.assign(x.data.begin(), x.data.end());
@@ -397,8 +399,8 @@ struct Run {
     std::vector<float> fc(C.n), gc(C.m);
     C.backend->get_potentials(fc, gc);
     const double mass = std::max({1.0, L.mass_a, L.mass_b});
-    // The estimates of the first lists: each point gets the coarse potential of its own block's centre (level L's
-    // leaf block k is the coarser level's point k, at position inverse(order)[k] there).
+    // The estimates of the first lists: each point gets the coarse potential of its own part's centre (level L's
+    // part k is the coarser level's point k, at position inverse(order)[k] there).
     const auto estimate = [](const ClusterTree* own, const ClusterTree* coarse, const std::vector<float>& hc) {
       std::vector<float> e;
       if (!own || !coarse) return e;
@@ -406,9 +408,9 @@ struct Run {
       for (std::size_t p = 0; p < where.size(); ++p) where[coarse->order[p]] = static_cast<std::uint32_t>(p);
       e.resize(own->n);
 #pragma omp parallel for schedule(static)
-      for (std::size_t k = 0; k < own->blocks; ++k) {
+      for (std::size_t k = 0; k < own->parts(); ++k) {
         const float v = hc[where[k]];
-        for (std::size_t p = own->begin(own->height, k); p < own->end(own->height, k); ++p) e[p] = v;
+        for (std::size_t p = own->part_begin[k]; p < own->part_end[k]; ++p) e[p] = v;
       }
       return e;
     };
@@ -792,7 +794,11 @@ SolveResult MultiscaleSolver::solve(const SolveOptions& o, double diameter) {
   SolveResult r;
   Run run{o, {}, cost_scale(o.cost), side_rho(o.reach, o.reach_source), side_rho(o.reach, o.reach_target),
           o.diameter > 0 ? o.diameter : diameter, multiscale_truncation(o), o.multiscale_dense_fraction, &L, r};
-  if (o.epsilon > 0) {
+  if (!o.initial_f.empty() || !o.initial_g.empty()) {
+    // A warm start is the warm-up: the solve runs at the final ε alone, on the points (docs/multiscale.md,
+    // "Warm starts"). Stages at the larger ε of a schedule would replace the given potentials by a cold start.
+    run.eps = {epsilon_schedule(o, run.diameter).back()};
+  } else if (o.epsilon > 0) {
     // A fixed ε: the coarse levels still warm-start it through a geometric schedule from the diameter down.
     for (double e = run.s * run.diameter * run.diameter; e > o.epsilon; e *= o.scaling * o.scaling)
       run.eps.push_back(e);

@@ -6,6 +6,7 @@
 #include <parallel/algorithm>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -17,11 +18,24 @@ namespace {
 
 /// Morton codes interleave 63/d bits per axis: beyond this dimension the cells get too coarse.
 constexpr std::size_t kMortonMaxDim = 4;
-/// Points of a node used to find its principal direction.
-constexpr std::size_t kPcaSample = 2048;
+/// Points of a node used to find its principal direction: kPcaSampleValues / d of them, between kPcaSampleMin and
+/// 2048 (2048 for d ≤ 3). The power iteration costs 2·kPowerSteps passes over the sample per node, which at d = 50
+/// and 2048 points paid for the leaf parts (docs/multiscale.md, "Blocks across clusters").
+constexpr std::size_t kPcaSampleValues = 6144, kPcaSampleMin = 256;
 constexpr int kPowerSteps = 6;
 /// Nodes with more points than this split their children as separate OpenMP tasks.
 constexpr std::size_t kTaskPoints = 1 << 14;
+/// Seeds of the farthest-first traversal that groups a leaf block's points (ClusterTree::part_offset): at most
+/// this many parts.
+constexpr std::size_t kMaxSeeds = 16;
+/// A leaf block is searched for parts only when its points, projected on the line through two far apart members,
+/// leave an empty gap of at least this share of their range.
+constexpr double kProjectionGap = 0.1;
+constexpr std::size_t kProjectionBins = 64;
+/// Two halves of a part become parts of their own when their centres lie at least this many times the sum of their
+/// radii apart: groups that lie apart (two clusters in one block, an outlier), never the two halves of one compact
+/// or elongated group (a segment's halves lie exactly the sum of their radii apart, a disc's or a blob's closer).
+constexpr double kPartGap = 1.25;
 
 std::uint64_t mix(std::uint64_t z) {  // splitmix64 finaliser
   z += 0x9e3779b97f4a7c15ULL;
@@ -90,7 +104,8 @@ struct PcaSplitter {
   /// Reorders idx[b, e) so that idx[b, mid) are the points of lowest projection on the principal direction.
   void partition(int level, std::size_t k, std::size_t b, std::size_t mid, std::size_t e) const {
     const std::size_t d = p.d, count = e - b;
-    const std::size_t stride = std::max<std::size_t>(1, count / kPcaSample);
+    const std::size_t sample = std::clamp(kPcaSampleValues / d, kPcaSampleMin, kPcaSampleValues / 3);
+    const std::size_t stride = std::max<std::size_t>(1, count / sample);
     std::vector<double> mean(d, 0.0);
     std::size_t samples = 0;
     for (std::size_t s = b; s < e; s += stride, ++samples)
@@ -127,6 +142,143 @@ struct PcaSplitter {
     for (std::size_t s = 0; s < count; ++s) idx[b + s] = proj[s].second;
   }
 };
+
+/// A run of a leaf's points in the order (positions [b, e)) with its mass-weighted centre and exact radius.
+struct Part {
+  std::size_t b = 0, e = 0;
+  std::vector<double> centre;
+  double radius = 0, mass = 0;
+};
+
+Part measure_part(PointsView p, std::span<const float> w, const std::uint32_t* order, std::size_t b, std::size_t e) {
+  const std::size_t d = p.d;
+  Part part{b, e, std::vector<double>(d, 0.0)};
+  for (std::size_t s = b; s < e; ++s) part.mass += w[order[s]];
+  for (std::size_t s = b; s < e; ++s) {
+    const double ws = part.mass > 0 ? w[order[s]] / part.mass : 1.0 / static_cast<double>(e - b);
+    for (std::size_t q = 0; q < d; ++q) part.centre[q] += ws * p.data[std::size_t{order[s]} * d + q];
+  }
+  double r2 = 0;
+  for (std::size_t s = b; s < e; ++s) {
+    double dist = 0;
+    for (std::size_t q = 0; q < d; ++q) {
+      const double u = p.data[std::size_t{order[s]} * d + q] - part.centre[q];
+      dist += u * u;
+    }
+    r2 = std::max(r2, dist);
+  }
+  part.radius = std::sqrt(r2);
+  return part;
+}
+
+double squared_distance(const float* x, const double* c, std::size_t d) {
+  double dist = 0;
+  for (std::size_t q = 0; q < d; ++q) dist += (x[q] - c[q]) * (x[q] - c[q]);
+  return dist;
+}
+
+/// Groups a leaf's points (positions [b, e)) into parts that lie apart. First a cheap test: projected on the line
+/// through the point farthest from the centre and the point farthest from that one, the other points must leave an
+/// empty gap of at least kProjectionGap of their range (a compact or elongated leaf fills its range; separate
+/// clusters leave one between the clusters of those two points). Then seeds by farthest-first traversal, each point
+/// in the group of its nearest seed, until every point lies within half the first seed's reach of a seed or
+/// kMaxSeeds seeds; the groups are measured, any two that do not lie apart (kPartGap) are merged (and measured
+/// again) until all do. Two or more groups left: the positions are reordered so that each is a run (each in its
+/// previous order) and they are returned; else the run stays whole.
+std::vector<Part> leaf_parts(PointsView p, std::span<const float> w, std::uint32_t* order, std::size_t b,
+                             std::size_t e) {
+  const std::size_t d = p.d, count = e - b;
+  Part whole = measure_part(p, w, order, b, e);
+  if (count < 3 || !(whole.radius > 0)) return {whole};
+  const auto at = [&](std::size_t s) { return p.data.data() + std::size_t{order[s]} * d; };
+  const auto farthest = [&](const double* from) {
+    std::size_t far = b;
+    double best = -1;
+    for (std::size_t s = b; s < e; ++s)
+      if (const double v = squared_distance(at(s), from, d); v > best) best = v, far = s;
+    return far;
+  };
+  const std::size_t first = farthest(whole.centre.data());
+  std::vector<double> seed(at(first), at(first) + d);
+  const std::size_t second = farthest(seed.data());
+  {
+    // The two far points themselves are left out: in many dimensions a point far from the centre lies far out on
+    // its own direction whatever the shape of the rest.
+    std::vector<double> axis(d), along;
+    for (std::size_t q = 0; q < d; ++q) axis[q] = static_cast<double>(at(second)[q]) - seed[q];
+    for (std::size_t s = b; s < e; ++s) {
+      if (s == first || s == second) continue;
+      double v = 0;
+      for (std::size_t q = 0; q < d; ++q) v += (at(s)[q] - seed[q]) * axis[q];
+      along.push_back(v);
+    }
+    // An empty gap of a share kProjectionGap of the range holds ⌊kProjectionBins·kProjectionGap⌋ − 1 whole empty
+    // bins of kProjectionBins: that many in a row pass (a histogram, not a sort: this runs for every leaf).
+    const auto [lo, hi] = std::minmax_element(along.begin(), along.end());
+    const double low = *lo, range = *hi - *lo;
+    if (!(range > 0)) return {whole};
+    std::array<bool, kProjectionBins> filled{};
+    for (const double v : along)
+      filled[std::min(kProjectionBins - 1, static_cast<std::size_t>((v - low) / range * kProjectionBins))] = true;
+    const auto needed = static_cast<std::size_t>(kProjectionBins * kProjectionGap) - 1;
+    std::size_t run = 0, longest = 0;
+    for (const bool f : filled) longest = std::max(longest, run = f ? 0 : run + 1);
+    if (longest < needed) return {whole};
+  }
+  std::vector<double> nearest(count);
+  std::vector<std::uint8_t> group(count, 0);
+  for (std::size_t s = b; s < e; ++s) nearest[s - b] = squared_distance(at(s), seed.data(), d);
+  const double reach = *std::max_element(nearest.begin(), nearest.end());  // squared
+  std::size_t seeds = 1;
+  for (; seeds < kMaxSeeds; ++seeds) {
+    const auto far = static_cast<std::size_t>(std::max_element(nearest.begin(), nearest.end()) - nearest.begin());
+    if (!(nearest[far] > 0.25 * reach)) break;
+    seed.assign(at(b + far), at(b + far) + d);
+    for (std::size_t s = b; s < e; ++s)
+      if (const double v = squared_distance(at(s), seed.data(), d); v < nearest[s - b]) {
+        nearest[s - b] = v;
+        group[s - b] = static_cast<std::uint8_t>(seeds);
+      }
+  }
+  // Merge groups that do not lie apart, until every pair does.
+  const std::vector<std::uint32_t> saved(order + b, order + e);
+  std::vector<std::size_t> from(count);  // position − b → index into `saved`
+  const auto measure = [&](std::size_t groups) {
+    std::vector<Part> parts;
+    std::size_t next = b;
+    for (std::size_t c = 0; c < groups; ++c) {
+      const std::size_t start = next;
+      for (std::size_t s = 0; s < count; ++s)
+        if (group[s] == c) {
+          from[next - b] = s;
+          order[next++] = saved[s];
+        }
+      if (next > start) parts.push_back(measure_part(p, w, order, start, next));
+    }
+    // Labels again from 0, the c-th non-empty group c.
+    for (std::size_t c = 0; c < parts.size(); ++c)
+      for (std::size_t s = parts[c].b; s < parts[c].e; ++s) group[from[s - b]] = static_cast<std::uint8_t>(c);
+    return parts;
+  };
+  std::vector<Part> parts = measure(seeds);
+  for (bool merged = true; merged && parts.size() > 1;) {
+    merged = false;
+    for (std::size_t i = 0; i < parts.size() && !merged; ++i)
+      for (std::size_t j = i + 1; j < parts.size() && !merged; ++j) {
+        double gap = 0;
+        for (std::size_t q = 0; q < d; ++q)
+          gap += (parts[i].centre[q] - parts[j].centre[q]) * (parts[i].centre[q] - parts[j].centre[q]);
+        if (std::sqrt(gap) >= kPartGap * (parts[i].radius + parts[j].radius)) continue;
+        for (std::size_t s = 0; s < count; ++s)
+          if (group[s] == j) group[s] = static_cast<std::uint8_t>(i);
+        merged = true;
+      }
+    if (merged) parts = measure(parts.size());
+  }
+  if (parts.size() > 1) return parts;
+  std::copy(saved.begin(), saved.end(), order + b);
+  return {whole};
+}
 
 }  // namespace
 
@@ -165,6 +317,23 @@ ClusterTree build_cluster_tree(PointsView p, std::span<const float> w, std::size
 
   const std::size_t d = p.d;
   const int H = t.height;
+  {
+    // Parts of every leaf (each leaf's positions reordered so that its parts are runs), in parallel, then flattened.
+    std::vector<std::vector<Part>> parts(t.blocks);
+#pragma omp parallel for schedule(dynamic, 16)
+    for (std::size_t k = 0; k < t.blocks; ++k) parts[k] = leaf_parts(p, w, t.order.data(), t.begin(H, k), t.end(H, k));
+    t.part_offset.assign(1, 0);
+    for (const auto& leaf : parts) {
+      for (const Part& part : leaf) {
+        t.part_begin.push_back(static_cast<std::uint32_t>(part.b));
+        t.part_end.push_back(static_cast<std::uint32_t>(part.e));
+        t.part_centre.insert(t.part_centre.end(), part.centre.begin(), part.centre.end());
+        t.part_radius.push_back(part.radius);
+        t.part_mass.push_back(part.mass);
+      }
+      t.part_offset.push_back(static_cast<std::uint32_t>(t.part_begin.size()));
+    }
+  }
   t.centre.resize(H + 1);
   t.radius.resize(H + 1);
   t.mass.resize(H + 1);

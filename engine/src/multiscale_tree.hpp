@@ -42,12 +42,24 @@ struct ClusterTree {
   /// The block's support in a unit direction e is then ≤ h₁|⟨e, q₁⟩| + h₂|⟨e, q₂⟩| + h₃·√(1 − ⟨e, q₁⟩² − ⟨e, q₂⟩²),
   /// far below the radius across a flat or elongated block (docs/multiscale.md, "The bound").
   std::vector<double> leaf_axes, leaf_extent;
+  /// Per leaf block: its parts — groups of its points that lie apart from each other (a block whose 256 points
+  /// fall in two or more separated clusters, which blocks of a fixed size cannot avoid at cluster boundaries).
+  /// Leaf k's parts are [part_offset[k], part_offset[k + 1]) (part_offset has blocks + 1 entries); part p holds the
+  /// permuted points [part_begin[p], part_end[p]), contiguous inside its leaf; a compact leaf is one part, equal to
+  /// the leaf. Per part: centre (parts × d, mass-weighted like the leaf's), radius (exact) and mass. The pair bounds
+  /// of a leaf block take the largest over its parts (multiscale_pattern.cpp), and the coarser level of the solver
+  /// holds one point per part (multiscale.cpp), so a straddling block is neither wide in the lists nor a centre
+  /// between clusters where none of its points is (docs/multiscale.md, "Blocks across clusters").
+  std::vector<std::uint32_t> part_offset, part_begin, part_end;
+  std::vector<double> part_centre, part_radius, part_mass;
 
   /// Nodes of level ℓ.
   std::size_t count(int level) const { return blocks == 0 ? 0 : ((blocks - 1) >> (height - level)) + 1; }
   /// Permuted point range [begin, end) of node k at level ℓ.
   std::size_t begin(int level, std::size_t k) const { return std::min(n, (k << (height - level)) * block); }
   std::size_t end(int level, std::size_t k) const { return std::min(n, ((k + 1) << (height - level)) * block); }
+  /// Parts of all leaves.
+  std::size_t parts() const { return part_begin.size(); }
   /// The deepest level with at most `limit` nodes.
   int level_with_at_most(std::size_t limit) const;
 };

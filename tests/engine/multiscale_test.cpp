@@ -112,6 +112,90 @@ TEST(MultiscaleTree, LeafExtentsHoldEveryMember) {
   }
 }
 
+/// Well-separated Gaussian clusters in d dimensions, of the given sizes (none a multiple of the block size, so the
+/// blocks at their boundaries hold points of two clusters): centres `spacing`·√2 apart on the coordinate axes,
+/// spread 0.1 per coordinate. `label[i]` is point i's cluster.
+std::vector<float> separated_clusters(const std::vector<std::size_t>& sizes, std::size_t d, std::uint64_t seed,
+                                      std::vector<int>* label = nullptr, double spacing = 10) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 0.1);
+  std::vector<float> x;
+  for (std::size_t c = 0; c < sizes.size(); ++c)
+    for (std::size_t i = 0; i < sizes[c]; ++i) {
+      for (std::size_t q = 0; q < d; ++q) x.push_back(static_cast<float>((q == c % d ? spacing * static_cast<double>(1 + c / d) : 0.0) + normal(rng)));
+      if (label) label->push_back(static_cast<int>(c));
+    }
+  return x;
+}
+
+// A leaf block whose points fall in separated clusters is cut into parts, at least one per cluster: every part
+// holds one cluster's points, as a contiguous run of its leaf, inside its own ball, with its mass; a leaf inside one cluster
+// stays one part, and on a connected surface no leaf is cut (docs/multiscale.md, "Blocks across clusters").
+TEST(MultiscaleTree, ABlockAcrossClustersIsCutIntoRunsOfOneCluster) {
+  const std::size_t d = 20;
+  std::vector<int> label;
+  const std::vector<float> x = separated_clusters({700, 450, 1100, 333, 900, 40, 7}, d, 5, &label);
+  const std::size_t n = label.size();
+  std::vector<float> w(n);
+  for (std::size_t i = 0; i < n; ++i) w[i] = 0.5f + static_cast<float>(i % 5);
+  const detail::ClusterTree t = detail::build_cluster_tree({x, n, d}, w, kBlockSize, 3);
+  ASSERT_EQ(t.part_offset.size(), t.blocks + 1);
+  ASSERT_EQ(t.part_offset.back(), t.parts());
+  std::size_t cut = 0;
+  for (std::size_t k = 0; k < t.blocks; ++k) {
+    std::vector<int> labels;
+    for (std::size_t p = t.begin(t.height, k); p < t.end(t.height, k); ++p) labels.push_back(label[t.order[p]]);
+    std::sort(labels.begin(), labels.end());
+    const auto clusters = static_cast<std::size_t>(std::unique(labels.begin(), labels.end()) - labels.begin());
+    const std::size_t parts = t.part_offset[k + 1] - t.part_offset[k];
+    // A leaf inside one cluster stays whole; one across clusters has a part (or more: a few points of a cluster
+    // lie apart from each other in 20 dimensions) in each.
+    if (clusters == 1) {
+      EXPECT_EQ(parts, 1u) << "leaf " << k << " inside one cluster was cut";
+    }
+    EXPECT_GE(parts, clusters) << "leaf " << k << " holds " << clusters << " clusters";
+    cut += parts > 1;
+    std::size_t next = t.begin(t.height, k);
+    double leaf_mass = 0;
+    for (std::uint32_t q = t.part_offset[k]; q < t.part_offset[k + 1]; ++q) {
+      ASSERT_EQ(t.part_begin[q], next) << "parts are not consecutive runs of the leaf";
+      ASSERT_LT(t.part_begin[q], t.part_end[q]);
+      next = t.part_end[q];
+      const int own = label[t.order[t.part_begin[q]]];
+      double mass = 0, widest = 0;
+      for (std::size_t p = t.part_begin[q]; p < t.part_end[q]; ++p) {
+        EXPECT_EQ(label[t.order[p]], own) << "part " << q << " of leaf " << k << " holds two clusters";
+        mass += w[t.order[p]];
+        double dist = 0;
+        for (std::size_t c = 0; c < d; ++c) dist += std::pow(x[std::size_t{t.order[p]} * d + c] - t.part_centre[q * d + c], 2);
+        widest = std::max(widest, std::sqrt(dist));
+      }
+      EXPECT_NEAR(widest, t.part_radius[q], 1e-9 * (1 + widest)) << "part " << q;
+      EXPECT_LT(t.part_radius[q], 1.0) << "part " << q << " is not one cluster's";
+      EXPECT_NEAR(mass, t.part_mass[q], 1e-6 * mass);
+      leaf_mass += mass;
+    }
+    EXPECT_EQ(next, t.end(t.height, k));
+    EXPECT_NEAR(leaf_mass, t.mass[t.height][k], 1e-6 * leaf_mass);
+  }
+  EXPECT_GE(cut, 3u) << "the data no longer puts blocks across clusters";
+  // Same seed, same parts.
+  const detail::ClusterTree again = detail::build_cluster_tree({x, n, d}, w, kBlockSize, 3);
+  EXPECT_EQ(again.order, t.order);
+  EXPECT_EQ(again.part_end, t.part_end);
+  // A connected surface and a compact cloud: no full block is cut. (The last block here holds 32 points: a few of
+  // them may lie apart from the rest, and a cut there is right.)
+  for (const auto shape : {synthetic::Shape::kSphere, synthetic::Shape::kUniform}) {
+    const std::size_t ns = 20000;
+    const std::vector<float> s = synthetic::generate(shape, ns, 3, 4);
+    const detail::ClusterTree ts = detail::build_cluster_tree({s, ns, 3}, uniform_weights(ns), kBlockSize, 1);
+    for (std::size_t k = 0; k < ts.blocks; ++k) {
+      if (ts.end(ts.height, k) - ts.begin(ts.height, k) < kBlockSize) continue;
+      EXPECT_EQ(ts.part_offset[k + 1] - ts.part_offset[k], 1u) << synthetic::to_string(shape) << " leaf " << k;
+    }
+  }
+}
+
 /// Brute force over every entry of every dropped block pair: the bound of docs/multiscale.md holds for any
 /// potentials, and no row or column block is left without a pair.
 void expect_certified(const std::vector<float>& x, const std::vector<float>& y, std::size_t d,
@@ -201,6 +285,23 @@ TEST(MultiscaleBound, HoldsEntryByEntryForSolvedAndArbitraryPotentials) {
   expect_certified(x, y, d, fn, gn, 0.002, 12, false);
 }
 
+// Blocks across separated clusters: each part of such a block is bounded on its own, so the block is listed only
+// against the blocks of its own clusters — what an exact check of every entry needs — and every dropped entry is
+// below the threshold (docs/multiscale.md, "Blocks across clusters"). Measured: 0.372 of the block pairs listed,
+// 0.362 needed; bounded by its ball alone (before the parts), such a block reached every cluster: 0.653 listed.
+TEST(MultiscaleBound, ABlockAcrossClustersIsListedOnlyWithItsOwnClusters) {
+  const std::size_t d = 20;
+  // Centres 4.2 apart, radii ≈ 0.6: at ε = 0.5 and τ = 16 (a kept radius of 2.8) a block's ball reaches no other
+  // cluster, but the ball of a block across two clusters (radius ≈ 2.7 about a centre between them) reaches all.
+  const std::vector<float> x = separated_clusters({700, 450, 1100, 333, 900}, d, 5, nullptr, 3);
+  const std::vector<float> y = separated_clusters({650, 500, 1000, 433, 917}, d, 6, nullptr, 3);
+  const std::size_t n = x.size() / d, m = y.size() / d;
+  double kept = 1, needed = 1;
+  expect_certified(x, y, d, std::vector<float>(n, 0.0f), std::vector<float>(m, 0.0f), 0.5, 16, true, &kept,
+                   &needed);
+  EXPECT_LE(kept, 1.1 * needed) << "listed " << kept << ", needed " << needed;
+}
+
 // Potentials of an exact translation y = x + t (f_i = −2⟨t, x_i⟩, g_j = 2⟨t, y_j⟩ − ‖t‖², so f_i + g_j − C_ij =
 // −‖x_i + t − y_j‖²): the bound with the pair's common slope removes the linear parts exactly, so on a sampled
 // sphere at a blur of 1 % of the diameter the lists hold few of the block pairs, close to what an exact check of
@@ -255,6 +356,39 @@ TEST(Multiscale, PrunesASampledSurfaceWhileSolving) {
   double kept = 1;
   expect_certified(x, y, d, r.f, r.g, r.epsilon, r.multiscale.truncation, true, &kept);
   EXPECT_LT(kept, 0.28);
+}
+
+// A mixture in 50 dimensions and its deformation point for point (equal cluster masses on both sides), at 5 % of
+// the diameter: clusters ≈ 5.8 apart at ε ≈ 0.5, so the plan stays inside the clusters, as dense Sinkhorn finds in
+// ~15 iterations. Blocks across clusters used to make the coarser level's points (their centres) lie between
+// clusters with masses the two sides do not share: its settling moved mass between clusters for 70 iterations,
+// and the final lists kept 0.298 of the point pairs (their block pairs 0.290, an exact check needs 0.177). With a
+// coarse point per part of a block (docs/multiscale.md, "Blocks across clusters"): 10 iterations, 0.182, and the
+// lists are the exact need.
+TEST(Multiscale, AMixtureWithBlocksAcrossClustersSettlesAtOnceAndPrunes) {
+  const std::size_t n = 12000, d = 50;
+  const std::vector<float> x = synthetic::generate(synthetic::Shape::kClusters, n, d, 3, 8);
+  const std::vector<float> y = synthetic::deform(x, d, 5);
+  Problem problem({x, n, d}, {y, n, d}, {}, {}, backend_options("cpu", 2));
+  SolveOptions o;
+  o.blur_relative = 0.05;
+  o.tolerance = 1e-4;
+  o.scheme = Scheme::kAlternating;
+  o.multiscale = Multiscale::kOn;
+  const SolveResult r = problem.solve(o);
+  ASSERT_TRUE(r.converged) << r.message;
+  int settling = -1;
+  for (const MultiscaleStage& st : r.multiscale.stages)
+    if (st.coarse && st.iterations > 1) settling = st.iterations;
+  ASSERT_GE(settling, 0) << "no coarser level settled";
+  EXPECT_LE(settling, 30);
+  const MultiscaleStage& last = r.multiscale.stages.back();
+  ASSERT_FALSE(last.dense);
+  EXPECT_LT(last.kept_fraction, 0.23);
+  EXPECT_TRUE(r.multiscale.certified);
+  double kept = 1, needed = 1;
+  expect_certified(x, y, d, r.f, r.g, r.epsilon, r.multiscale.truncation, true, &kept, &needed);
+  EXPECT_LE(kept, 1.3 * needed) << "listed " << kept << ", needed " << needed;
 }
 
 struct Case {
@@ -627,10 +761,9 @@ TEST(Multiscale, AStageFromPotentialsFarOffDoesNotDriftOnItsFirstLists) {
   const SolveResult fixed = problem.solve(o);
   ASSERT_TRUE(fixed.converged) << fixed.message;
   ASSERT_FALSE(fixed.multiscale.stages.back().dense);
-  // One stage at the final ε (a diameter equal to the blur: the schedule's first ε is its last), from the fixed
-  // point with the arc x > 0.5 lowered by 40 ε.
+  // One stage at the final ε (a warm start runs there alone), from the fixed point with the arc x > 0.5 lowered by
+  // 40 ε.
   SolveOptions w = o;
-  w.diameter = blur;
   w.tolerance = 1e-2;
   w.max_iterations = 100;
   w.initial_f = fixed.f;
@@ -653,6 +786,39 @@ TEST(Multiscale, AStageFromPotentialsFarOffDoesNotDriftOnItsFirstLists) {
   EXPECT_TRUE(r.multiscale.certified);
   EXPECT_GE(stage.redone, 1) << "no iteration was run again: the perturbation no longer exercises the watch";
   EXPECT_NEAR(r.dual_cost, fixed.dual_cost, 1e-3 * std::abs(fixed.dual_cost));
+}
+
+// A warm start is its own warm-up: a multiscale solve given potentials runs at the final ε alone, on the points,
+// whether the final ε comes from a blur (ε-scaling) or is fixed — as a dense fixed-ε solve does. Until 2026-12-01
+// it ran the whole schedule from the diameter down, replacing the warm start by a cold one, and callers set the
+// diameter to the blur to avoid it (docs/multiscale.md, "Warm starts").
+TEST(Multiscale, AWarmStartRunsAtTheFinalEpsilonAlone) {
+  const std::size_t n = 4096, d = 3;
+  const std::vector<float> x = synthetic::generate(synthetic::Shape::kSphere, n, d, 1);
+  const std::vector<float> y = synthetic::deform(synthetic::generate(synthetic::Shape::kSphere, n, d, 1, 0, 1), d, 2);
+  Problem problem({x, n, d}, {y, n, d}, {}, {}, backend_options("cpu", 2));
+  SolveOptions o;
+  o.blur = 0.1;
+  o.tolerance = 1e-3;
+  o.scheme = Scheme::kAlternating;
+  o.multiscale = Multiscale::kOn;
+  const SolveResult cold = problem.solve(o);
+  ASSERT_TRUE(cold.converged) << cold.message;
+  ASSERT_GT(cold.stages.size(), 1u);
+  for (const bool fixed : {false, true}) {
+    SolveOptions w = o;
+    if (fixed) w.epsilon = cold.epsilon;
+    w.initial_f = cold.f;
+    w.initial_g = cold.g;
+    const SolveResult r = problem.solve(w);
+    ASSERT_EQ(r.stages.size(), 1u) << (fixed ? "fixed ε" : "ε-scaling");
+    EXPECT_EQ(r.stages.front().epsilon, cold.epsilon);
+    ASSERT_EQ(r.multiscale.stages.size(), 1u);
+    EXPECT_FALSE(r.multiscale.stages.front().coarse);
+    EXPECT_TRUE(r.converged) << r.message;
+    EXPECT_LE(r.iterations, o.check_every) << (fixed ? "fixed ε" : "ε-scaling");
+    EXPECT_NEAR(r.dual_cost, cold.dual_cost, 1e-4 * std::abs(cold.dual_cost));
+  }
 }
 
 /// Two segments on the x axis, [0, 1] and [3, 4], with 8320 and 8064 points (y, z: small noise): 64 leaf blocks

@@ -162,7 +162,6 @@ NonrigidResult register_nonrigid(PointsView source, PointsView target, const Non
     // The last round's potentials are a close start for the next blur (the points moved a little).
     so.initial_f = f;
     so.initial_g = gpot;
-    if (round > 0) warm_start_at_final_epsilon(so, blur);
     SolveResult s = problem.solve(so);
     if (s.reason == StopReason::kNonFinite)
       throw std::runtime_error("non-rigid round " + std::to_string(round) + ": the OT solve failed: " + s.message);

@@ -21,15 +21,6 @@ Vector3 row(std::span<const float> points, std::size_t i) {
 
 }  // namespace
 
-void warm_start_at_final_epsilon(SolveOptions& solve, double blur) {
-  // The ε schedule of a multiscale fixed-ε solve starts at s·diameter² (engine/src/multiscale.cpp,
-  // MultiscaleSolver::solve); with the round's blur as the diameter it is the round's ε alone (s ≤ 1), so the warm
-  // start is the warm-up. Otherwise it would run a stage at every ε from the clouds' diameter down, one iteration
-  // each, on the points themselves (a warm start skips the coarser levels): at the first ε every block pair is
-  // listed, and those iterations replace the warm start by a cold one. A dense fixed-ε solve has no schedule.
-  solve.diameter = blur;
-}
-
 std::string to_string(TransformModel model) {
   switch (model) {
     case TransformModel::kRigid: return "rigid";
@@ -197,11 +188,11 @@ RegistrationResult register_clouds(PointsView source, PointsView target, const R
       solve.blur = blur;  // ε-scaling from the diameter down to the first blur
     } else {
       // Later rounds: fixed ε warm-started from the previous round's potentials; the points moved a little
-      // and ε shrank by anneal², so the old pair is close to the new fixed point.
+      // and ε shrank by anneal², so the old pair is close to the new fixed point. A warm-started solve runs at its
+      // ε alone, dense or multiscale (docs/multiscale.md, "Warm starts").
       solve.epsilon = blur * blur;  // the engine's rule: ε = blur² in cost units
       solve.initial_f = f;
       solve.initial_g = g;
-      warm_start_at_final_epsilon(solve, blur);
     }
     solve.cost = options.cost;
     const SolveResult s = problem.solve(solve);

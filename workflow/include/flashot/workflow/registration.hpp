@@ -39,11 +39,6 @@ struct Transform {
 Transform fit_transform(std::span<const float> from, std::span<const float> to, std::span<const float> weights,
                         TransformModel model);
 
-/// A round after the first solves at ε = blur² from the last round's potentials: sets `solve.diameter` to `blur` so that
-/// the engine's ε schedule is that one stage, dense or multiscale alike (a multiscale solve otherwise warms a fixed ε
-/// up from the clouds' diameter, on the points when warm-started). Used by register_clouds and register_nonrigid.
-void warm_start_at_final_epsilon(SolveOptions& solve, double blur);
-
 /// `progress(round, check)` at every marginal-error check of a round's solve (1-based round); false stops it.
 using SolveProgress = std::function<bool(int, const Progress&)>;
 
