@@ -51,29 +51,6 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
   return s;
 }
 
-/// Solves `k`×`k` G γ = rhs in place (Gaussian elimination with partial pivoting); false when singular.
-bool solve_small(std::vector<double>& g, std::vector<double>& rhs, std::size_t k) {
-  for (std::size_t c = 0; c < k; ++c) {
-    std::size_t piv = c;
-    for (std::size_t r = c + 1; r < k; ++r)
-      if (std::abs(g[r * k + c]) > std::abs(g[piv * k + c])) piv = r;
-    if (!(std::abs(g[piv * k + c]) > 0)) return false;
-    if (piv != c) {
-      for (std::size_t j = 0; j < k; ++j) std::swap(g[c * k + j], g[piv * k + j]);
-      std::swap(rhs[c], rhs[piv]);
-    }
-    for (std::size_t r = c + 1; r < k; ++r) {
-      const double f = g[r * k + c] / g[c * k + c];
-      for (std::size_t j = c; j < k; ++j) g[r * k + j] -= f * g[c * k + j];
-      rhs[r] -= f * rhs[c];
-    }
-  }
-  for (std::size_t c = k; c-- > 0;) {
-    for (std::size_t j = c + 1; j < k; ++j) rhs[c] -= g[c * k + j] * rhs[j];
-    rhs[c] /= g[c * k + c];
-  }
-  return true;
-}
 
 /// `k` groups of the rows of `pts` (count × dim) by k-means (k-means++ seeding and Lloyd iterations on a fixed-
 /// seed sample of at most 4096 rows, then every row to its nearest centre). Returns the group of each row; every
@@ -360,7 +337,7 @@ class GroupCorrection {
       for (std::size_t l = 0; l + 1 < ln; ++l) h[(kn + l) * dim + kn + l] = col[l] + ridge;
       for (std::size_t k = 0; k < kn; ++k)
         for (std::size_t l = 0; l + 1 < ln; ++l) h[k * dim + kn + l] = h[(kn + l) * dim + k] = p[k * ln + l];
-      if (!solve_small(h, step, dim)) break;
+      if (!detail::solve_small(h, step, dim)) break;
       // Exact line search on the concave dual along the Newton direction d (unit max-norm): its slope
       // ⟨G(x + t d), d⟩ falls monotonically in t; doubling from the Newton length brackets the zero, bisection
       // finds it. Across a weak coupling the Newton length is astronomical (the Jacobian is nearly singular) and
@@ -766,7 +743,7 @@ SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int bl
         trace += g[a * k + a];
       }
       for (std::size_t a = 0; a < k; ++a) g[a * k + a] += 1e-10 * trace + 1e-300;
-      if (solve_small(g, rhs, k)) gamma = std::move(rhs);
+      if (detail::solve_small(g, rhs, k)) gamma = std::move(rhs);
     }
     for (std::size_t i = 0; i < len; ++i) {
       double v = z[i] + r[i];

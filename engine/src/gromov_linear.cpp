@@ -86,6 +86,30 @@ double quartic(const double* xi, std::size_t p, double mass, const std::vector<d
 
 }  // namespace
 
+/// Solves `k`×`k` G γ = rhs in place (Gaussian elimination with partial pivoting); false when singular.
+bool solve_small(std::vector<double>& g, std::vector<double>& rhs, std::size_t k) {
+  for (std::size_t c = 0; c < k; ++c) {
+    std::size_t piv = c;
+    for (std::size_t r = c + 1; r < k; ++r)
+      if (std::abs(g[r * k + c]) > std::abs(g[piv * k + c])) piv = r;
+    if (!(std::abs(g[piv * k + c]) > 0)) return false;
+    if (piv != c) {
+      for (std::size_t j = 0; j < k; ++j) std::swap(g[c * k + j], g[piv * k + j]);
+      std::swap(rhs[c], rhs[piv]);
+    }
+    for (std::size_t r = c + 1; r < k; ++r) {
+      const double f = g[r * k + c] / g[c * k + c];
+      for (std::size_t j = c; j < k; ++j) g[r * k + j] -= f * g[c * k + j];
+      rhs[r] -= f * rhs[c];
+    }
+  }
+  for (std::size_t c = k; c-- > 0;) {
+    for (std::size_t j = c + 1; j < k; ++j) rhs[c] -= g[c * k + j] * rhs[j];
+    rhs[c] /= g[c * k + c];
+  }
+  return true;
+}
+
 std::size_t moment_columns(std::size_t q) { return 2 * q + 3 + q * (q + 1) / 2; }
 
 std::vector<double> moment_values(std::span<const double> y, std::size_t m, std::size_t q) {
@@ -211,31 +235,8 @@ std::vector<double> MomentAnderson::step(std::span<const double> m, std::span<co
     trace += a[i * k + i];
   }
   for (std::size_t i = 0; i < k; ++i) a[i * k + i] += 1e-10 * trace + 1e-300;
-  // Gaussian elimination with partial pivoting on the small symmetric system.
   std::vector<double> gamma = rhs;
-  bool ok = trace > 0 && std::isfinite(trace);
-  for (std::size_t c = 0; c < k && ok; ++c) {
-    std::size_t piv = c;
-    for (std::size_t r = c + 1; r < k; ++r)
-      if (std::abs(a[r * k + c]) > std::abs(a[piv * k + c])) piv = r;
-    if (!(std::abs(a[piv * k + c]) > 0)) {
-      ok = false;
-      break;
-    }
-    if (piv != c) {
-      for (std::size_t j = 0; j < k; ++j) std::swap(a[c * k + j], a[piv * k + j]);
-      std::swap(gamma[c], gamma[piv]);
-    }
-    for (std::size_t r = c + 1; r < k; ++r) {
-      const double factor = a[r * k + c] / a[c * k + c];
-      for (std::size_t j = c; j < k; ++j) a[r * k + j] -= factor * a[c * k + j];
-      gamma[r] -= factor * gamma[c];
-    }
-  }
-  for (std::size_t c = k; c-- > 0 && ok;) {
-    for (std::size_t j = c + 1; j < k; ++j) gamma[c] -= a[c * k + j] * gamma[j];
-    gamma[c] /= a[c * k + c];
-  }
+  const bool ok = trace > 0 && std::isfinite(trace) && solve_small(a, gamma, k);
   std::vector<double> next(g.begin(), g.end());
   double step2 = 0, f2 = 0;
   for (std::size_t c = 0; c < d && ok; ++c) {

@@ -94,4 +94,8 @@ struct GwLinearization {
 GwLinearization linearize_gw(std::span<const double> x, std::size_t n, std::span<const double> y, std::size_t m,
                              const PlanMoments& mo);
 
+/// Solves the `k`×`k` system G γ = rhs in place (Gaussian elimination with partial pivoting; G is overwritten,
+/// rhs becomes γ); false when G is singular.
+bool solve_small(std::vector<double>& g, std::vector<double>& rhs, std::size_t k);
+
 }  // namespace flashot::detail
