@@ -21,6 +21,12 @@ inline bool cuda_required() {
 
 inline std::vector<std::string> backends_under_test() { return {"cpu", "cuda"}; }
 
+/// Devices a GPU run promises for one-device-per-shard cases (FLASHOT_TEST_GPUS, default 1).
+inline int gpus_promised() {
+  const char* v = std::getenv("FLASHOT_TEST_GPUS");
+  return v == nullptr ? 1 : std::atoi(v);
+}
+
 /// Call first in a test body: returns false (after skipping or failing) when the backend cannot run here.
 #define FLASHOT_REQUIRE_BACKEND(name)                                                                      \
   do {                                                                                                     \

@@ -25,11 +25,6 @@ struct ShardLayout {
   int shards = 2;
 };
 
-int gpus_promised() {
-  const char* v = std::getenv("FLASHOT_TEST_GPUS");
-  return v == nullptr ? 1 : std::atoi(v);
-}
-
 BackendOptions options_for(const ShardLayout& l, int shards) {
   BackendOptions o = backend_options(l.backend, 2);
   if (shards <= 1) return o;

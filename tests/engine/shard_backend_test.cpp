@@ -57,11 +57,6 @@ std::vector<Layout> layouts() {
   return {{"cpu", "cpu", false, false}, {"cuda_host", "cuda", false, false}, {"cuda_nccl", "cuda", true, true}};
 }
 
-int gpus_promised() {
-  const char* v = std::getenv("FLASHOT_TEST_GPUS");
-  return v == nullptr ? 1 : std::atoi(v);
-}
-
 /// One CPU thread: the suite's run time then does not depend on how busy the machine is (results do not depend on
 /// the thread count).
 constexpr int kThreads = 1;
