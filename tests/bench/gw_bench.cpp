@@ -6,7 +6,7 @@
 //                    [--scheme symmetric|alternating] [--max-inner N] [--check-every K] [--coarse N]
 //                    [--coarse-factor F] [--rotation DEG] [--plateau 0|1] [--groups K] [--plain-groups 0|1] [--level-start 0|1] [--trigger F] [--spatial-groups K] [--coarse-stop 0|1] [--checks 0|1]
 //                    [--outer-anderson K] [--settled-tol T]
-//                    [--coarse-tol T] [--dump DIR]
+//                    [--coarse-tol T] [--stratified 0|1] [--level-start-tol T] [--kernel auto|register|tiled|tensor|tensor-bias] [--precision P] [--dump DIR]
 // Every outer iteration is printed (and flushed) as it finishes; then the totals and the recovery of the known
 // rotation, translation and cell types. --dump writes the normalized inputs to DIR (tests/bench/gw_pot_bench.py).
 // Coordinates and embedding are normalized as `flashot align --spatial` does (workflow/spatial.cpp): ε = blur².
@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   const flashot::GromovOptions defaults;
   int max_inner = defaults.inner_max_iterations, anneal_iters = 0, anderson = defaults.anderson_memory,
       block = defaults.anderson_block, coarse = defaults.coarse_points, check_every = defaults.check_every;
+  double level_start_tol = defaults.level_start_tolerance;
   double coarse_tol = defaults.coarse_tolerance, trigger = defaults.correction_trigger;
   int outer_anderson = defaults.outer_anderson_memory;
   double settled_tol = defaults.settled_moment_tolerance;
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
   int plateau = defaults.plateau_search, groups = defaults.correction_groups,
       plain_groups = defaults.plain_group_correction, coarse_stop = defaults.coarse_stop_on_moments,
       spatial_groups = defaults.correction_spatial_groups,
-      level_start = defaults.level_start_correction;
+      level_start = defaults.level_start_correction, stratified = defaults.coarse_stratified;
   std::string scheme = "alternating", dump;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -53,6 +54,8 @@ int main(int argc, char** argv) {
     else if (k == "--inner-tol") inner_tol = std::stod(v);
     else if (k == "--backend") bo.backend = flashot::parse_backend(v);
     else if (k == "--threads") bo.threads = std::stoi(v);
+    else if (k == "--kernel") bo.cuda.kernel = flashot::parse_score_kernel(v);
+    else if (k == "--precision") bo.precision = flashot::parse_precision(v);
     else if (k == "--anneal") anneal = std::stod(v);
     else if (k == "--anneal-factor") anneal_factor = std::stod(v);
     else if (k == "--adaptive") adaptive = std::stod(v);
@@ -78,6 +81,8 @@ int main(int argc, char** argv) {
     else if (k == "--spatial-groups") spatial_groups = std::stoi(v);
     else if (k == "--coarse-stop") coarse_stop = std::stoi(v);
     else if (k == "--coarse-tol") coarse_tol = std::stod(v);
+    else if (k == "--stratified") stratified = std::stoi(v);
+    else if (k == "--level-start-tol") level_start_tol = std::stod(v);
     else if (k == "--outer-anderson") outer_anderson = std::stoi(v);
     else if (k == "--settled-tol") settled_tol = std::stod(v);
     else {
@@ -153,6 +158,8 @@ int main(int argc, char** argv) {
   o.settled_moment_tolerance = settled_tol;
   o.coarse_points = coarse;
   o.coarse_factor = coarse_factor;
+  o.coarse_stratified = stratified != 0;
+  o.level_start_tolerance = level_start_tol;
   o.scheme = scheme == "symmetric" ? flashot::Scheme::kSymmetric : flashot::Scheme::kAlternating;
   o.report = [](const flashot::GromovIteration& it) {
     std::printf("  %6zu x %-6zu outer %3d  eps %.3g  tol %.2g  objective %.6g  change %.3g  moments %.2g  inner %5d  marginal error %.2g  %.3f s%s\n",
