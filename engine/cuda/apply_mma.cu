@@ -419,6 +419,25 @@ __global__ void __launch_bounds__(kBfThreads) bilinear_fma_kernel(PointSet rows,
     if (kc0 + q < k) atomicAdd(&out[std::size_t(i) * k + kc0 + q], acc[q]);
 }
 
+/// The arguments both applications share; the caller adds the scales and the column split (or the lists).
+ApplyArgs apply_args(const PointSet& rows, const PointSet& cols, const MmaOperands& rop, const MmaOperands& cop,
+                     const float* h, const float* lse2, const MmaValues& values, float* out, float* wsum) {
+  ApplyArgs args{};
+  args.rows = rows;
+  args.cols = cols;
+  args.rop = rop;
+  args.cop = cop;
+  args.values = values;
+  args.h = h;
+  args.lse2 = lse2;
+  args.operand_inverse = 1.f / (rop.scale * cop.scale);
+  args.wsum_scale = std::exp2(-kWeightShift);
+  args.out_scale = args.wsum_scale;
+  args.out = out;
+  args.wsum = wsum;
+  return args;
+}
+
 }  // namespace
 
 int mma_values_rows(int k) { return (k + 7) / 8 * 8; }
@@ -454,21 +473,10 @@ void launch_apply_mma(const PointSet& rows, const PointSet& cols, const MmaOpera
                       cudaStream_t stream) {
   if (!mma_supports(rop.padded_d) || (bilinear != nullptr && !mma_supports(bilinear->u.padded_d)))
     throw std::logic_error("tensor-core plan application asked for a dimension outside 16..128");
-  ApplyArgs args{};
-  args.rows = rows;
-  args.cols = cols;
-  args.rop = rop;
-  args.cop = cop;
-  args.values = values;
-  args.h = h;
-  args.lse2 = lse2;
+  ApplyArgs args = apply_args(rows, cols, rop, cop, h, lse2, values, out, wsum);
   args.sc = scale;
   args.alpha = scale.alpha / (rop.scale * cop.scale);
-  args.wsum_scale = std::exp2(-kWeightShift);
-  args.out_scale = args.wsum_scale;
   args.cols_per_split = plan.cols_per_split;
-  args.out = out;
-  args.wsum = wsum;
   if (bilinear != nullptr) {
     args.uop = bilinear->u;
     args.wop = bilinear->w;
@@ -497,20 +505,8 @@ void launch_block_apply_mma(const PointSet& rows, const PointSet& cols, const Mm
   if (!mma_supports(rop.padded_d))
     throw std::logic_error("tensor-core block application asked for a dimension outside 16..128");
   if (rows.count == 0) return;
-  ApplyArgs args{};
-  args.rows = rows;
-  args.cols = cols;
-  args.rop = rop;
-  args.cop = cop;
-  args.values = values;
-  args.h = h;
-  args.lse2 = lse2;
-  args.operand_inverse = 1.f / (rop.scale * cop.scale);
-  args.wsum_scale = std::exp2(-kWeightShift);
-  args.out_scale = args.wsum_scale;
+  ApplyArgs args = apply_args(rows, cols, rop, cop, h, lse2, values, out, wsum);
   args.cols_per_split = cols.count;
-  args.out = out;
-  args.wsum = wsum;
   args.lists = lists;
   args.seg = seg;
   const dim3 grid(div_up(rows.count, kApRows), 1, (values.rows + kApChunk - 1) / kApChunk);

@@ -224,6 +224,8 @@ class DeviceStep::Impl {
   void plan_shift(bool source, const Scale& sc, float* lse) const;
   /// out (r.count × k) += Σ_j exp2(score_ij − lse2_i) [⟨u_i, w_j⟩] V_j on the tensor cores, V (device, c.count × k);
   /// wsum += the weights' row sums.
+  /// V (count × k, device) in the tensor-core product's form (launch_split_values), in the step's scratch.
+  MmaValues split_values(int count, const float* v, int k) const;
   void apply_mma_pass(bool source, const Scale& sc, const float* lse, const float* v, int k,
                       const MmaBilinear* bilinear, float* out, float* wsum) const;
 
@@ -842,16 +844,19 @@ void DeviceStep::Impl::plan_shift(bool source, const Scale& sc, float* lse) cons
                   stream_);
 }
 
-void DeviceStep::Impl::apply_mma_pass(bool source, const Scale& sc, const float* lse, const float* v, int k,
-                                 const MmaBilinear* bilinear, float* out, float* wsum) const {
-  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
-  const std::size_t split = std::size_t(mma_values_rows(k)) * mma_values_stride(c.count);
+MmaValues DeviceStep::Impl::split_values(int count, const float* v, int k) const {
+  const std::size_t split = std::size_t(mma_values_rows(k)) * mma_values_stride(count);
   vhi_.reserve(split);
   vlo_.reserve(split);
   vinv_.reserve(mma_values_rows(k));
   vmax_.reserve(k);
-  const MmaValues values =
-      launch_split_values(v, c.count, k, vhi_.get(), vlo_.get(), vinv_.get(), vmax_.get(), stream_);
+  return launch_split_values(v, count, k, vhi_.get(), vlo_.get(), vinv_.get(), vmax_.get(), stream_);
+}
+
+void DeviceStep::Impl::apply_mma_pass(bool source, const Scale& sc, const float* lse, const float* v, int k,
+                                 const MmaBilinear* bilinear, float* out, float* wsum) const {
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const MmaValues values = split_values(c.count, v, k);
   const ReductionPlan plan = plan_apply_mma(r, c, resident_blocks_);
   launch_apply_mma(r, c, source ? xop_ : yop_, source ? yop_ : xop_, source ? g_.get() : f_.get(), sc, lse, values,
                    bilinear, plan, out, wsum, stream_);
@@ -1539,13 +1544,7 @@ void DeviceStep::Impl::block_product(bool source, const BlockLists& lists, const
   }
   // The dense application's tensor-core product over the listed tiles: split-fp16 weights and values, each k16
   // step's products summed in fp32 (apply_mma.cu). The fp32 FMA kernel multiplied a 64-wide chunk of V per entry.
-  const std::size_t split = std::size_t(mma_values_rows(k)) * mma_values_stride(c.count);
-  vhi_.reserve(split);
-  vlo_.reserve(split);
-  vinv_.reserve(mma_values_rows(k));
-  vmax_.reserve(k);
-  const MmaValues values =
-      launch_split_values(v, c.count, k, vhi_.get(), vlo_.get(), vinv_.get(), vmax_.get(), stream_);
+  const MmaValues values = split_values(c.count, v, k);
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * std::size_t(r.count) * k, stream_));
   FLASHOT_CUDA_CHECK(cudaMemsetAsync(wsum_.get(), 0, sizeof(float) * std::size_t(r.count), stream_));
   launch_block_apply_mma(r, c, source ? xop_ : yop_, source ? yop_ : xop_, h, lists, seg_.get(), lse_.get(), values,
