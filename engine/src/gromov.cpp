@@ -773,13 +773,18 @@ namespace detail {
 
 std::vector<std::size_t> stratified_indices(const std::vector<double>& x, std::size_t p, const std::vector<float>& u,
                                             std::size_t e, std::size_t n, std::size_t count, std::uint64_t seed) {
+  // The sort key: the point's k-means group of the features in the high 32 bits, its Morton code in the low 30
+  // (10 bits per coordinate over the side's bounding box), so the order runs through one group at a time and, within
+  // it, through space along a curve that keeps neighbours together: every stride of n/count consecutive points of
+  // it is one stratum, and the sample takes one point of each.
   std::vector<int> group(n, 0);
   if (e > 0) {
     int groups = 0;
     group = kmeans_groups(u, n, e, 32, seed, groups);
   }
   const std::size_t dims = std::min<std::size_t>(p, 3);
-  std::vector<double> lo(dims, std::numeric_limits<double>::infinity()), hi(dims, -std::numeric_limits<double>::infinity());
+  std::vector<double> lo(dims, std::numeric_limits<double>::infinity());
+  std::vector<double> hi(dims, -std::numeric_limits<double>::infinity());
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t c = 0; c < dims; ++c) lo[c] = std::min(lo[c], x[i * p + c]), hi[c] = std::max(hi[c], x[i * p + c]);
   std::vector<std::uint64_t> key(n);
@@ -1382,6 +1387,8 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
     it.inner_tolerance = tol_t;
     it.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     it.extrapolated = cost_extrapolated;
+    for (float v : s.f) it.largest_potential = std::max(it.largest_potential, std::abs(static_cast<double>(v)));
+    for (float v : s.g) it.largest_potential = std::max(it.largest_potential, std::abs(static_cast<double>(v)));
     result.history.push_back(it);
     if (o.report) o.report(it);
     result.objective = objective;

@@ -10,6 +10,7 @@
 // Every outer iteration is printed (and flushed) as it finishes; then the totals and the recovery of the known
 // rotation, translation and cell types. --dump writes the normalized inputs to DIR (tests/bench/gw_pot_bench.py).
 // Coordinates and embedding are normalized as `flashot align --spatial` does (workflow/spatial.cpp): ε = blur².
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -162,9 +163,11 @@ int main(int argc, char** argv) {
   o.level_start_tolerance = level_start_tol;
   o.scheme = scheme == "symmetric" ? flashot::Scheme::kSymmetric : flashot::Scheme::kAlternating;
   o.report = [](const flashot::GromovIteration& it) {
-    std::printf("  %6zu x %-6zu outer %3d  eps %.3g  tol %.2g  objective %.6g  change %.3g  moments %.2g  inner %5d  marginal error %.2g  %.3f s%s\n",
-                it.n, it.m, it.outer, it.epsilon, it.inner_tolerance, it.objective, it.change, it.moment_change, it.inner_iterations,
-                it.marginal_error, it.seconds, it.extrapolated ? "  (extrapolated cost)" : "");
+    std::printf("  %6zu x %-6zu outer %3d  eps %.3g  tol %.2g  objective %.6g  change %.3g  moments %.2g  inner %5d  "
+                "marginal error %.2g  |f|,|g| <= %.3g  %.3f s%s\n",
+                it.n, it.m, it.outer, it.epsilon, it.inner_tolerance, it.objective, it.change, it.moment_change,
+                it.inner_iterations, it.marginal_error, it.largest_potential, it.seconds,
+                it.extrapolated ? "  (extrapolated cost)" : "");
   };
   if (checks)
     o.progress = [](const flashot::GromovProgress& pr) {
@@ -183,6 +186,14 @@ int main(int argc, char** argv) {
               "%d extrapolated costs\n",
               r.coarse_history.size(), r.coarse_inner_iterations, r.coarse_seconds, r.seconds - r.coarse_seconds,
               r.group_corrections, r.outer_extrapolations);
+  // The engine's potentials of the last inner solve: their size against ε decides what fp32 resolves of them
+  // (docs/gromov-wasserstein.md §9).
+  if (!r.plan.f.empty() && !r.plan.g.empty()) {
+    const auto [f_lo, f_hi] = std::minmax_element(r.plan.f.begin(), r.plan.f.end());
+    const auto [g_lo, g_hi] = std::minmax_element(r.plan.g.begin(), r.plan.g.end());
+    std::printf("potentials: f in [%.4g, %.4g], g in [%.4g, %.4g] (eps %.3g)\n", *f_lo, *f_hi, *g_lo, *g_hi,
+                r.plan.epsilon);
+  }
   // Recovery of the known motion and cell types (the test GromovSlices checks these at 800 × 1000).
   std::vector<float> mapped = problem.map_coordinates(r);
   for (float& c : mapped) c = static_cast<float>(c / y_factor);

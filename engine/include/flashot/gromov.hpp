@@ -65,6 +65,9 @@ struct GromovIteration {
   double inner_tolerance = 0;  ///< the marginal-error tolerance it was solved to
   double seconds = 0;          ///< wall time of this outer iteration (solve + moments)
   bool extrapolated = false;   ///< its cost was built from Anderson-mixed moments (outer_anderson_memory)
+  /// max |f_i|, |g_j| of the inner solve's engine potentials (cost units): against ε, what fp32 resolves of them
+  /// (resolution ≈ 6·10⁻⁸ of this; docs/gromov-wasserstein.md §9)
+  double largest_potential = 0;
 };
 
 struct GromovOptions {
