@@ -170,8 +170,11 @@ std::unique_ptr<MultiscaleLevel> build_level(const BackendOptions& options, Poin
   const double pairs = static_cast<double>(x.n) * static_cast<double>(y.n);
   const bool prune = x.n >= 2 * kBlockSize && y.n >= 2 * kBlockSize && (top || pairs > kDensePairs);
   if (prune) {
-    L->tx = std::make_unique<ClusterTree>(build_cluster_tree(x, a, kBlockSize, seed));
-    L->ty = std::make_unique<ClusterTree>(build_cluster_tree(y, b, kBlockSize, seed ^ 0x5bd1e995u));
+    // Both trees at once: the threads the top splits of one leave idle work on the other's.
+    const TreeInput clouds[2] = {{x, a, seed}, {y, b, seed ^ 0x5bd1e995u}};
+    std::vector<ClusterTree> trees = build_cluster_trees(clouds, kBlockSize);
+    L->tx = std::make_unique<ClusterTree>(std::move(trees[0]));
+    L->ty = std::make_unique<ClusterTree>(std::move(trees[1]));
     L->x = permute_rows(x.data, x.d, L->tx->order);
     L->y = permute_rows(y.data, y.d, L->ty->order);
     L->a = permuted(a, L->tx->order);
