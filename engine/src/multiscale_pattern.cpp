@@ -62,12 +62,31 @@ PotentialBounds potential_bounds(const ClusterTree& t, std::span<const float> pt
       for (std::size_t q = i + 1; q < d; ++q) z[i] -= L[q * d + i] * z[q];
       z[i] /= L[i * d + i];
     }
+    // h_p − ⟨z, x_p − c⟩, four points at a time (each the same subtractions in order as alone).
     double flo = kInf, fhi = -kInf;
-    for (std::size_t p = p0; p < p1; ++p) {
-      double v = h[p];
-      for (std::size_t q = 0; q < d; ++q) v -= z[q] * (pts[p * d + q] - c[q]);
+    const auto extend = [&](double v) {
       flo = std::min(flo, v);
       fhi = std::max(fhi, v);
+    };
+    std::size_t p = p0;
+    for (; p + 4 <= p1; p += 4) {
+      const float *x0 = pts.data() + p * d, *x1 = x0 + d, *x2 = x1 + d, *x3 = x2 + d;
+      double v0 = h[p], v1 = h[p + 1], v2 = h[p + 2], v3 = h[p + 3];
+      for (std::size_t q = 0; q < d; ++q) {
+        v0 -= z[q] * (x0[q] - c[q]);
+        v1 -= z[q] * (x1[q] - c[q]);
+        v2 -= z[q] * (x2[q] - c[q]);
+        v3 -= z[q] * (x3[q] - c[q]);
+      }
+      extend(v0);
+      extend(v1);
+      extend(v2);
+      extend(v3);
+    }
+    for (; p < p1; ++p) {
+      double v = h[p];
+      for (std::size_t q = 0; q < d; ++q) v -= z[q] * (pts[p * d + q] - c[q]);
+      extend(v);
     }
     b.lo[H][k] = lo;
     b.hi[H][k] = hi;
@@ -114,22 +133,43 @@ PotentialBounds potential_bounds(const ClusterTree& t, std::span<const float> pt
   return b;
 }
 
-/// The largest ⟨u, e⟩ over the offsets u of leaf block k (e a unit vector, given with its length `norm` > 0 unscaled):
-/// the extents along the block's two principal directions and across them (ClusterTree::leaf_extent), never above
-/// its radius.
-double leaf_support(const ClusterTree& t, std::size_t k, const double* e, double norm) {
-  const std::size_t d = t.d;
-  const double* q = t.leaf_axes.data() + k * 2 * d;
+/// The largest ⟨u, e⟩ over the offsets u of leaf block k, e = v/norm for a vector v of length norm > 0 given by its
+/// projections v1 = ⟨v, q₁⟩, v2 = ⟨v, q₂⟩ on the block's principal directions: the extents along them and across them
+/// (ClusterTree::leaf_extent), never above its radius.
+double leaf_support(const ClusterTree& t, std::size_t k, double v1, double v2, double norm) {
   const double* h = t.leaf_extent.data() + k * 3;
-  double e1 = 0, e2 = 0;
-  for (std::size_t c = 0; c < d; ++c) {
-    e1 += e[c] * q[c];
-    e2 += e[c] * q[d + c];
-  }
-  e1 /= norm;
-  e2 /= norm;
+  const double e1 = v1 / norm, e2 = v2 / norm;
   const double across = std::sqrt(std::max(0.0, 1 - e1 * e1 - e2 * e2) + 1e-12);
   return std::min(t.radius[t.height][k], h[0] * std::abs(e1) + h[1] * std::abs(e2) + h[2] * across);
+}
+
+/// w2[k] = ‖c − centres[columns[k]]‖² (centres: d values a node), four columns at a time: each the same sum over the
+/// coordinates in order as alone, but four independent sums in flight instead of one add waiting on the one before
+/// (in 50 dimensions this sum is most of the work of a pair that bound 1 drops).
+void squared_gaps(const double* c, const double* centres, std::size_t d, std::span<const std::uint32_t> columns,
+                  double* w2) {
+  std::size_t k = 0;
+  for (; k + 4 <= columns.size(); k += 4) {
+    const double *c0 = centres + std::size_t{columns[k]} * d, *c1 = centres + std::size_t{columns[k + 1]} * d;
+    const double *c2 = centres + std::size_t{columns[k + 2]} * d, *c3 = centres + std::size_t{columns[k + 3]} * d;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (std::size_t q = 0; q < d; ++q) {
+      s0 += (c[q] - c0[q]) * (c[q] - c0[q]);
+      s1 += (c[q] - c1[q]) * (c[q] - c1[q]);
+      s2 += (c[q] - c2[q]) * (c[q] - c2[q]);
+      s3 += (c[q] - c3[q]) * (c[q] - c3[q]);
+    }
+    w2[k] = s0;
+    w2[k + 1] = s1;
+    w2[k + 2] = s2;
+    w2[k + 3] = s3;
+  }
+  for (; k < columns.size(); ++k) {
+    const double* cj = centres + std::size_t{columns[k]} * d;
+    double sum = 0;
+    for (std::size_t q = 0; q < d; ++q) sum += (c[q] - cj[q]) * (c[q] - cj[q]);
+    w2[k] = sum;
+  }
 }
 
 /// One level of the descent: for every row node, the column nodes of its kept pairs in increasing order. Stored in
@@ -182,15 +222,21 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
   const int steps = std::max(tx.height, ty.height);
 
   int lx = 0, ly = 0;
-  const auto bound = [&](std::uint32_t pi, std::uint32_t pj) {
+  // 2s is 1 or 2 (cost_scale(): ½‖x − y‖² or ‖x − y‖²), a power of two: dividing by it is multiplying by its inverse,
+  // exactly (both round the same real number), and a multiplication does not stall the pair loop as a division does.
+  int exponent = 0;
+  const bool power_of_two = std::frexp(2 * s, &exponent) == 0.5;
+  const double inverse_2s = 1 / (2 * s);
+  const auto over_2s = [&](double v) { return power_of_two ? v * inverse_2s : v / (2 * s); };
+  // The pair bound of row node pi and column node pj at the current levels, given w2 = ‖c_I − c_J‖² (computed for
+  // several pairs at a time by the caller: squared_gaps).
+  const auto bound = [&](std::uint32_t pi, std::uint32_t pj, double w2) {
     const double* ci = tx.centre[lx].data() + std::size_t{pi} * d;
     const double* cj = ty.centre[ly].data() + std::size_t{pj} * d;
     const double* zi = bf.z[lx].data() + std::size_t{pi} * d;
     const double* zj = bg.z[ly].data() + std::size_t{pj} * d;
     // w = c_I − c_J; ‖z_I − 2s·w‖ and ‖z_J + 2s·w‖ bound the linear parts the flat extremes left out (bound 2);
     // ζ = (z_I − z_J)/2 is the common slope of the pair, a = ζ/(2s) the shift it stands for (bound 3).
-    double w2 = 0;
-    for (std::size_t c = 0; c < d; ++c) w2 += (ci[c] - cj[c]) * (ci[c] - cj[c]);
     {
       // Bound 1 with the balls' radii (never below the one with supports, below): a pair it drops is dropped
       // whatever the others say, and most pairs examined in many dimensions lie far apart (d = 50 mixture: ≈ 99 %),
@@ -207,7 +253,7 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
       const double zeta = 0.5 * (zi[c] - zj[c]);
       ai += (zi[c] - 2 * s * w) * (zi[c] - 2 * s * w);
       bj += (zj[c] + 2 * s * w) * (zj[c] + 2 * s * w);
-      wa2 += (w - zeta / (2 * s)) * (w - zeta / (2 * s));
+      wa2 += (w - over_2s(zeta)) * (w - over_2s(zeta));
       wz += w * zeta;
       z2 += zeta * zeta;
       sum2 += (zi[c] + zj[c]) * (zi[c] + zj[c]);
@@ -222,16 +268,28 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
     // How far the two blocks reach towards each other along the direction of the gap: the balls' radii, or on leaf
     // blocks their supports in that direction (‖w + δ‖ ≥ ⟨w + δ, e⟩ = ‖w‖ + ⟨u, e⟩ − ⟨v, e⟩ for δ = u − v).
     double toward = ri + rj, toward_shifted = ri + rj;
-    if (lx == tx.height && ly == ty.height) {
-      double e[kMaxSupportDim], ea[kMaxSupportDim];
-      if (d <= kMaxSupportDim) {
-        for (std::size_t c = 0; c < d; ++c) {
-          e[c] = ci[c] - cj[c];
-          ea[c] = e[c] - 0.5 * (zi[c] - zj[c]) / (2 * s);
-        }
-        if (dist > 0) toward = leaf_support(tx, pi, e, dist) + leaf_support(ty, pj, e, dist);
-        if (wa > 0) toward_shifted = leaf_support(tx, pi, ea, wa) + leaf_support(ty, pj, ea, wa);
+    if (lx == tx.height && ly == ty.height && d <= kMaxSupportDim) {
+      // The two blocks' supports along e = w/‖w‖ and along w − a: the eight projections on their principal
+      // directions in one pass (each the same sum over c as alone).
+      const double* qi = tx.leaf_axes.data() + std::size_t{pi} * 2 * d;
+      const double* qj = ty.leaf_axes.data() + std::size_t{pj} * 2 * d;
+      double dots[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (std::size_t c = 0; c < d; ++c) {
+        const double e = ci[c] - cj[c];
+        const double ea = e - over_2s(0.5 * (zi[c] - zj[c]));
+        dots[0] += e * qi[c];
+        dots[1] += e * qi[d + c];
+        dots[2] += e * qj[c];
+        dots[3] += e * qj[d + c];
+        dots[4] += ea * qi[c];
+        dots[5] += ea * qi[d + c];
+        dots[6] += ea * qj[c];
+        dots[7] += ea * qj[d + c];
       }
+      if (dist > 0)
+        toward = leaf_support(tx, pi, dots[0], dots[1], dist) + leaf_support(ty, pj, dots[2], dots[3], dist);
+      if (wa > 0)
+        toward_shifted = leaf_support(tx, pi, dots[4], dots[5], wa) + leaf_support(ty, pj, dots[6], dots[7], wa);
     }
     const double gap = std::max(0.0, dist - toward - slack);
     const double shifted = std::max(0.0, wa - toward_shifted - 2 * slack);
@@ -280,6 +338,8 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
     {
       std::vector<ColumnBest>& mine = columns[static_cast<std::size_t>(omp_get_thread_num())];
       mine.assign(cy, ColumnBest{});
+      std::vector<std::uint32_t> candidates;  // a row node's candidate columns, in the order they are examined
+      std::vector<double> gaps;               // their ‖c_I − c_J‖²
 #pragma omp for schedule(dynamic, 1)
       for (std::size_t chunk = 0; chunk < next.chunks.size(); ++chunk) {
         LevelPairs::Chunk& out = next.chunks[chunk];
@@ -290,17 +350,22 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
           const std::size_t start = out.cols.size();
           double best = -kInf;
           std::uint32_t best_j = 0;
+          candidates.clear();
           for (const std::uint32_t j : kept.list(down_x ? i / 2 : i)) {
             const std::uint32_t j0 = down_y ? 2 * j : j;
             const std::uint32_t j1 = down_y ? static_cast<std::uint32_t>(std::min<std::size_t>(2 * std::size_t{j} + 2, cy)) : j + 1;
-            for (std::uint32_t jj = j0; jj < j1; ++jj) {
-              const double u = bound(row, jj);
-              mine[jj].offer(u, row);
-              if (u > best) best = u, best_j = jj;
-              if (u > absolute) {
-                out.cols.push_back(jj);
-                mine[jj].kept = true;
-              }
+            for (std::uint32_t jj = j0; jj < j1; ++jj) candidates.push_back(jj);
+          }
+          gaps.resize(candidates.size());
+          squared_gaps(tx.centre[lx].data() + i * d, ty.centre[ly].data(), d, candidates, gaps.data());
+          for (std::size_t k = 0; k < candidates.size(); ++k) {
+            const std::uint32_t jj = candidates[k];
+            const double u = bound(row, jj, gaps[k]);
+            mine[jj].offer(u, row);
+            if (u > best) best = u, best_j = jj;
+            if (u > absolute) {
+              out.cols.push_back(jj);
+              mine[jj].kept = true;
             }
           }
           // Every node keeps at least its most promising pair: a row (column) whose potentials are still far below
