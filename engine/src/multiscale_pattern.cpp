@@ -19,6 +19,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 /// Leaf supports are used up to this dimension (beyond it the pair loop would pay O(d) more per pair for little:
 /// the two principal directions of a block in high dimension hold a small share of its extent).
 constexpr std::size_t kMaxSupportDim = 64;
+/// Part pairs of two leaves whose centre gaps are summed together (squared_gaps).
+constexpr std::size_t kPartsAtATime = 16;
 
 /// Per level and node: the smallest and largest potential over the node's points (lo, hi), a gradient z fitted to
 /// the potential over the node, and the extremes of h_i − ⟨z, x_i − c⟩ over the node (flat_lo, flat_hi): the
@@ -51,8 +53,14 @@ PotentialBounds potential_bounds(const ClusterTree& t, std::span<const float> pt
     mean /= static_cast<double>(p1 - p0);
     // Least-squares gradient: (Σ u uᵀ + λI) z = Σ u (h − mean), through the tree's Cholesky factor.
     std::vector<double> z(d, 0.0);
-    for (std::size_t p = p0; p < p1; ++p)
-      for (std::size_t q = 0; q < d; ++q) z[q] += (pts[p * d + q] - c[q]) * (h[p] - mean);
+    {
+      double* __restrict zs = z.data();  // (no alias with c: the coordinates run in vector lanes, each sum in order)
+      for (std::size_t p = p0; p < p1; ++p) {
+        const float* x = pts.data() + p * d;
+        const double hp = h[p] - mean;
+        for (std::size_t q = 0; q < d; ++q) zs[q] += (x[q] - c[q]) * hp;
+      }
+    }
     const double* L = t.leaf_gram.data() + k * d * d;
     for (std::size_t i = 0; i < d; ++i) {  // forward: L y = rhs
       for (std::size_t q = 0; q < i; ++q) z[i] -= L[i * d + q] * z[q];
@@ -143,15 +151,14 @@ double leaf_support(const ClusterTree& t, std::size_t k, double v1, double v2, d
   return std::min(t.radius[t.height][k], h[0] * std::abs(e1) + h[1] * std::abs(e2) + h[2] * across);
 }
 
-/// w2[k] = ‖c − centres[columns[k]]‖² (centres: d values a node), four columns at a time: each the same sum over the
+/// w2[k] = ‖c − column(k)‖² for k < count (column(k): d values), four at a time: each the same sum over the
 /// coordinates in order as alone, but four independent sums in flight instead of one add waiting on the one before
 /// (in 50 dimensions this sum is most of the work of a pair that bound 1 drops).
-void squared_gaps(const double* c, const double* centres, std::size_t d, std::span<const std::uint32_t> columns,
-                  double* w2) {
+template <class Column>
+void squared_gaps(const double* c, std::size_t d, std::size_t count, Column column, double* w2) {
   std::size_t k = 0;
-  for (; k + 4 <= columns.size(); k += 4) {
-    const double *c0 = centres + std::size_t{columns[k]} * d, *c1 = centres + std::size_t{columns[k + 1]} * d;
-    const double *c2 = centres + std::size_t{columns[k + 2]} * d, *c3 = centres + std::size_t{columns[k + 3]} * d;
+  for (; k + 4 <= count; k += 4) {
+    const double *c0 = column(k), *c1 = column(k + 1), *c2 = column(k + 2), *c3 = column(k + 3);
     double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     for (std::size_t q = 0; q < d; ++q) {
       s0 += (c[q] - c0[q]) * (c[q] - c0[q]);
@@ -164,8 +171,8 @@ void squared_gaps(const double* c, const double* centres, std::size_t d, std::sp
     w2[k + 2] = s2;
     w2[k + 3] = s3;
   }
-  for (; k < columns.size(); ++k) {
-    const double* cj = centres + std::size_t{columns[k]} * d;
+  for (; k < count; ++k) {
+    const double* cj = column(k);
     double sum = 0;
     for (std::size_t q = 0; q < d; ++q) sum += (c[q] - cj[q]) * (c[q] - cj[q]);
     w2[k] = sum;
@@ -304,16 +311,20 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
     // A block across clusters (docs/multiscale.md, "Blocks across clusters"): every entry lies in one pair of parts,
     // so the largest of the parts' centre-distance bounds bounds the pair too.
     double parts = -kInf;
-    for (std::uint32_t a = p0; a < p1; ++a)
-      for (std::uint32_t b = q0; b < q1; ++b) {
-        const double* ca = tx.part_centre.data() + std::size_t{a} * d;
-        const double* cb = ty.part_centre.data() + std::size_t{b} * d;
-        double v2 = 0;
-        for (std::size_t c = 0; c < d; ++c) v2 += (ca[c] - cb[c]) * (ca[c] - cb[c]);
-        const double v = std::sqrt(v2), ra = tx.part_radius[a], rb = ty.part_radius[b];
-        const double part_gap = std::max(0.0, v - ra - rb - 1e-6 * (v + ra + rb));
-        parts = std::max(parts, bf.part_hi[a] + bg.part_hi[b] - s * part_gap * part_gap);
+    double gaps2[kPartsAtATime];
+    for (std::uint32_t a = p0; a < p1; ++a) {
+      const double* ca = tx.part_centre.data() + std::size_t{a} * d;
+      for (std::uint32_t b0 = q0; b0 < q1; b0 += kPartsAtATime) {
+        const std::uint32_t b1 = std::min<std::uint32_t>(q1, b0 + kPartsAtATime);
+        squared_gaps(
+            ca, d, b1 - b0, [&](std::size_t k) { return ty.part_centre.data() + (b0 + k) * d; }, gaps2);
+        for (std::uint32_t b = b0; b < b1; ++b) {
+          const double v = std::sqrt(gaps2[b - b0]), ra = tx.part_radius[a], rb = ty.part_radius[b];
+          const double part_gap = std::max(0.0, v - ra - rb - 1e-6 * (v + ra + rb));
+          parts = std::max(parts, bf.part_hi[a] + bg.part_hi[b] - s * part_gap * part_gap);
+        }
       }
+    }
     return std::min(upper, parts);
   };
 
@@ -357,7 +368,10 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
             for (std::uint32_t jj = j0; jj < j1; ++jj) candidates.push_back(jj);
           }
           gaps.resize(candidates.size());
-          squared_gaps(tx.centre[lx].data() + i * d, ty.centre[ly].data(), d, candidates, gaps.data());
+          const double* centres = ty.centre[ly].data();
+          squared_gaps(
+              tx.centre[lx].data() + i * d, d, candidates.size(),
+              [&](std::size_t k) { return centres + std::size_t{candidates[k]} * d; }, gaps.data());
           for (std::size_t k = 0; k < candidates.size(); ++k) {
             const std::uint32_t jj = candidates[k];
             const double u = bound(row, jj, gaps[k]);
