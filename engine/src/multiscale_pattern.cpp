@@ -181,8 +181,10 @@ void squared_gaps(const double* c, std::size_t d, std::size_t count, Column colu
 
 /// One level of the descent: for every row node, the column nodes of its kept pairs in increasing order. Stored in
 /// chunks of kChunkRows row nodes, each with its own arrays: chunks are built in parallel, each by one thread, so the
-/// result does not depend on the thread count, and no array is ever the size of all candidates. 4 bytes per pair.
-constexpr std::size_t kChunkRows = 64;
+/// result does not depend on the thread count (nor on kChunkRows), and no array is ever the size of all candidates.
+/// 4 bytes per pair. 16 rows: the 3 907 leaf rows of 10⁶ points are 245 chunks, enough to balance 16 threads whose
+/// rows list very different counts (blocks across clusters list more); 64 made 61.
+constexpr std::size_t kChunkRows = 16;
 /// A level of the descent runs in parallel when its parent level kept more pairs than this.
 constexpr std::size_t kParallelPairs = 1 << 14;
 
@@ -410,7 +412,7 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
       }
     }
     columns.clear();
-#pragma omp parallel for schedule(dynamic, 16) if (wide)
+#pragma omp parallel for schedule(dynamic, 4) if (wide)
     for (std::size_t chunk = 0; chunk < next.chunks.size(); ++chunk) {
       if (extra[chunk].empty()) continue;
       LevelPairs::Chunk& c = next.chunks[chunk];
@@ -438,7 +440,7 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
   // points inside the listed pairs (integers: the sum does not depend on the order).
   std::vector<std::vector<BlockRange>> lists(tx.blocks);
   std::vector<unsigned long long> points(kept.chunks.size(), 0);
-#pragma omp parallel for schedule(dynamic, 16)
+#pragma omp parallel for schedule(dynamic, 4)
   for (std::size_t chunk = 0; chunk < kept.chunks.size(); ++chunk) {
     const std::size_t i0 = chunk * kChunkRows, i1 = std::min(tx.blocks, i0 + kChunkRows);
     for (std::size_t i = i0; i < i1; ++i) {
