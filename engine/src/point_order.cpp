@@ -49,9 +49,13 @@ Copies find_copies(PointsView p) {
   std::vector<std::pair<std::uint64_t, std::uint32_t>> keys(n);
 #pragma omp parallel for schedule(static)
   for (std::size_t i = 0; i < n; ++i) {
-    std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over the row's bytes
-    const auto* bytes = reinterpret_cast<const unsigned char*>(row(i));
-    for (std::size_t b = 0; b < d * sizeof(float); ++b) h = (h ^ bytes[b]) * 0x100000001b3ULL;
+    std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over the row's 32-bit words, then a final mix
+    for (std::size_t k = 0; k < d; ++k) {
+      std::uint32_t word;
+      std::memcpy(&word, row(i) + k, sizeof word);
+      h = (h ^ word) * 0x100000001b3ULL;
+    }
+    h ^= h >> 31;
     keys[i] = {h, static_cast<std::uint32_t>(i)};
   }
   __gnu_parallel::sort(keys.begin(), keys.end());
