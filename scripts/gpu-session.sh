@@ -1,6 +1,6 @@
 #!/bin/bash
-# One device call that checks a build as a whole on a machine with two H200s (docs/benchmarks.md, "Two H200s, one
-# call"): 1. the CUDA engine tests on 2 GPUs (FLASHOT_REQUIRE_CUDA=1), 2. the every-d sweep, FlashSinkhorn on GPU 1 beside
+# One device call that checks a build as a whole on a machine with two H200s (docs/benchmarks.md, "Multi-GPU"):
+# 1. the CUDA engine tests on 2 GPUs (FLASHOT_REQUIRE_CUDA=1), 2. the every-d sweep, FlashSinkhorn on GPU 1 beside
 # flashot's kernel families on GPU 0 (tests/bench/peers/sweep.py, reduced preset), 3. the sharded tests as two MPI ranks,
 # 4. 1-vs-2-GPU scaling, 5. fused GW at 100k, 6. compute-sanitizer. Each step has a time limit (T_* variables).
 # Carry .gpu (gpu.tar.xz from scripts/pack-gpu-build.sh and mpi.tar.xz from scripts/pack-mpi.sh, one MPI-linked build)

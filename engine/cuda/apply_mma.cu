@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 
 #include "apply_mma.cuh"
+#include "blocks.cuh"
 #include "device_common.cuh"
 #include "error.hpp"
 #include "mma_device.cuh"
@@ -115,10 +116,16 @@ struct ApplyArgs {
   int cols_per_split;
   float* out;
   float* wsum;
+  // Block lists (LISTS): the row block's listed column ranges instead of a split of all columns, and its segment's
+  // scales; alpha is then the segment's α times operand_inverse.
+  BlockLists lists;
+  const SegmentScale* seg;
+  float operand_inverse;  // 1 / (rop.scale · cop.scale)
 };
 
 /// TERMS / BF16: the scores' operands (mma.cuh). BILINEAR: weights times ⟨u_i, w_j⟩ (split fp16, three products).
-template <int TERMS, bool BF16, bool BILINEAR>
+/// LISTS: the columns are the listed ranges of the block's row block (blocks.cuh), with its segment's scales.
+template <int TERMS, bool BF16, bool BILINEAR, bool LISTS = false>
 __global__ void __launch_bounds__(kApThreads) apply_mma_kernel(ApplyArgs args) {
   extern __shared__ __align__(16) std::uint16_t smem[];
   __shared__ __align__(8) float bias_s[kApTile];  // (BN) column biases of the current tile
@@ -152,9 +159,17 @@ __global__ void __launch_bounds__(kApThreads) apply_mma_kernel(ApplyArgs args) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) acc[nv][q] = 0.f;
 
-  const int j_begin = blockIdx.y * args.cols_per_split;
-  const int j_end = min(args.cols.count, j_begin + args.cols_per_split);
-  for (int j0 = j_begin; j0 < j_end; j0 += kApTile) {
+  Scale sc = args.sc;
+  float alpha = args.alpha;
+  if constexpr (LISTS) {
+    static_assert(kPatternBlock % kApRows == 0, "a block's rows lie in one row block of the lists");
+    const SegmentScale ss = args.seg[args.lists.segment[i0 / kPatternBlock]];
+    sc.c1 = ss.c1;
+    sc.s = ss.s;
+    alpha = ss.alpha * args.operand_inverse;
+  }
+  // One 64-column tile [j0, j0 + 64) of the columns below j_end.
+  auto tile = [&](const int j0, const int j_end) {
     __syncthreads();  // the previous tile is consumed
     load_rows(smem + L.y_tile, L.x_stride, args.cop.hi, dp, j0, kApTile, j_end);
     if constexpr (TERMS == 3) load_rows(smem + L.y_tile + tarr, L.x_stride, args.cop.lo, dp, j0, kApTile, j_end);
@@ -174,7 +189,7 @@ __global__ void __launch_bounds__(kApThreads) apply_mma_kernel(ApplyArgs args) {
     asm volatile("cp.async.commit_group;\n" ::);
     if (threadIdx.x < kApTile) {
       const int j = j0 + threadIdx.x;
-      bias_s[threadIdx.x] = j < j_end ? column_bias(args.cols, args.h, args.sc, j) : -INFINITY;
+      bias_s[threadIdx.x] = j < j_end ? column_bias(args.cols, args.h, sc, j) : -INFINITY;
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
     __syncthreads();
@@ -187,7 +202,7 @@ __global__ void __launch_bounds__(kApThreads) apply_mma_kernel(ApplyArgs args) {
       const float2 b2 = *reinterpret_cast<const float2*>(&bias_s[nt * 8 + 2 * t]);
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const float p = fast_exp2(fmaf(args.alpha, s[nt][q], q & 1 ? b2.y : b2.x) - shift[q >> 1]);
+        const float p = fast_exp2(fmaf(alpha, s[nt][q], q & 1 ? b2.y : b2.x) - shift[q >> 1]);
         total[q >> 1] += p;
         s[nt][q] = p;
       }
@@ -231,6 +246,18 @@ __global__ void __launch_bounds__(kApThreads) apply_mma_kernel(ApplyArgs args) {
         for (int q = 0; q < 4; ++q) acc[nv][q] += step[q];
       }
     }
+  };
+  if constexpr (LISTS) {
+    const int rb = i0 / kPatternBlock;
+    for (int q = args.lists.offsets[rb]; q < args.lists.offsets[rb + 1]; ++q) {
+      const int2 range = args.lists.ranges[q];
+      const int j_hi = min(args.cols.count, range.y * kPatternBlock);
+      for (int j0 = range.x * kPatternBlock; j0 < j_hi; j0 += kApTile) tile(j0, j_hi);
+    }
+  } else {
+    const int j_begin = blockIdx.y * args.cols_per_split;
+    const int j_end = min(args.cols.count, j_begin + args.cols_per_split);
+    for (int j0 = j_begin; j0 < j_end; j0 += kApTile) tile(j0, j_end);
   }
   asm volatile("cp.async.wait_group 0;\n" ::);  // an empty column range leaves the row copies in flight
 
@@ -258,13 +285,14 @@ __global__ void __launch_bounds__(kApThreads) apply_mma_kernel(ApplyArgs args) {
   }
 }
 
-template <int TERMS, bool BF16, bool BILINEAR>
+template <int TERMS, bool BF16, bool BILINEAR, bool LISTS = false>
 void launch_apply_kernel(const ApplyArgs& args, dim3 grid, cudaStream_t stream) {
   const ApplyLayout L(args.rop.padded_d, BILINEAR ? args.uop.padded_d : 0, TERMS, BILINEAR,
                       std::min(kApChunk, args.values.rows));
   const int bytes = L.total * 2;
-  allow_shared_bytes<apply_mma_kernel<TERMS, BF16, BILINEAR>>(ApplyLayout(128, 128, 3, true, kApChunk).total * 2);
-  apply_mma_kernel<TERMS, BF16, BILINEAR><<<grid, kApThreads, bytes, stream>>>(args);
+  allow_shared_bytes<apply_mma_kernel<TERMS, BF16, BILINEAR, LISTS>>(ApplyLayout(128, 128, 3, true, kApChunk).total *
+                                                                     2);
+  apply_mma_kernel<TERMS, BF16, BILINEAR, LISTS><<<grid, kApThreads, bytes, stream>>>(args);
 }
 
 // ---- operand preparation ----------------------------------------------------------------------------------------
@@ -391,6 +419,25 @@ __global__ void __launch_bounds__(kBfThreads) bilinear_fma_kernel(PointSet rows,
     if (kc0 + q < k) atomicAdd(&out[std::size_t(i) * k + kc0 + q], acc[q]);
 }
 
+/// The arguments both applications share; the caller adds the scales and the column split (or the lists).
+ApplyArgs apply_args(const PointSet& rows, const PointSet& cols, const MmaOperands& rop, const MmaOperands& cop,
+                     const float* h, const float* lse2, const MmaValues& values, float* out, float* wsum) {
+  ApplyArgs args{};
+  args.rows = rows;
+  args.cols = cols;
+  args.rop = rop;
+  args.cop = cop;
+  args.values = values;
+  args.h = h;
+  args.lse2 = lse2;
+  args.operand_inverse = 1.f / (rop.scale * cop.scale);
+  args.wsum_scale = std::exp2(-kWeightShift);
+  args.out_scale = args.wsum_scale;
+  args.out = out;
+  args.wsum = wsum;
+  return args;
+}
+
 }  // namespace
 
 int mma_values_rows(int k) { return (k + 7) / 8 * 8; }
@@ -426,21 +473,10 @@ void launch_apply_mma(const PointSet& rows, const PointSet& cols, const MmaOpera
                       cudaStream_t stream) {
   if (!mma_supports(rop.padded_d) || (bilinear != nullptr && !mma_supports(bilinear->u.padded_d)))
     throw std::logic_error("tensor-core plan application asked for a dimension outside 16..128");
-  ApplyArgs args{};
-  args.rows = rows;
-  args.cols = cols;
-  args.rop = rop;
-  args.cop = cop;
-  args.values = values;
-  args.h = h;
-  args.lse2 = lse2;
+  ApplyArgs args = apply_args(rows, cols, rop, cop, h, lse2, values, out, wsum);
   args.sc = scale;
   args.alpha = scale.alpha / (rop.scale * cop.scale);
-  args.wsum_scale = std::exp2(-kWeightShift);
-  args.out_scale = args.wsum_scale;
   args.cols_per_split = plan.cols_per_split;
-  args.out = out;
-  args.wsum = wsum;
   if (bilinear != nullptr) {
     args.uop = bilinear->u;
     args.wop = bilinear->w;
@@ -459,6 +495,24 @@ void launch_apply_mma(const PointSet& rows, const PointSet& cols, const MmaOpera
     if (bil) launch_apply_kernel<1, true, true>(args, grid, stream);
     else launch_apply_kernel<1, true, false>(args, grid, stream);
   }
+  FLASHOT_CUDA_CHECK_LAUNCH();
+}
+
+void launch_block_apply_mma(const PointSet& rows, const PointSet& cols, const MmaOperands& rop,
+                            const MmaOperands& cop, const float* h, const BlockLists& lists, const SegmentScale* seg,
+                            const float* lse2, const MmaValues& values, float* out, float* wsum,
+                            cudaStream_t stream) {
+  if (!mma_supports(rop.padded_d))
+    throw std::logic_error("tensor-core block application asked for a dimension outside 16..128");
+  if (rows.count == 0) return;
+  ApplyArgs args = apply_args(rows, cols, rop, cop, h, lse2, values, out, wsum);
+  args.cols_per_split = cols.count;
+  args.lists = lists;
+  args.seg = seg;
+  const dim3 grid(div_up(rows.count, kApRows), 1, (values.rows + kApChunk - 1) / kApChunk);
+  if (rop.mode == MmaMode::kSplitFp16) launch_apply_kernel<3, false, false, true>(args, grid, stream);
+  else if (rop.mode == MmaMode::kFp16) launch_apply_kernel<1, false, false, true>(args, grid, stream);
+  else launch_apply_kernel<1, true, false, true>(args, grid, stream);
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 

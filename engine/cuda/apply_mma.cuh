@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include "blocks.cuh"
 #include "kernels.cuh"
 #include "mma.cuh"
 
@@ -56,6 +57,14 @@ void launch_apply_mma(const PointSet& rows, const PointSet& cols, const MmaOpera
                       const float* h, const Scale& scale, const float* lse2, const MmaValues& values,
                       const MmaBilinear* bilinear, const ReductionPlan& plan, float* out, float* wsum,
                       cudaStream_t stream);
+
+/// launch_apply_mma over block lists (blocks.cuh): row i's sums run over the listed column ranges of its row block
+/// only, with its segment's scales (seg[lists.segment[row block]]); rows of an unlisted row block stay zero. The
+/// same contract otherwise (out and wsum must start at zero); no bilinear term.
+void launch_block_apply_mma(const PointSet& rows, const PointSet& cols, const MmaOperands& rop,
+                            const MmaOperands& cop, const float* h, const BlockLists& lists, const SegmentScale* seg,
+                            const float* lse2, const MmaValues& values, float* out, float* wsum,
+                            cudaStream_t stream);
 
 /// fp32 FMA bilinear application for d ≤ 16 and e ≤ 16 (any k):
 ///   out (rows.count × k) += Σ_j exp2(score_ij − lse2_i) ⟨u_i, w_j⟩ V_j,  wsum += Σ_j exp2(score_ij − lse2_i)

@@ -148,6 +148,9 @@ class DeviceStep::Impl {
   void block_apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k, bool normalized,
                    std::span<float> out) const;
   /// block_apply with V and out in device memory (apply_resident under a pattern: a device batch's primal cost).
+  /// One product pass of a block application over `lists` (after block_shift): out (rows × k) and wsum_ the raw
+  /// sums, on the tensor cores when the scores are (launch_block_apply_mma), else launch_block_apply.
+  void block_product(bool source, const BlockLists& lists, const float* v, int k, float* out) const;
   void block_apply_resident(const PlanParams& p, Side rows, const float* v, std::size_t k, bool normalized,
                             float* out) const;
   /// The plan shift of block_apply: lse_ (count of the rows' side) from the listed pairs, segments uploaded.
@@ -221,6 +224,8 @@ class DeviceStep::Impl {
   void plan_shift(bool source, const Scale& sc, float* lse) const;
   /// out (r.count × k) += Σ_j exp2(score_ij − lse2_i) [⟨u_i, w_j⟩] V_j on the tensor cores, V (device, c.count × k);
   /// wsum += the weights' row sums.
+  /// V (count × k, device) in the tensor-core product's form (launch_split_values), in the step's scratch.
+  MmaValues split_values(int count, const float* v, int k) const;
   void apply_mma_pass(bool source, const Scale& sc, const float* lse, const float* v, int k,
                       const MmaBilinear* bilinear, float* out, float* wsum) const;
 
@@ -839,16 +844,19 @@ void DeviceStep::Impl::plan_shift(bool source, const Scale& sc, float* lse) cons
                   stream_);
 }
 
-void DeviceStep::Impl::apply_mma_pass(bool source, const Scale& sc, const float* lse, const float* v, int k,
-                                 const MmaBilinear* bilinear, float* out, float* wsum) const {
-  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
-  const std::size_t split = std::size_t(mma_values_rows(k)) * mma_values_stride(c.count);
+MmaValues DeviceStep::Impl::split_values(int count, const float* v, int k) const {
+  const std::size_t split = std::size_t(mma_values_rows(k)) * mma_values_stride(count);
   vhi_.reserve(split);
   vlo_.reserve(split);
   vinv_.reserve(mma_values_rows(k));
   vmax_.reserve(k);
-  const MmaValues values =
-      launch_split_values(v, c.count, k, vhi_.get(), vlo_.get(), vinv_.get(), vmax_.get(), stream_);
+  return launch_split_values(v, count, k, vhi_.get(), vlo_.get(), vinv_.get(), vmax_.get(), stream_);
+}
+
+void DeviceStep::Impl::apply_mma_pass(bool source, const Scale& sc, const float* lse, const float* v, int k,
+                                 const MmaBilinear* bilinear, float* out, float* wsum) const {
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const MmaValues values = split_values(c.count, v, k);
   const ReductionPlan plan = plan_apply_mma(r, c, resident_blocks_);
   launch_apply_mma(r, c, source ? xop_ : yop_, source ? yop_ : xop_, source ? g_.get() : f_.get(), sc, lse, values,
                    bilinear, plan, out, wsum, stream_);
@@ -1527,12 +1535,27 @@ BlockLists DeviceStep::Impl::block_shift(const PlanParams& p, bool source) const
   return lists;
 }
 
+void DeviceStep::Impl::block_product(bool source, const BlockLists& lists, const float* v, int k, float* out) const {
+  const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
+  const float* h = source ? g_.get() : f_.get();
+  if (!use_mma_) {
+    launch_block_apply(r, c, h, d_, lists, seg_.get(), lse_.get(), v, k, out, wsum_.get(), stream_);
+    return;
+  }
+  // The dense application's tensor-core product over the listed tiles: split-fp16 weights and values, each k16
+  // step's products summed in fp32 (apply_mma.cu). The fp32 FMA kernel multiplied a 64-wide chunk of V per entry.
+  const MmaValues values = split_values(c.count, v, k);
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * std::size_t(r.count) * k, stream_));
+  FLASHOT_CUDA_CHECK(cudaMemsetAsync(wsum_.get(), 0, sizeof(float) * std::size_t(r.count), stream_));
+  launch_block_apply_mma(r, c, source ? xop_ : yop_, source ? yop_ : xop_, h, lists, seg_.get(), lse_.get(), values,
+                         out, wsum_.get(), stream_);
+}
+
 void DeviceStep::Impl::block_apply_resident(const PlanParams& p, Side rows, const float* v, std::size_t k,
                                             bool normalized, float* out) const {
   const bool source = rows == Side::kSource;
   const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
   const BlockLists lists = block_shift(p, source);
-  const float* h = source ? g_.get() : f_.get();
   const float* pot = source ? f_.get() : g_.get();
   // block_apply's passes, with the column chunks of V and out copied on the device (apply_resident's).
   const std::size_t kc = apply_columns_per_pass(std::size_t(r.count), std::size_t(c.count), k);
@@ -1548,8 +1571,7 @@ void DeviceStep::Impl::block_apply_resident(const PlanParams& p, Side rows, cons
       out_.reserve(std::size_t(r.count) * width);
       opass = out_.get();
     }
-    launch_block_apply(r, c, h, d_, lists, seg_.get(), lse_.get(), vpass, static_cast<int>(width), opass,
-                       wsum_.get(), stream_);
+    block_product(source, lists, vpass, static_cast<int>(width), opass);
     launch_block_apply_scale(r, lists, seg_.get(), pot, lse_.get(), wsum_.get(), static_cast<int>(width), normalized,
                              opass, stream_);
     if (width < k)
@@ -1564,7 +1586,6 @@ void DeviceStep::Impl::block_apply(const PlanParams& p, Side rows, std::span<con
   const bool source = rows == Side::kSource;
   const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
   const BlockLists lists = block_shift(p, source);
-  const float* h = source ? g_.get() : f_.get();
   const float* pot = source ? f_.get() : g_.get();
   // The lists transpose the sides, so each side's rows own their sums: no atomics, no shard sums. V in chunks that
   // keep V and the output under kApplyBytes.
@@ -1581,8 +1602,7 @@ void DeviceStep::Impl::block_apply(const PlanParams& p, Side rows, std::span<con
       vin_.upload(std::span<const float>(staging.data(), std::size_t(c.count) * width), stream_);
     }
     out_.reserve(std::size_t(r.count) * width);
-    launch_block_apply(r, c, h, d_, lists, seg_.get(), lse_.get(), vin_.get(), static_cast<int>(width), out_.get(),
-                       wsum_.get(), stream_);
+    block_product(source, lists, vin_.get(), static_cast<int>(width), out_.get());
     launch_block_apply_scale(r, lists, seg_.get(), pot, lse_.get(), wsum_.get(), static_cast<int>(width), normalized,
                              out_.get(), stream_);
     if (width == k) {

@@ -1,7 +1,7 @@
-// How well the multiscale solver's certified lists prune (docs/multiscale.md, "Measured here"): solves a seeded
-// pair with multiscale on, prints every stage (ε, blur, kept fraction, iterations), the leaf-block radii, and, for
-// the final potentials, the kept fraction the bound lists against the fraction an exact check needs (every entry
-// of the block pair evaluated, on a sample of row blocks): the bound's slack. Prints figures; never a test.
+// How well the multiscale solver's certified lists prune (docs/multiscale.md, "How well the lists prune"): solves
+// a seeded pair with multiscale on, prints every stage (ε, blur, kept fraction, iterations), the leaf-block radii,
+// and, for the final potentials, the kept fraction the bound lists against the fraction an exact check needs (every
+// entry of the block pair evaluated, on a sample of row blocks): the bound's slack. Prints figures; never a test.
 //
 //   flashot_multiscale_prune_bench N D DATA [BLUR_RELATIVE] [TOLERANCE] [ROW_BLOCK_SAMPLE] [DENSE_FRACTION]
 //                                  [MAX_ITERATIONS] [DENSE_TOO] [SCHEME] [STAGE_ITERATIONS]

@@ -350,7 +350,7 @@ TEST(Multiscale, PrunesASampledSurfaceWhileSolving) {
   const MultiscaleStage& last = r.multiscale.stages.back();
   EXPECT_FALSE(last.dense);
   // Measured: 0.231 of the n·m pairs (an exact check at these potentials needs 0.11; before the fixes of
-  // docs/multiscale.md, "Measured here", every fine stage ran dense).
+  // docs/multiscale.md, "The bound", every fine stage ran dense).
   EXPECT_LT(last.kept_fraction, 0.28);
   EXPECT_TRUE(r.multiscale.certified);
   double kept = 1;

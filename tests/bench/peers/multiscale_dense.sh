@@ -13,7 +13,7 @@
 #        [OUTDIR=out-msd] multiscale_dense.sh
 #   CASES: D:DATA:BLUR[:PAIR] (BLUR relative to the diameter; DATA: flashot bench --data, the surfaces sphere, bumpy,
 #   torus need D = 3; PAIR: flashot bench --pair, default $PAIR). The defaults, and why: docs/benchmarks.md,
-#   "Multiscale beside FlashSinkhorn and beside dense (issue 22)". All of them take ≈ 6–8 minutes on one H200:
+#   "Multiscale (issue 22)", "Beside dense at 1M × 1M". All of them take ≈ 6–8 minutes on one H200:
 #   split them over two calls of ≤ 10 minutes (the d = 3 cases, then the d = 50 ones).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

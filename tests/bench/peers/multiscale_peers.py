@@ -1,6 +1,6 @@
 """flashot's multiscale solve beside FlashSinkhorn 0.4.1's SamplesLoss(backend="multiscale") on the same points,
 both results judged by one exact evaluator (tests/bench/peers/multiscale.sh drives it; docs/benchmarks.md,
-"Multiscale beside FlashSinkhorn and beside dense (issue 22)").
+"Multiscale (issue 22)", "Beside FlashSinkhorn's multiscale").
 
 Conventions (both solvers, and the evaluator):
   cost C_ij = s·|x_i − y_j|² with s = 1 (flashot's default, FlashSinkhorn's half_cost=False),
