@@ -173,6 +173,7 @@ class OrderedBackend final : public Backend {
     // point with one potential tie exactly: the lowest caller index among them is the caller-order answer.
     const Copies& copies = other(rows) == Side::kSource ? copies_x_ : copies_y_;
     for (std::int32_t& j : is) {
+      if (j < 0) continue;  // no column (not produced by the backends; kept as it is)
       std::int64_t c = theirs[static_cast<std::size_t>(j)];
       if (copies.any)
         for (std::int64_t t = copies.first[c]; t >= 0 && t < c; t = copies.next[t])
