@@ -209,7 +209,8 @@ class OrderedBackend final : public Backend {
 
 }  // namespace
 
-bool uses_locality_order(const BackendOptions& options, std::size_t n, std::size_t m, bool device_input) {
+bool uses_locality_order(const BackendOptions& options, std::size_t n, std::size_t m, std::size_t d,
+                         bool device_input) {
   switch (options.point_order) {
     case PointOrder::kInput: return false;
     case PointOrder::kLocality: return !device_input;
@@ -217,10 +218,41 @@ bool uses_locality_order(const BackendOptions& options, std::size_t n, std::size
       if (device_input) return false;
       const bool cuda = options.backend == BackendKind::kCuda ||
                         (options.backend == BackendKind::kAuto && cuda_available());
-      return cuda && static_cast<double>(n) * static_cast<double>(m) >= kPointOrderAutoPairs;
+      return cuda && d >= kPointOrderAutoMinD && static_cast<double>(n) * static_cast<double>(m) >= kPointOrderAutoPairs;
     }
   }
   return false;
+}
+
+double leaf_spread(PointsView p) {
+  const std::size_t n = p.n, d = p.d;
+  if (n == 0 || d == 0) return 0;
+  const std::size_t stride = std::max<std::size_t>(1, n / kSpreadSample);
+  std::vector<float> sample;
+  for (std::size_t i = 0; i < n && sample.size() < kSpreadSample * d; i += stride)
+    sample.insert(sample.end(), p.data.begin() + static_cast<std::ptrdiff_t>(i * d),
+                  p.data.begin() + static_cast<std::ptrdiff_t>((i + 1) * d));
+  const std::size_t s = sample.size() / d;
+  const std::vector<std::uint32_t> order = cluster_order({sample, s, d}, kSpreadLeaf, kPointOrderSeed);
+  // Σ‖x − mean‖² of a run of points, in fp64.
+  const auto scatter = [&](std::size_t b, std::size_t e) {
+    std::vector<double> mean(d, 0.0);
+    for (std::size_t q = b; q < e; ++q)
+      for (std::size_t k = 0; k < d; ++k) mean[k] += sample[std::size_t{order[q]} * d + k];
+    for (double& v : mean) v /= static_cast<double>(e - b);
+    double sum = 0;
+    for (std::size_t q = b; q < e; ++q)
+      for (std::size_t k = 0; k < d; ++k) {
+        const double u = sample[std::size_t{order[q]} * d + k] - mean[k];
+        sum += u * u;
+      }
+    return sum;
+  };
+  const double total = scatter(0, s);
+  if (!(total > 0)) return 0;
+  double within = 0;
+  for (std::size_t b = 0; b < s; b += kSpreadLeaf) within += scatter(b, std::min(s, b + kSpreadLeaf));
+  return within / total;
 }
 
 std::vector<std::uint32_t> locality_order(PointsView points) {
@@ -229,7 +261,11 @@ std::vector<std::uint32_t> locality_order(PointsView points) {
 
 std::unique_ptr<Backend> make_problem_backend(const BackendOptions& options, const ProblemData& data) {
   validate_point_order(options.point_order, data.on_device());
-  if (!uses_locality_order(options, data.x.n, data.y.n, data.on_device())) return make_backend(options, data);
+  if (!uses_locality_order(options, data.x.n, data.y.n, data.x.d, data.on_device())) return make_backend(options, data);
+  // auto: only clustered data (kPointOrderAutoSpread), where the sorted screen pays; elsewhere sorting cost time.
+  if (options.point_order == PointOrder::kAuto &&
+      !(leaf_spread(data.x) <= kPointOrderAutoSpread && leaf_spread(data.y) <= kPointOrderAutoSpread))
+    return make_backend(options, data);
   std::vector<std::uint32_t> order_x = locality_order(data.x), order_y = locality_order(data.y);
   // The sorted copies live until the backend has taken its own.
   const std::vector<float> xs = permute_rows(data.x.data, data.x.d, order_x);

@@ -31,10 +31,28 @@ inline constexpr std::size_t kPointOrderLeaf = 64;
 /// Seed of the locality order's PCA tree (its power iterations' starting vectors); the order is deterministic.
 inline constexpr std::uint64_t kPointOrderSeed = 0x6f72646572;  // "order"
 
-/// Whether a Problem of n × m points built with `options` (host inputs: device_input false) is sorted: kLocality
-/// always, kInput never, kAuto on the CUDA backend (asked for, or kAuto with a device present) from
-/// kPointOrderAutoPairs pairs up. Device inputs are never sorted.
-bool uses_locality_order(const BackendOptions& options, std::size_t n, std::size_t m, bool device_input);
+/// PointOrder::kAuto sorts only clustered data: both sides' leaf_spread at most this (docs/engine.md, "Point order":
+/// the benchmark's 8 Gaussians measure 0.014–0.033 at d = 3–64, N(0, I) 0.125 / 0.30 / 0.50 / 0.72 / 0.90 at d = 3 /
+/// 5 / 8 / 16 / 64; sorted, the H200 ran the first 22–43 % faster and the second 1.5–3.6 % slower at d = 8–64).
+inline constexpr double kPointOrderAutoSpread = 0.1;
+/// PointOrder::kAuto sorts only above this d: up to it the CUDA backend's register kernels serve (docs/engine.md,
+/// "Choosing the kernel"), which have no tile screen for an order to help.
+inline constexpr std::size_t kPointOrderAutoMinD = 5;
+/// Points of each side that leaf_spread looks at (a deterministic stride sample), and its leaves' size there.
+inline constexpr std::size_t kSpreadSample = 4096, kSpreadLeaf = 64;
+
+/// Whether a Problem of n × m points in d dimensions built with `options` (host inputs: device_input false) may be
+/// sorted: kLocality always, kInput never, kAuto on the CUDA backend (asked for, or kAuto with a device present) from
+/// kPointOrderAutoPairs pairs and d ≥ kPointOrderAutoMinD up (kAuto then also asks leaf_spread of both sides:
+/// make_problem_backend). Device inputs are never sorted.
+bool uses_locality_order(const BackendOptions& options, std::size_t n, std::size_t m, std::size_t d,
+                         bool device_input);
+
+/// How much of a cloud's spread its locality order's leaves keep: on a stride sample of at most kSpreadSample points,
+/// sorted into leaves of kSpreadLeaf, the mean squared distance of a point to its leaf's mean over the mean squared
+/// distance to the sample's mean (0: every leaf one point; ≈ 1: leaves as wide as the cloud; 0 for a cloud of
+/// coincident points). Small for clustered data, whose leaves lie inside one cluster. O(s·d·log s) work.
+double leaf_spread(PointsView points);
 
 /// The locality order of one cloud: order[p] = the caller's index of the point held at position p (the leaf order of
 /// a PCA tree with leaves of kPointOrderLeaf points, multiscale_tree.hpp's cluster_order).

@@ -85,6 +85,12 @@ int main(int argc, char** argv) {
   std::sort(ms.begin(), ms.end());
   std::printf("%s, %zu points, d = %zu: locality order of one side %.1f ms (median of 3; min %.1f, max %.1f)\n",
               data.c_str(), N, d, ms[1], ms[0], ms[2]);
+  const auto spread_start = std::chrono::steady_clock::now();
+  const double spread_x = flashot::detail::leaf_spread({X, N, d}), spread_y = flashot::detail::leaf_spread({Y, N, d});
+  const double spread_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - spread_start).count();
+  std::printf("leaf spread (auto sorts at most %.2f): x %.4f, y %.4f (%.1f ms for both)\n",
+              flashot::detail::kPointOrderAutoSpread, spread_x, spread_y, spread_ms);
   if (stride == 0) return 0;
 
   const std::size_t n = (N + stride - 1) / stride;

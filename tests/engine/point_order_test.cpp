@@ -298,6 +298,20 @@ TEST_P(PointOrderTest, CopiesTieToTheLowestCallerIndex) {
   for (std::int32_t i : e.index) EXPECT_LT(i, 350) << "a copy's lower index wins";
 }
 
+// On a GPU: auto sorts a clustered problem past the size and leaves a normal one as given (construction only).
+TEST_P(PointOrderTest, AutoSortsClusteredDataOnly) {
+  const auto [backend, d] = GetParam();
+  FLASHOT_REQUIRE_BACKEND(backend);
+  if (backend != "cuda" || d < detail::kPointOrderAutoMinD) GTEST_SKIP() << "auto sorts on CUDA from d = 5 only";
+  const std::size_t side = 32000;  // side² ≥ 10⁹
+  const TestProblem c = clustered(side, side, d, 900 + d, 3.0, false);
+  Problem sorted(c.xv(), c.yv(), {}, {}, ordered(backend, PointOrder::kAuto));
+  EXPECT_TRUE(says_locality(sorted)) << sorted.device_name();
+  const std::vector<float> x = random_points(side, d, 1), y = random_points(side, d, 2);
+  Problem given({x, side, d}, {y, side, d}, {}, {}, ordered(backend, PointOrder::kAuto));
+  EXPECT_FALSE(says_locality(given)) << given.device_name();
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, PointOrderTest,
                          ::testing::Combine(::testing::ValuesIn(backends_under_test()), ::testing::Values(3, 16)),
                          [](const auto& info) {
@@ -354,24 +368,41 @@ TEST(PointOrder, LocalityOrderIsAPermutationWhoseLeavesStayInOneCluster) {
   EXPECT_LE(mixed, 1u);
 }
 
-TEST(PointOrder, AutoSortsHostInputsOnCudaFromTheThresholdUp) {
+TEST(PointOrder, AutoMaySortHostInputsOnCudaFromTheThresholdUp) {
   BackendOptions o;
   o.backend = BackendKind::kCuda;
   const std::size_t side = 31623;  // side² ≥ 10⁹
-  EXPECT_TRUE(detail::uses_locality_order(o, side, side, false));
-  EXPECT_FALSE(detail::uses_locality_order(o, side, side, true)) << "device inputs keep their order";
-  EXPECT_FALSE(detail::uses_locality_order(o, 30000, 30000, false)) << "below 10⁹ pairs";
+  EXPECT_TRUE(detail::uses_locality_order(o, side, side, 8, false));
+  EXPECT_FALSE(detail::uses_locality_order(o, side, side, 8, true)) << "device inputs keep their order";
+  EXPECT_FALSE(detail::uses_locality_order(o, 30000, 30000, 8, false)) << "below 10⁹ pairs";
+  EXPECT_FALSE(detail::uses_locality_order(o, side, side, 4, false)) << "the register kernels' d have no screen";
   o.backend = BackendKind::kCpu;
-  EXPECT_FALSE(detail::uses_locality_order(o, 100000, 100000, false)) << "the CPU backend has no screen";
+  EXPECT_FALSE(detail::uses_locality_order(o, 100000, 100000, 8, false)) << "the CPU backend has no screen";
   o.point_order = PointOrder::kLocality;
-  EXPECT_TRUE(detail::uses_locality_order(o, 10, 10, false));
+  EXPECT_TRUE(detail::uses_locality_order(o, 10, 10, 2, false));
   o.point_order = PointOrder::kInput;
   o.backend = BackendKind::kCuda;
-  EXPECT_FALSE(detail::uses_locality_order(o, side, side, false));
+  EXPECT_FALSE(detail::uses_locality_order(o, side, side, 8, false));
   // Small problems under auto stay in the input order on every backend present.
   const TestProblem t = make_problem({.n = 100, .m = 90});
   Problem p(t.xv(), t.yv(), {}, {});
   EXPECT_FALSE(says_locality(p)) << p.device_name();
+}
+
+// auto sorts clustered data only: leaf_spread tells the benchmark's mixture (8 Gaussians) from N(0, I).
+TEST(PointOrder, LeafSpreadTellsClustersFromANormalCloud) {
+  for (const std::size_t d : {8, 16, 64}) {
+    const TestProblem c = clustered(20000, 10, d, 70 + d, 3.0, false);
+    const double clusters = detail::leaf_spread(c.xv());
+    const std::vector<float> normal = random_points(20000, d, 80 + d);
+    const double gauss = detail::leaf_spread({normal, 20000, d});
+    std::printf("[ spread   ] d = %zu: 8 Gaussians %.4f, N(0, I) %.4f (auto sorts at most %.2f)\n", d, clusters, gauss,
+                detail::kPointOrderAutoSpread);
+    EXPECT_LE(clusters, 0.5 * detail::kPointOrderAutoSpread) << "d = " << d;
+    EXPECT_GE(gauss, 2 * detail::kPointOrderAutoSpread) << "d = " << d;
+  }
+  const std::vector<float> same(300 * 3, 1.5f);
+  EXPECT_EQ(detail::leaf_spread({same, 300, 3}), 0.0) << "coincident points have no spread";
 }
 
 TEST(PointOrder, BadValuesAreRefusedByName) {
