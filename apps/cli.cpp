@@ -81,8 +81,8 @@ void add_backend_options(po::options_description& options) {
        "CUDA tile screening of the default tensor-core scores: auto | off | on (docs/engine.md)")
       ("point-order", po::value<std::string>()->default_value("auto"),
        "each side's internal point order: auto | input | locality (locality: sorted so that the CUDA tile screen "
-       "skips far regions; results in the caller's order either way; auto: locality on CUDA from n*m = 1e9 up; "
-       "docs/engine.md, \"Point order\")")
+       "skips far regions; results in the caller's order either way; auto: locality for clustered data on CUDA from "
+       "n*m = 1e9 and d = 5 up; docs/engine.md, \"Point order\")")
       ("gpus", po::value<long long>()->default_value(1),
        "CUDA devices to shard the source rows over (docs/multi-gpu.md); 1 = one device");
 }

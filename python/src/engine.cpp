@@ -377,7 +377,8 @@ void bind_engine(nb::module_& m) {
       .def_prop_rw(
           "point_order", [](const PyBackendOptions& o) { return to_string(o.point_order); },
           [](PyBackendOptions& o, const std::string& v) { o.point_order = parse_point_order(v); },
-          "each side's internal order: 'auto' (locality on CUDA from n·m = 1e9), 'input', 'locality' (sorted so that "
+          "each side's internal order: 'auto' (locality for clustered data on CUDA from n·m = 1e9, d = 5), 'input', "
+          "'locality' (sorted so that "
           "the CUDA tile screen skips far regions; results in the caller's order either way; docs/engine.md)")
       .def_rw("devices", &BackendOptions::devices, "CUDA devices to shard one problem over (docs/multi-gpu.md)")
       .def_rw("shards", &BackendOptions::shards, "shards of x's rows; 0 = one per device")

@@ -79,9 +79,10 @@ enum class Multiscale { kAuto, kOn, kOff };
 /// order"). kLocality sorts each side internally so that nearby points are neighbours (the leaf order of a PCA tree,
 /// engine/src/multiscale_tree.hpp), solves in that order and returns every per-point result in the caller's order:
 /// a tile of consecutive points then covers one region, so the CUDA backend's tile screen can skip the tiles of far
-/// regions (clustered data). kInput keeps the caller's order. kAuto: kLocality for host inputs on the CUDA backend
-/// from n·m ≥ 10⁹ pairs (docs/engine.md says why), kInput otherwise. Results equal those in the caller's order up to
-/// the order of fp summations. Device inputs (Problem::on_device) keep their order (kLocality is refused there).
+/// regions (clustered data). kInput keeps the caller's order. kAuto: kLocality for clustered host inputs on the CUDA
+/// backend from n·m ≥ 10⁹ pairs and d ≥ 5 (clustered: both sides' leaves hold at most a tenth of their spread;
+/// docs/engine.md says why), kInput otherwise. Results equal those in the caller's order up to the order of fp
+/// summations. Device inputs (Problem::on_device) keep their order (kLocality is refused there).
 enum class PointOrder { kAuto, kInput, kLocality };
 /// Why a solve stopped.
 enum class StopReason {
