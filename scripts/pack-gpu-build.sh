@@ -9,7 +9,7 @@
 #   cmake -B build-sm90 -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DFLASHOT_IO=OFF \
 #     -DFLASHOT_GUI=OFF -DFLASHOT_CUDA=ON -DFLASHOT_MPI_TESTS=OFF
 #   ninja -C build-sm90 flashot_engine_tests flashot flashot_cuda_iterate_bench flashot_wgmma_probe flashot_hvp_bench flashot_gw_bench \
-#     flashot_batch_bench flashot_ctransform_label_bench
+#     flashot_batch_bench flashot_ctransform_label_bench flashot_multiscale_pattern_bench
 # usage: scripts/pack-gpu-build.sh [BUILD=build-sm90] [CARRY=build-carry]   (CARRY must be git-ignored: build*/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,7 @@ mkdir -p "$stage/gpu/apps" "$stage/gpu/tests/engine" "$stage/gpu/tests/bench" "$
 packed=0
 for f in apps/flashot tests/engine/flashot_engine_tests tests/bench/flashot_cuda_iterate_bench \
          tests/bench/flashot_wgmma_probe tests/bench/flashot_hvp_bench tests/bench/flashot_gw_bench \
-         tests/bench/flashot_batch_bench \
+         tests/bench/flashot_batch_bench tests/bench/flashot_multiscale_pattern_bench \
          tests/bench/flashot_ctransform_label_bench; do
   if [[ -f $build/$f ]]; then
     strip -o "$stage/gpu/$f" "$build/$f"

@@ -19,6 +19,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 /// Leaf supports are used up to this dimension (beyond it the pair loop would pay O(d) more per pair for little:
 /// the two principal directions of a block in high dimension hold a small share of its extent).
 constexpr std::size_t kMaxSupportDim = 64;
+/// Part pairs of two leaves whose centre gaps are summed together (squared_gaps).
+constexpr std::size_t kPartsAtATime = 16;
 
 /// Per level and node: the smallest and largest potential over the node's points (lo, hi), a gradient z fitted to
 /// the potential over the node, and the extremes of h_i − ⟨z, x_i − c⟩ over the node (flat_lo, flat_hi): the
@@ -51,8 +53,14 @@ PotentialBounds potential_bounds(const ClusterTree& t, std::span<const float> pt
     mean /= static_cast<double>(p1 - p0);
     // Least-squares gradient: (Σ u uᵀ + λI) z = Σ u (h − mean), through the tree's Cholesky factor.
     std::vector<double> z(d, 0.0);
-    for (std::size_t p = p0; p < p1; ++p)
-      for (std::size_t q = 0; q < d; ++q) z[q] += (pts[p * d + q] - c[q]) * (h[p] - mean);
+    {
+      double* __restrict zs = z.data();  // (no alias with c: the coordinates run in vector lanes, each sum in order)
+      for (std::size_t p = p0; p < p1; ++p) {
+        const float* x = pts.data() + p * d;
+        const double hp = h[p] - mean;
+        for (std::size_t q = 0; q < d; ++q) zs[q] += (x[q] - c[q]) * hp;
+      }
+    }
     const double* L = t.leaf_gram.data() + k * d * d;
     for (std::size_t i = 0; i < d; ++i) {  // forward: L y = rhs
       for (std::size_t q = 0; q < i; ++q) z[i] -= L[i * d + q] * z[q];
@@ -62,12 +70,31 @@ PotentialBounds potential_bounds(const ClusterTree& t, std::span<const float> pt
       for (std::size_t q = i + 1; q < d; ++q) z[i] -= L[q * d + i] * z[q];
       z[i] /= L[i * d + i];
     }
+    // h_p − ⟨z, x_p − c⟩, four points at a time (each the same subtractions in order as alone).
     double flo = kInf, fhi = -kInf;
-    for (std::size_t p = p0; p < p1; ++p) {
-      double v = h[p];
-      for (std::size_t q = 0; q < d; ++q) v -= z[q] * (pts[p * d + q] - c[q]);
+    const auto extend = [&](double v) {
       flo = std::min(flo, v);
       fhi = std::max(fhi, v);
+    };
+    std::size_t p = p0;
+    for (; p + 4 <= p1; p += 4) {
+      const float *x0 = pts.data() + p * d, *x1 = x0 + d, *x2 = x1 + d, *x3 = x2 + d;
+      double v0 = h[p], v1 = h[p + 1], v2 = h[p + 2], v3 = h[p + 3];
+      for (std::size_t q = 0; q < d; ++q) {
+        v0 -= z[q] * (x0[q] - c[q]);
+        v1 -= z[q] * (x1[q] - c[q]);
+        v2 -= z[q] * (x2[q] - c[q]);
+        v3 -= z[q] * (x3[q] - c[q]);
+      }
+      extend(v0);
+      extend(v1);
+      extend(v2);
+      extend(v3);
+    }
+    for (; p < p1; ++p) {
+      double v = h[p];
+      for (std::size_t q = 0; q < d; ++q) v -= z[q] * (pts[p * d + q] - c[q]);
+      extend(v);
     }
     b.lo[H][k] = lo;
     b.hi[H][k] = hi;
@@ -114,28 +141,50 @@ PotentialBounds potential_bounds(const ClusterTree& t, std::span<const float> pt
   return b;
 }
 
-/// The largest ⟨u, e⟩ over the offsets u of leaf block k (e a unit vector, given with its length `norm` > 0 unscaled):
-/// the extents along the block's two principal directions and across them (ClusterTree::leaf_extent), never above
-/// its radius.
-double leaf_support(const ClusterTree& t, std::size_t k, const double* e, double norm) {
-  const std::size_t d = t.d;
-  const double* q = t.leaf_axes.data() + k * 2 * d;
+/// The largest ⟨u, e⟩ over the offsets u of leaf block k, e = v/norm for a vector v of length norm > 0 given by its
+/// projections v1 = ⟨v, q₁⟩, v2 = ⟨v, q₂⟩ on the block's principal directions: the extents along them and across them
+/// (ClusterTree::leaf_extent), never above its radius.
+double leaf_support(const ClusterTree& t, std::size_t k, double v1, double v2, double norm) {
   const double* h = t.leaf_extent.data() + k * 3;
-  double e1 = 0, e2 = 0;
-  for (std::size_t c = 0; c < d; ++c) {
-    e1 += e[c] * q[c];
-    e2 += e[c] * q[d + c];
-  }
-  e1 /= norm;
-  e2 /= norm;
+  const double e1 = v1 / norm, e2 = v2 / norm;
   const double across = std::sqrt(std::max(0.0, 1 - e1 * e1 - e2 * e2) + 1e-12);
   return std::min(t.radius[t.height][k], h[0] * std::abs(e1) + h[1] * std::abs(e2) + h[2] * across);
 }
 
+/// w2[k] = ‖c − column(k)‖² for k < count (column(k): d values), four at a time: each the same sum over the
+/// coordinates in order as alone, but four independent sums in flight instead of one add waiting on the one before
+/// (in 50 dimensions this sum is most of the work of a pair that bound 1 drops).
+template <class Column>
+void squared_gaps(const double* c, std::size_t d, std::size_t count, Column column, double* w2) {
+  std::size_t k = 0;
+  for (; k + 4 <= count; k += 4) {
+    const double *c0 = column(k), *c1 = column(k + 1), *c2 = column(k + 2), *c3 = column(k + 3);
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (std::size_t q = 0; q < d; ++q) {
+      s0 += (c[q] - c0[q]) * (c[q] - c0[q]);
+      s1 += (c[q] - c1[q]) * (c[q] - c1[q]);
+      s2 += (c[q] - c2[q]) * (c[q] - c2[q]);
+      s3 += (c[q] - c3[q]) * (c[q] - c3[q]);
+    }
+    w2[k] = s0;
+    w2[k + 1] = s1;
+    w2[k + 2] = s2;
+    w2[k + 3] = s3;
+  }
+  for (; k < count; ++k) {
+    const double* cj = column(k);
+    double sum = 0;
+    for (std::size_t q = 0; q < d; ++q) sum += (c[q] - cj[q]) * (c[q] - cj[q]);
+    w2[k] = sum;
+  }
+}
+
 /// One level of the descent: for every row node, the column nodes of its kept pairs in increasing order. Stored in
 /// chunks of kChunkRows row nodes, each with its own arrays: chunks are built in parallel, each by one thread, so the
-/// result does not depend on the thread count, and no array is ever the size of all candidates. 4 bytes per pair.
-constexpr std::size_t kChunkRows = 64;
+/// result does not depend on the thread count (nor on kChunkRows), and no array is ever the size of all candidates.
+/// 4 bytes per pair. 16 rows: the 3 907 leaf rows of 10⁶ points are 245 chunks, enough to balance 16 threads whose
+/// rows list very different counts (blocks across clusters list more); 64 made 61.
+constexpr std::size_t kChunkRows = 16;
 /// A level of the descent runs in parallel when its parent level kept more pairs than this.
 constexpr std::size_t kParallelPairs = 1 << 14;
 
@@ -182,15 +231,21 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
   const int steps = std::max(tx.height, ty.height);
 
   int lx = 0, ly = 0;
-  const auto bound = [&](std::uint32_t pi, std::uint32_t pj) {
+  // 2s is 1 or 2 (cost_scale(): ½‖x − y‖² or ‖x − y‖²), a power of two: dividing by it is multiplying by its inverse,
+  // exactly (both round the same real number), and a multiplication does not stall the pair loop as a division does.
+  int exponent = 0;
+  const bool power_of_two = std::frexp(2 * s, &exponent) == 0.5;
+  const double inverse_2s = 1 / (2 * s);
+  const auto over_2s = [&](double v) { return power_of_two ? v * inverse_2s : v / (2 * s); };
+  // The pair bound of row node pi and column node pj at the current levels, given w2 = ‖c_I − c_J‖² (computed for
+  // several pairs at a time by the caller: squared_gaps).
+  const auto bound = [&](std::uint32_t pi, std::uint32_t pj, double w2) {
     const double* ci = tx.centre[lx].data() + std::size_t{pi} * d;
     const double* cj = ty.centre[ly].data() + std::size_t{pj} * d;
     const double* zi = bf.z[lx].data() + std::size_t{pi} * d;
     const double* zj = bg.z[ly].data() + std::size_t{pj} * d;
     // w = c_I − c_J; ‖z_I − 2s·w‖ and ‖z_J + 2s·w‖ bound the linear parts the flat extremes left out (bound 2);
     // ζ = (z_I − z_J)/2 is the common slope of the pair, a = ζ/(2s) the shift it stands for (bound 3).
-    double w2 = 0;
-    for (std::size_t c = 0; c < d; ++c) w2 += (ci[c] - cj[c]) * (ci[c] - cj[c]);
     {
       // Bound 1 with the balls' radii (never below the one with supports, below): a pair it drops is dropped
       // whatever the others say, and most pairs examined in many dimensions lie far apart (d = 50 mixture: ≈ 99 %),
@@ -207,7 +262,7 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
       const double zeta = 0.5 * (zi[c] - zj[c]);
       ai += (zi[c] - 2 * s * w) * (zi[c] - 2 * s * w);
       bj += (zj[c] + 2 * s * w) * (zj[c] + 2 * s * w);
-      wa2 += (w - zeta / (2 * s)) * (w - zeta / (2 * s));
+      wa2 += (w - over_2s(zeta)) * (w - over_2s(zeta));
       wz += w * zeta;
       z2 += zeta * zeta;
       sum2 += (zi[c] + zj[c]) * (zi[c] + zj[c]);
@@ -222,16 +277,28 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
     // How far the two blocks reach towards each other along the direction of the gap: the balls' radii, or on leaf
     // blocks their supports in that direction (‖w + δ‖ ≥ ⟨w + δ, e⟩ = ‖w‖ + ⟨u, e⟩ − ⟨v, e⟩ for δ = u − v).
     double toward = ri + rj, toward_shifted = ri + rj;
-    if (lx == tx.height && ly == ty.height) {
-      double e[kMaxSupportDim], ea[kMaxSupportDim];
-      if (d <= kMaxSupportDim) {
-        for (std::size_t c = 0; c < d; ++c) {
-          e[c] = ci[c] - cj[c];
-          ea[c] = e[c] - 0.5 * (zi[c] - zj[c]) / (2 * s);
-        }
-        if (dist > 0) toward = leaf_support(tx, pi, e, dist) + leaf_support(ty, pj, e, dist);
-        if (wa > 0) toward_shifted = leaf_support(tx, pi, ea, wa) + leaf_support(ty, pj, ea, wa);
+    if (lx == tx.height && ly == ty.height && d <= kMaxSupportDim) {
+      // The two blocks' supports along e = w/‖w‖ and along w − a: the eight projections on their principal
+      // directions in one pass (each the same sum over c as alone).
+      const double* qi = tx.leaf_axes.data() + std::size_t{pi} * 2 * d;
+      const double* qj = ty.leaf_axes.data() + std::size_t{pj} * 2 * d;
+      double dots[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (std::size_t c = 0; c < d; ++c) {
+        const double e = ci[c] - cj[c];
+        const double ea = e - over_2s(0.5 * (zi[c] - zj[c]));
+        dots[0] += e * qi[c];
+        dots[1] += e * qi[d + c];
+        dots[2] += e * qj[c];
+        dots[3] += e * qj[d + c];
+        dots[4] += ea * qi[c];
+        dots[5] += ea * qi[d + c];
+        dots[6] += ea * qj[c];
+        dots[7] += ea * qj[d + c];
       }
+      if (dist > 0)
+        toward = leaf_support(tx, pi, dots[0], dots[1], dist) + leaf_support(ty, pj, dots[2], dots[3], dist);
+      if (wa > 0)
+        toward_shifted = leaf_support(tx, pi, dots[4], dots[5], wa) + leaf_support(ty, pj, dots[6], dots[7], wa);
     }
     const double gap = std::max(0.0, dist - toward - slack);
     const double shifted = std::max(0.0, wa - toward_shifted - 2 * slack);
@@ -246,16 +313,20 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
     // A block across clusters (docs/multiscale.md, "Blocks across clusters"): every entry lies in one pair of parts,
     // so the largest of the parts' centre-distance bounds bounds the pair too.
     double parts = -kInf;
-    for (std::uint32_t a = p0; a < p1; ++a)
-      for (std::uint32_t b = q0; b < q1; ++b) {
-        const double* ca = tx.part_centre.data() + std::size_t{a} * d;
-        const double* cb = ty.part_centre.data() + std::size_t{b} * d;
-        double v2 = 0;
-        for (std::size_t c = 0; c < d; ++c) v2 += (ca[c] - cb[c]) * (ca[c] - cb[c]);
-        const double v = std::sqrt(v2), ra = tx.part_radius[a], rb = ty.part_radius[b];
-        const double part_gap = std::max(0.0, v - ra - rb - 1e-6 * (v + ra + rb));
-        parts = std::max(parts, bf.part_hi[a] + bg.part_hi[b] - s * part_gap * part_gap);
+    double gaps2[kPartsAtATime];
+    for (std::uint32_t a = p0; a < p1; ++a) {
+      const double* ca = tx.part_centre.data() + std::size_t{a} * d;
+      for (std::uint32_t b0 = q0; b0 < q1; b0 += kPartsAtATime) {
+        const std::uint32_t b1 = std::min<std::uint32_t>(q1, b0 + kPartsAtATime);
+        squared_gaps(
+            ca, d, b1 - b0, [&](std::size_t k) { return ty.part_centre.data() + (b0 + k) * d; }, gaps2);
+        for (std::uint32_t b = b0; b < b1; ++b) {
+          const double v = std::sqrt(gaps2[b - b0]), ra = tx.part_radius[a], rb = ty.part_radius[b];
+          const double part_gap = std::max(0.0, v - ra - rb - 1e-6 * (v + ra + rb));
+          parts = std::max(parts, bf.part_hi[a] + bg.part_hi[b] - s * part_gap * part_gap);
+        }
       }
+    }
     return std::min(upper, parts);
   };
 
@@ -280,6 +351,8 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
     {
       std::vector<ColumnBest>& mine = columns[static_cast<std::size_t>(omp_get_thread_num())];
       mine.assign(cy, ColumnBest{});
+      std::vector<std::uint32_t> candidates;  // a row node's candidate columns, in the order they are examined
+      std::vector<double> gaps;               // their ‖c_I − c_J‖²
 #pragma omp for schedule(dynamic, 1)
       for (std::size_t chunk = 0; chunk < next.chunks.size(); ++chunk) {
         LevelPairs::Chunk& out = next.chunks[chunk];
@@ -290,17 +363,25 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
           const std::size_t start = out.cols.size();
           double best = -kInf;
           std::uint32_t best_j = 0;
+          candidates.clear();
           for (const std::uint32_t j : kept.list(down_x ? i / 2 : i)) {
             const std::uint32_t j0 = down_y ? 2 * j : j;
             const std::uint32_t j1 = down_y ? static_cast<std::uint32_t>(std::min<std::size_t>(2 * std::size_t{j} + 2, cy)) : j + 1;
-            for (std::uint32_t jj = j0; jj < j1; ++jj) {
-              const double u = bound(row, jj);
-              mine[jj].offer(u, row);
-              if (u > best) best = u, best_j = jj;
-              if (u > absolute) {
-                out.cols.push_back(jj);
-                mine[jj].kept = true;
-              }
+            for (std::uint32_t jj = j0; jj < j1; ++jj) candidates.push_back(jj);
+          }
+          gaps.resize(candidates.size());
+          const double* centres = ty.centre[ly].data();
+          squared_gaps(
+              tx.centre[lx].data() + i * d, d, candidates.size(),
+              [&](std::size_t k) { return centres + std::size_t{candidates[k]} * d; }, gaps.data());
+          for (std::size_t k = 0; k < candidates.size(); ++k) {
+            const std::uint32_t jj = candidates[k];
+            const double u = bound(row, jj, gaps[k]);
+            mine[jj].offer(u, row);
+            if (u > best) best = u, best_j = jj;
+            if (u > absolute) {
+              out.cols.push_back(jj);
+              mine[jj].kept = true;
             }
           }
           // Every node keeps at least its most promising pair: a row (column) whose potentials are still far below
@@ -331,7 +412,7 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
       }
     }
     columns.clear();
-#pragma omp parallel for schedule(dynamic, 16) if (wide)
+#pragma omp parallel for schedule(dynamic, 4) if (wide)
     for (std::size_t chunk = 0; chunk < next.chunks.size(); ++chunk) {
       if (extra[chunk].empty()) continue;
       LevelPairs::Chunk& c = next.chunks[chunk];
@@ -359,7 +440,7 @@ PatternResult certified_pattern(const ClusterTree& tx, const ClusterTree& ty, st
   // points inside the listed pairs (integers: the sum does not depend on the order).
   std::vector<std::vector<BlockRange>> lists(tx.blocks);
   std::vector<unsigned long long> points(kept.chunks.size(), 0);
-#pragma omp parallel for schedule(dynamic, 16)
+#pragma omp parallel for schedule(dynamic, 4)
   for (std::size_t chunk = 0; chunk < kept.chunks.size(); ++chunk) {
     const std::size_t i0 = chunk * kChunkRows, i1 = std::min(tx.blocks, i0 + kChunkRows);
     for (std::size_t i = i0; i < i1; ++i) {

@@ -70,7 +70,30 @@ enum class TreeOrder { kPca, kMorton };
 ClusterTree build_cluster_tree(PointsView points, std::span<const float> w, std::size_t block, std::uint64_t seed,
                                TreeOrder order = TreeOrder::kPca);
 
+/// One cloud of build_cluster_trees: its points (n×d), weights (n) and seed.
+struct TreeInput {
+  PointsView points;
+  std::span<const float> weights;
+  std::uint64_t seed = 0;
+};
+/// The hierarchies of several clouds at once (the solver's x and y), each bit for bit what build_cluster_tree gives
+/// for that cloud, with the work of all of them shared by the threads: the top splits of one tree are one task at a
+/// time, and the other trees' tasks fill the threads it leaves idle. Throws as build_cluster_tree, before any work.
+std::vector<ClusterTree> build_cluster_trees(std::span<const TreeInput> clouds, std::size_t block,
+                                             TreeOrder order = TreeOrder::kPca);
+
 /// Rows of `points` (n×d) in the tree's order: out[p] = points[order[p]].
 std::vector<float> permute_rows(std::span<const float> points, std::size_t d, const std::vector<std::uint32_t>& order);
+
+}  // namespace flashot::detail
+
+namespace flashot::detail {
+
+/// The leaf order of the hierarchy alone: ClusterTree::order as build_cluster_tree computes it first (the PCA tree's
+/// splits, or the Morton curve), without the nodes' centres, radii, fits or the leaves' parts, so every run of
+/// `block` consecutive positions from 0 is one leaf. For callers that want only a locality order of the points
+/// (engine/src/point_order.cpp). Deterministic in `seed` whatever the thread count; n must be < 2³².
+std::vector<std::uint32_t> cluster_order(PointsView points, std::size_t block, std::uint64_t seed,
+                                         TreeOrder order = TreeOrder::kPca);
 
 }  // namespace flashot::detail

@@ -1,10 +1,14 @@
-// Time and memory of one certified list derivation (docs/multiscale.md, "Lists at 10⁸"): the sphere / deformed
-// pair of `flashot bench --data sphere --pair deformed`, its two PCA trees, and lists for zero potentials at the ε of
-// a relative blur (zero potentials keep the pairs within √(ε(τ + log M)) of each other: about the share the
-// converged potentials keep, ≈ 1 % of the block pairs at 1 % blur once the blocks are small). Prints figures;
-// never a test.
+// Time and memory of the two PCA trees and of one certified list derivation (docs/multiscale.md, "Lists at 10⁸",
+// "Blocks across clusters"): the sphere / deformed pair of `flashot bench --data sphere --pair deformed` (d = 3), or
+// the mixture / matched pair of `flashot bench --data mixture --pair matched` (any d: 256 clusters at 10⁶ points, y
+// the deformation of x point for point), its two trees, and lists for zero potentials at the ε of a relative blur
+// (zero potentials keep the pairs within √(ε(τ + log M)) of each other: about the share the converged potentials
+// keep, ≈ 1 % of the block pairs at 1 % blur once the blocks are small). With FOLDER, the problem and potentials of
+// `flashot bench --end-to-end … --save-points FOLDER --save-potentials FOLDER` instead (x, y, a, b, f, g .npy; the
+// lists of a solved problem, N and DATA then unused): the lists a solve derives. Prints figures; never a test.
 //
-//   flashot_multiscale_pattern_bench N [BLUR_RELATIVE=0.01] [REPEATS=3]
+//   flashot_multiscale_pattern_bench N [BLUR_RELATIVE=0.01] [REPEATS=3] [DATA=sphere|mixture] [D=3] [TRUNCATION=20]
+//                                    [FOLDER]
 #include <omp.h>
 
 #include <algorithm>
@@ -12,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -36,6 +41,31 @@ double status_bytes(const std::string& key) {
   return -1;
 }
 
+/// A float32 .npy file's values (C order); throws naming the path.
+std::vector<float> read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[8];
+  if (!in.read(magic, 8) || std::string(magic + 1, 5) != "NUMPY") throw std::runtime_error(path + ": not a .npy file");
+  std::size_t header = 0;
+  if (magic[6] == 1) {
+    unsigned char two[2];
+    in.read(reinterpret_cast<char*>(two), 2);
+    header = two[0] | (std::size_t{two[1]} << 8);
+  } else {
+    unsigned char four[4];
+    in.read(reinterpret_cast<char*>(four), 4);
+    header = four[0] | (std::size_t{four[1]} << 8) | (std::size_t{four[2]} << 16) | (std::size_t{four[3]} << 24);
+  }
+  std::string dict(header, ' ');
+  in.read(dict.data(), static_cast<std::streamsize>(header));
+  if (dict.find("'<f4'") == std::string::npos || dict.find("'fortran_order': False") == std::string::npos)
+    throw std::runtime_error(path + ": expected float32 in C order (header " + dict + ")");
+  std::vector<float> v;
+  float value;
+  while (in.read(reinterpret_cast<char*>(&value), sizeof value)) v.push_back(value);
+  return v;
+}
+
 /// Resets the peak resident size to the current one (Linux: /proc/self/clear_refs, "5").
 void reset_peak() {
   std::ofstream out("/proc/self/clear_refs");
@@ -46,39 +76,85 @@ void reset_peak() {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s N [BLUR_RELATIVE=0.01] [REPEATS=3]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s N [BLUR_RELATIVE=0.01] [REPEATS=3] [DATA=sphere|mixture] [D=3] [TRUNCATION=20] "
+                 "[FOLDER]\n", argv[0]);
     return 2;
   }
-  const std::size_t n = std::stoul(argv[1]), d = 3;
+  std::size_t n = std::stoul(argv[1]);
   const double blur_relative = argc > 2 ? std::stod(argv[2]) : 0.01;
   const int repeats = argc > 3 ? std::stoi(argv[3]) : 3;
+  const std::string data = argc > 4 ? argv[4] : "sphere";
+  const std::size_t d = argc > 5 ? std::stoul(argv[5]) : 3;
+  const double truncation = argc > 6 ? std::stod(argv[6]) : 20;
+  const std::string folder = argc > 7 ? argv[7] : "";
+  if (data != "sphere" && data != "mixture") {
+    std::fprintf(stderr, "DATA must be sphere or mixture (got '%s')\n", data.c_str());
+    return 2;
+  }
+  if (data == "sphere" && d != 3) {
+    std::fprintf(stderr, "sphere needs D = 3 (got %zu)\n", d);
+    return 2;
+  }
   auto t0 = std::chrono::steady_clock::now();
-  const auto x = synthetic::generate(synthetic::Shape::kSphere, n, d, 0, 0, 0);
-  const auto y = synthetic::deform(synthetic::generate(synthetic::Shape::kSphere, n, d, 0, 0, 1), d, 2);
+  std::vector<float> x, y, a, b, f0, g0;
+  if (!folder.empty()) {
+    x = read_npy(folder + "/x.npy");
+    y = read_npy(folder + "/y.npy");
+    a = read_npy(folder + "/a.npy");
+    b = read_npy(folder + "/b.npy");
+    f0 = read_npy(folder + "/f.npy");
+    g0 = read_npy(folder + "/g.npy");
+    n = a.size();
+    if (x.size() != n * d || y.size() != n * d || b.size() != n || f0.size() != n || g0.size() != n) {
+      std::fprintf(stderr, "%s: expected x, y of n x %zu and a, b, f, g of n = m = %zu values\n", folder.c_str(), d, n);
+      return 2;
+    }
+  } else if (data == "sphere") {
+    x = synthetic::generate(synthetic::Shape::kSphere, n, d, 0, 0, 0);
+    y = synthetic::deform(synthetic::generate(synthetic::Shape::kSphere, n, d, 0, 0, 1), d, 2);
+  } else {  // as apps/bench.cpp's mixture / matched pair with seed 0
+    const std::size_t components = std::min<std::size_t>(256, std::max<std::size_t>(8, n / 2000));
+    x = synthetic::generate(synthetic::Shape::kClusters, n, d, 0, components, 0);
+    y = synthetic::deform(x, d, 2);
+  }
   const double generate = seconds_since(t0);
-  double lo[3] = {1e30, 1e30, 1e30}, hi[3] = {-1e30, -1e30, -1e30};
+  std::vector<double> lo(d, 1e30), hi(d, -1e30);
   for (const auto* p : {&x, &y})
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t c = 0; c < d; ++c) {
         lo[c] = std::min<double>(lo[c], (*p)[i * d + c]);
         hi[c] = std::max<double>(hi[c], (*p)[i * d + c]);
       }
-  const double diameter = std::hypot(hi[0] - lo[0], hi[1] - lo[1], hi[2] - lo[2]);
-  const std::vector<float> w(n, 1.0f / static_cast<float>(n));
+  double diameter = 0;
+  for (std::size_t c = 0; c < d; ++c) diameter += (hi[c] - lo[c]) * (hi[c] - lo[c]);
+  diameter = std::sqrt(diameter);
+  if (folder.empty()) {
+    a.assign(n, 1.0f / static_cast<float>(n));
+    b = a;
+    f0.assign(n, 0.0f);
+    g0.assign(n, 0.0f);
+  }
   t0 = std::chrono::steady_clock::now();
-  const auto tx = detail::build_cluster_tree({x, n, d}, w, detail::kBlockSize, 1);
-  const auto ty = detail::build_cluster_tree({y, n, d}, w, detail::kBlockSize, 2);
+  const detail::TreeInput clouds[2] = {{{x, n, d}, a, 1}, {{y, n, d}, b, 2}};
+  auto both = detail::build_cluster_trees(clouds, detail::kBlockSize);  // as the solver builds them
   const double trees = seconds_since(t0);
+  const detail::ClusterTree &tx = both[0], &ty = both[1];
   const auto xp = detail::permute_rows(x, d, tx.order), yp = detail::permute_rows(y, d, ty.order);
-  const std::vector<float> f(n, 0.0f), g(n, 0.0f);
+  std::vector<float> f(n), g(n);
+  for (std::size_t p = 0; p < n; ++p) {
+    f[p] = f0[tx.order[p]];
+    g[p] = g0[ty.order[p]];
+  }
   detail::PatternRequest q;
   q.epsilon = (blur_relative * diameter) * (blur_relative * diameter);
-  q.truncation = 20;
+  q.truncation = truncation;
   q.mass = 1;
   q.max_pairs = static_cast<std::size_t>(0.5 * double(tx.blocks) * double(ty.blocks));
-  std::printf("n = m = %zu, d = 3, sphere / deformed, %d threads; generate %.3f s, trees %.3f s; %zu x %zu blocks, "
-              "eps %.4g (blur %.4g)\n",
-              n, omp_get_max_threads(), generate, trees, tx.blocks, ty.blocks, q.epsilon, blur_relative * diameter);
+  std::printf("n = m = %zu, d = %zu, %s, %d threads; generate %.3f s, trees %.3f s; %zu x %zu blocks (%zu x %zu "
+              "parts), eps %.4g (blur %.4g)\n",
+              n, d, !folder.empty() ? folder.c_str() : data == "sphere" ? "sphere / deformed" : "mixture / matched",
+              omp_get_max_threads(), generate,
+              trees, tx.blocks, ty.blocks, tx.parts(), ty.parts(), q.epsilon, blur_relative * diameter);
   for (int k = 0; k < repeats; ++k) {
     const double before = status_bytes("VmRSS");
     reset_peak();

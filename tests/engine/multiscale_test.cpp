@@ -2,6 +2,7 @@
 // entry against brute force), and solves and plan operations against the dense solver at the same ε and
 // tolerance, on every backend present (CI: the CPU backend).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../../engine/src/multiscale.hpp"
@@ -196,6 +198,90 @@ TEST(MultiscaleTree, ABlockAcrossClustersIsCutIntoRunsOfOneCluster) {
   }
 }
 
+/// Every field of two hierarchies, value for value (doubles compared exactly).
+void expect_same_tree(const detail::ClusterTree& a, const detail::ClusterTree& b, const std::string& what) {
+  EXPECT_EQ(a.n, b.n) << what;
+  EXPECT_EQ(a.blocks, b.blocks) << what;
+  EXPECT_EQ(a.height, b.height) << what;
+  EXPECT_EQ(a.kind, b.kind) << what;
+  EXPECT_TRUE(a.order == b.order) << what << ": order";
+  EXPECT_TRUE(a.centre == b.centre) << what << ": centres";
+  EXPECT_TRUE(a.radius == b.radius) << what << ": radii";
+  EXPECT_TRUE(a.mass == b.mass) << what << ": masses";
+  EXPECT_TRUE(a.leaf_gram == b.leaf_gram) << what << ": leaf Cholesky factors";
+  EXPECT_TRUE(a.leaf_axes == b.leaf_axes) << what << ": leaf axes";
+  EXPECT_TRUE(a.leaf_extent == b.leaf_extent) << what << ": leaf extents";
+  EXPECT_TRUE(a.part_offset == b.part_offset && a.part_begin == b.part_begin && a.part_end == b.part_end)
+      << what << ": parts";
+  EXPECT_TRUE(a.part_centre == b.part_centre && a.part_radius == b.part_radius && a.part_mass == b.part_mass)
+      << what << ": part centres, radii, masses";
+}
+
+/// Runs `body` with `threads` OpenMP threads, then restores the previous count.
+template <class Body>
+void with_threads(int threads, Body body) {
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  body();
+  omp_set_num_threads(before);
+}
+
+// The solver builds x's and y's trees at once (build_cluster_trees): each must be, bit for bit, the tree built alone,
+// and neither may depend on the thread count (the leaves' work is spread over threads, the top splits' projections
+// over tasks). Also the leaf Gram factor: L·Lᵀ = Σ_i u_i u_iᵀ + λI over the leaf's offsets (the least-squares fit of
+// docs/multiscale.md, "The bound").
+TEST(MultiscaleTree, BothTreesAtOnceAreEachTreeAloneWhateverTheThreads) {
+  for (const auto& [shape, n, d] : {std::tuple{synthetic::Shape::kClusters, std::size_t{12000}, std::size_t{50}},
+                                    std::tuple{synthetic::Shape::kSphere, std::size_t{9000}, std::size_t{3}},
+                                    std::tuple{synthetic::Shape::kNormal, std::size_t{70000}, std::size_t{7}}}) {
+    const std::string what = synthetic::to_string(shape) + " d = " + std::to_string(d);
+    const std::vector<float> x = synthetic::generate(shape, n, d, 9, shape == synthetic::Shape::kClusters ? 12 : 0);
+    const std::vector<float> y = synthetic::deform(x, d, 4);
+    std::vector<float> a(n), b(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      a[i] = 0.5f + static_cast<float>(i % 7);
+      b[i] = 1.0f + static_cast<float>(i % 3);
+    }
+    a[17] = 0;
+    const detail::TreeInput clouds[2] = {{{x, n, d}, a, 5}, {{y, n, d}, b, 6}};
+    std::vector<detail::ClusterTree> both;
+    with_threads(3, [&] { both = detail::build_cluster_trees(clouds, kBlockSize); });
+    ASSERT_EQ(both.size(), 2u);
+    detail::ClusterTree tx, ty;
+    with_threads(1, [&] {
+      tx = detail::build_cluster_tree({x, n, d}, a, kBlockSize, 5);
+      ty = detail::build_cluster_tree({y, n, d}, b, kBlockSize, 6);
+    });
+    expect_same_tree(both[0], tx, what + ", x");
+    expect_same_tree(both[1], ty, what + ", y");
+    if (shape == synthetic::Shape::kClusters) {
+      EXPECT_GT(tx.parts(), tx.blocks) << "no block across clusters: the parts are not exercised";
+    }
+    // L·Lᵀ against the Gram matrix of the offsets plus the ridge, on a few leaves.
+    const int H = tx.height;
+    for (const std::size_t k : {std::size_t{0}, tx.blocks / 2, tx.blocks - 1}) {
+      const double* c = tx.centre[H].data() + k * d;
+      std::vector<double> gram(d * d, 0.0);
+      for (std::size_t p = tx.begin(H, k); p < tx.end(H, k); ++p) {
+        const float* xp = x.data() + std::size_t{tx.order[p]} * d;
+        for (std::size_t i = 0; i < d; ++i)
+          for (std::size_t j = 0; j < d; ++j) gram[i * d + j] += (xp[i] - c[i]) * (xp[j] - c[j]);
+      }
+      double trace = 0;
+      for (std::size_t i = 0; i < d; ++i) trace += gram[i * d + i];
+      const double ridge = 1e-6 * trace / static_cast<double>(d) + 1e-30;
+      const double* L = tx.leaf_gram.data() + k * d * d;
+      for (std::size_t i = 0; i < d; ++i)
+        for (std::size_t j = 0; j <= i; ++j) {
+          double product = 0;
+          for (std::size_t q = 0; q <= j; ++q) product += L[i * d + q] * L[j * d + q];
+          EXPECT_NEAR(product, gram[i * d + j] + (i == j ? ridge : 0.0), 1e-9 * trace)
+              << what << ", leaf " << k << ", entry (" << i << ", " << j << ")";
+        }
+    }
+  }
+}
+
 /// Brute force over every entry of every dropped block pair: the bound of docs/multiscale.md holds for any
 /// potentials, and no row or column block is left without a pair.
 void expect_certified(const std::vector<float>& x, const std::vector<float>& y, std::size_t d,
@@ -283,6 +369,51 @@ TEST(MultiscaleBound, HoldsEntryByEntryForSolvedAndArbitraryPotentials) {
   for (float& v : fn) v *= 0.05f;
   for (float& v : gn) v *= 0.05f;
   expect_certified(x, y, d, fn, gn, 0.002, 12, false);
+}
+
+// The lists are built in chunks of row nodes spread over the threads, with per-thread column bests reduced in a fixed
+// way (docs/multiscale.md, "Lists at 10⁸"): the same lists whatever the thread count. 10⁵ normal points in 3-D at a
+// wide ε keep tens of thousands of block pairs, past the pair count where a level of the descent runs in parallel.
+TEST(MultiscaleBound, TheListsDoNotDependOnTheThreads) {
+  for (const auto& [shape, n, d, epsilon] :
+       {std::tuple{synthetic::Shape::kNormal, std::size_t{100000}, std::size_t{3}, 0.5},
+        std::tuple{synthetic::Shape::kClusters, std::size_t{12000}, std::size_t{50}, 0.7}}) {
+    const std::vector<float> x = synthetic::generate(shape, n, d, 2, shape == synthetic::Shape::kClusters ? 12 : 0);
+    const std::vector<float> y = synthetic::deform(x, d, 3);
+    const detail::TreeInput clouds[2] = {{{x, n, d}, uniform_weights(n), 1}, {{y, n, d}, uniform_weights(n), 2}};
+    const std::vector<detail::ClusterTree> t = detail::build_cluster_trees(clouds, kBlockSize);
+    const std::vector<float> xp = detail::permute_rows(x, d, t[0].order), yp = detail::permute_rows(y, d, t[1].order);
+    // Potentials with a slope and seeded noise (a zero potential would leave the fitted slopes at zero).
+    std::vector<float> f(n), g(n);
+    std::mt19937 rng(4);
+    std::normal_distribution<float> noise(0.0f, 0.2f * static_cast<float>(epsilon));
+    for (std::size_t i = 0; i < n; ++i) {
+      f[i] = 0.2f * xp[i * d] + noise(rng);
+      g[i] = -0.2f * yp[i * d] + noise(rng);
+    }
+    detail::PatternRequest q;
+    q.epsilon = epsilon;
+    q.truncation = 16;
+    q.mass = 1;
+    q.max_pairs = t[0].blocks * t[1].blocks;
+    detail::PatternResult one, three;
+    with_threads(1, [&] { one = detail::certified_pattern(t[0], t[1], xp, yp, f, g, q); });
+    with_threads(3, [&] { three = detail::certified_pattern(t[0], t[1], xp, yp, f, g, q); });
+    ASSERT_TRUE(one.pattern && three.pattern);
+    if (d == 3) {
+      EXPECT_GT(one.kept_pairs, std::size_t{1} << 15) << "too few pairs for the parallel levels";
+    }
+    EXPECT_EQ(one.kept_pairs, three.kept_pairs);
+    EXPECT_EQ(one.kept_fraction, three.kept_fraction);
+    const auto same = [](const std::vector<BlockRange>& u, const std::vector<BlockRange>& v) {
+      return u.size() == v.size() &&
+             std::equal(u.begin(), u.end(), v.begin(),
+                        [](const BlockRange& r, const BlockRange& s) { return r.begin == s.begin && r.end == s.end; });
+    };
+    EXPECT_TRUE(same(one.pattern->row_ranges(), three.pattern->row_ranges())) << "d = " << d;
+    EXPECT_TRUE(same(one.pattern->col_ranges(), three.pattern->col_ranges())) << "d = " << d;
+    EXPECT_EQ(one.pattern->row_offsets(), three.pattern->row_offsets());
+  }
 }
 
 // Blocks across separated clusters: each part of such a block is bounded on its own, so the block is listed only
