@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "backend.hpp"
+#include "point_order.hpp"
 #include "sinkhorn.hpp"
 #include "validation.hpp"
 
@@ -344,6 +345,7 @@ TransportDerivatives::TransportDerivatives(PointsView x, PointsView y, std::span
   if (x.d != y.d)
     throw std::invalid_argument("x.d and y.d must match (got " + std::to_string(x.d) + " and " + std::to_string(y.d) +
                                 ")");
+  detail::validate_point_order(backend.point_order, false);
   Impl& p = *impl_;
   p.n = x.n;
   p.m = y.n;
@@ -392,7 +394,7 @@ TransportDerivatives::TransportDerivatives(PointsView x, PointsView y, std::span
   p.x = centred(x);
   p.y = centred(y);
   const detail::ProblemData data{{p.x, p.n, p.d}, {p.y, p.m, p.d}, p.a, p.b};
-  p.backend = detail::make_backend(backend, data);
+  p.backend = detail::make_problem_backend(backend, data);
   p.backend->set_potentials(p.f, p.g);
   p.prepare();
 }

@@ -769,6 +769,49 @@ SolveResult anderson_solve(Problem& problem, SolveOptions so, int memory, int bl
 }
 }  // namespace
 
+namespace detail {
+
+std::vector<std::size_t> stratified_indices(const std::vector<double>& x, std::size_t p, const std::vector<float>& u,
+                                            std::size_t e, std::size_t n, std::size_t count, std::uint64_t seed) {
+  // The sort key: the point's k-means group of the features in the high 32 bits, its Morton code in the low 30
+  // (10 bits per coordinate over the side's bounding box), so the order runs through one group at a time and, within
+  // it, through space along a curve that keeps neighbours together: every stride of n/count consecutive points of
+  // it is one stratum, and the sample takes one point of each.
+  std::vector<int> group(n, 0);
+  if (e > 0) {
+    int groups = 0;
+    group = kmeans_groups(u, n, e, 32, seed, groups);
+  }
+  const std::size_t dims = std::min<std::size_t>(p, 3);
+  std::vector<double> lo(dims, std::numeric_limits<double>::infinity());
+  std::vector<double> hi(dims, -std::numeric_limits<double>::infinity());
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t c = 0; c < dims; ++c) lo[c] = std::min(lo[c], x[i * p + c]), hi[c] = std::max(hi[c], x[i * p + c]);
+  std::vector<std::uint64_t> key(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t code = 0;
+    for (std::size_t c = 0; c < dims; ++c) {
+      const double span = hi[c] > lo[c] ? hi[c] - lo[c] : 1.0;
+      const auto q = static_cast<std::uint64_t>(std::clamp((x[i * p + c] - lo[c]) / span, 0.0, 1.0) * 1023.0);
+      for (int b = 0; b < 10; ++b) code |= ((q >> b) & 1u) << (b * dims + c);
+    }
+    key[i] = (static_cast<std::uint64_t>(group[i]) << 32) | code;
+  }
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return key[a] < key[b]; });
+  std::mt19937_64 rng(seed);
+  const double offset = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+  const double stride = static_cast<double>(n) / static_cast<double>(count);
+  std::vector<std::size_t> out(count);
+  for (std::size_t k = 0; k < count; ++k)
+    out[k] = order[std::min(n - 1, static_cast<std::size_t>((static_cast<double>(k) + offset) * stride))];
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace detail
+
 struct GromovProblem::Impl {
   std::size_t n = 0, m = 0, p = 0, q = 0, e = 0;
   std::vector<double> x, y;             // centred coordinates, fp64
@@ -926,6 +969,8 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
           o.correction_trigger);
   require(std::isfinite(o.coarse_tolerance) && o.coarse_tolerance >= 0, "coarse_tolerance must be ≥ 0",
           o.coarse_tolerance);
+  require(std::isfinite(o.level_start_tolerance) && o.level_start_tolerance >= 0,
+          "level_start_tolerance must be ≥ 0 (0 = inner_tolerance)", o.level_start_tolerance);
   require(o.coarse_points >= 0, "coarse_points must be ≥ 0 (0 = no coarse start)", o.coarse_points);
   require(std::isfinite(o.coarse_factor) && o.coarse_factor > 1, "coarse_factor must be > 1", o.coarse_factor);
 
@@ -976,8 +1021,15 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
     sub.q = p.q;
     sub.e = p.e;
     sub.backend = p.backend;
-    coarse.rows = sample_indices(p.n, sub.n, 0x9e3779b97f4a7c15ULL ^ (p.n * 31 + level));
-    coarse.cols = sample_indices(p.m, sub.m, 0xc2b2ae3d27d4eb4fULL ^ (p.m * 37 + level));
+    const std::uint64_t seed_rows = 0x9e3779b97f4a7c15ULL ^ (p.n * 31 + level);
+    const std::uint64_t seed_cols = 0xc2b2ae3d27d4eb4fULL ^ (p.m * 37 + level);
+    if (o.coarse_stratified) {
+      coarse.rows = detail::stratified_indices(p.x, p.p, p.u, p.e, p.n, sub.n, seed_rows);
+      coarse.cols = detail::stratified_indices(p.y, p.q, p.v, p.e, p.m, sub.m, seed_cols);
+    } else {
+      coarse.rows = sample_indices(p.n, sub.n, seed_rows);
+      coarse.cols = sample_indices(p.m, sub.m, seed_cols);
+    }
     const auto take = [](const auto& from, const std::vector<std::size_t>& idx, std::size_t d, auto& to) {
       to.resize(idx.size() * d);
       for (std::size_t k = 0; k < idx.size(); ++k)
@@ -1129,6 +1181,9 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
       tol_t = std::max(tol_t, std::min(adaptive_cap, proposal));
       adaptive_cap = tol_t;
     }
+    // The first solve of a level started from a coarser one: the next cost differs from the coarse level's last by
+    // the sampling difference of the two levels, whatever this solve's accuracy (docs/gromov-wasserstein.md §9).
+    if (t == 1 && have_coarse && at_final && o.level_start_tolerance > tol_t) tol_t = o.level_start_tolerance;
     // The separable terms at this outer iteration's ε (separable.hpp); a constant may move between A and B (C is
     // unchanged): the largest weight factors are made equal.
     const detail::SeparableTerms separable(eps_t, rho_x, rho_y);
@@ -1332,6 +1387,8 @@ GromovResult solve_level(GromovProblem::Impl& p, const GromovOptions& o, int lev
     it.inner_tolerance = tol_t;
     it.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     it.extrapolated = cost_extrapolated;
+    for (float v : s.f) it.largest_potential = std::max(it.largest_potential, std::abs(static_cast<double>(v)));
+    for (float v : s.g) it.largest_potential = std::max(it.largest_potential, std::abs(static_cast<double>(v)));
     result.history.push_back(it);
     if (o.report) o.report(it);
     result.objective = objective;

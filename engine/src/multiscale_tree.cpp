@@ -672,3 +672,31 @@ std::vector<float> permute_rows(std::span<const float> points, std::size_t d, co
 }
 
 }  // namespace flashot::detail
+
+namespace flashot::detail {
+
+std::vector<std::uint32_t> cluster_order(PointsView p, std::size_t block, std::uint64_t seed, TreeOrder order) {
+  if (order == TreeOrder::kMorton && p.d > kMortonMaxDim)
+    throw std::invalid_argument("cluster order: Morton order needs d ≤ " + std::to_string(kMortonMaxDim) + " (got " +
+                                std::to_string(p.d) + ")");
+  if (block == 0) throw std::invalid_argument("cluster order: block must be ≥ 1 (got 0)");
+  if (p.n >= (std::size_t{1} << 32))
+    throw std::invalid_argument("cluster order: at most 2^32 − 1 points per cloud (got " + std::to_string(p.n) + ")");
+  if (order == TreeOrder::kMorton) return morton_order(p);
+  // The skeleton the splitter reads (sizes and height), then its splits alone.
+  ClusterTree t;
+  t.n = p.n;
+  t.d = p.d;
+  t.block = block;
+  t.blocks = (p.n + block - 1) / block;
+  t.height = ceil_log2(std::max<std::size_t>(1, t.blocks));
+  t.order.resize(p.n);
+  for (std::size_t i = 0; i < p.n; ++i) t.order[i] = static_cast<std::uint32_t>(i);
+  const PcaSplitter splitter{p, t, seed, t.order.data()};
+#pragma omp parallel
+#pragma omp single
+  splitter.split(0, 0);
+  return std::move(t.order);
+}
+
+}  // namespace flashot::detail

@@ -86,3 +86,14 @@ std::vector<ClusterTree> build_cluster_trees(std::span<const TreeInput> clouds, 
 std::vector<float> permute_rows(std::span<const float> points, std::size_t d, const std::vector<std::uint32_t>& order);
 
 }  // namespace flashot::detail
+
+namespace flashot::detail {
+
+/// The leaf order of the hierarchy alone: ClusterTree::order as build_cluster_tree computes it first (the PCA tree's
+/// splits, or the Morton curve), without the nodes' centres, radii, fits or the leaves' parts, so every run of
+/// `block` consecutive positions from 0 is one leaf. For callers that want only a locality order of the points
+/// (engine/src/point_order.cpp). Deterministic in `seed` whatever the thread count; n must be < 2³².
+std::vector<std::uint32_t> cluster_order(PointsView points, std::size_t block, std::uint64_t seed,
+                                         TreeOrder order = TreeOrder::kPca);
+
+}  // namespace flashot::detail

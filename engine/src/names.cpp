@@ -69,6 +69,15 @@ std::string to_string(Multiscale m) {
   return "unknown";
 }
 
+std::string to_string(PointOrder o) {
+  switch (o) {
+    case PointOrder::kAuto: return "auto";
+    case PointOrder::kInput: return "input";
+    case PointOrder::kLocality: return "locality";
+  }
+  return "unknown";
+}
+
 std::string to_string(CpuIsa i) {
   switch (i) {
     case CpuIsa::kAuto: return "auto";
@@ -137,6 +146,12 @@ Multiscale parse_multiscale(const std::string& text) {
   for (Multiscale m : {Multiscale::kAuto, Multiscale::kOn, Multiscale::kOff})
     if (to_string(m) == text) return m;
   throw std::invalid_argument("multiscale must be auto, on or off (got '" + text + "')");
+}
+
+PointOrder parse_point_order(const std::string& text) {
+  for (PointOrder o : {PointOrder::kAuto, PointOrder::kInput, PointOrder::kLocality})
+    if (to_string(o) == text) return o;
+  throw std::invalid_argument("point order must be auto, input or locality (got '" + text + "')");
 }
 
 }  // namespace flashot

@@ -13,6 +13,7 @@
 #include "backend.hpp"
 #include "flashot/flashot.hpp"
 #include "multiscale.hpp"
+#include "point_order.hpp"
 #include "sinkhorn.hpp"
 #include "validation.hpp"
 
@@ -207,6 +208,7 @@ Problem::Problem(PointsView x, PointsView y, std::span<const float> a, std::span
     throw std::invalid_argument("threads must be ≥ 0, 0 = all hardware threads (got " +
                                 std::to_string(options.threads) + ")");
   detail::validate_cuda_tuning(options.cuda);
+  detail::validate_point_order(options.point_order, false);
   Impl& p = *impl_;
   p.n = x.n;
   p.m = y.n;
@@ -241,7 +243,8 @@ Problem::Problem(PointsView x, PointsView y, std::span<const float> a, std::span
   for (float w : p.b) p.mass_b += w;
   p.input_host_bytes = (p.n + p.m) * p.d * sizeof(float) + (a.size() + b.size()) * sizeof(float);
   const detail::ProblemData data{{p.x, p.n, p.d}, {p.y, p.m, p.d}, p.a, p.b};
-  p.backend = detail::make_backend(options, data);
+  // The one place where the caller's order of the points meets the backend's (docs/engine.md, "Point order").
+  p.backend = detail::make_problem_backend(options, data);
   p.active = p.backend.get();
   p.options = options;
 }
@@ -279,6 +282,7 @@ Problem Problem::on_device(DevicePointsView x, DevicePointsView y, DeviceWeights
     throw std::invalid_argument("threads must be ≥ 0, 0 = all hardware threads (got " +
                                 std::to_string(options.threads) + ")");
   detail::validate_cuda_tuning(options.cuda);
+  detail::validate_point_order(options.point_order, true);
   // Refusals that need no device (the CPU backend, several GPUs, a build without CUDA) come before any device call.
   detail::refuse_device_input(options, x.device);
 
@@ -339,7 +343,7 @@ Problem Problem::on_device(DevicePointsView x, DevicePointsView y, DeviceWeights
   data.device_b = b.data;
   data.min_a = wa.smallest;
   data.min_b = wb.smallest;
-  p.backend = detail::make_backend(options, data);
+  p.backend = detail::make_problem_backend(options, data);
   p.active = p.backend.get();
   p.options = options;
   return problem;

@@ -67,6 +67,15 @@ void validate_cuda_tuning(const CudaTuning& t) {
                                 ")");
 }
 
+void validate_point_order(PointOrder order, bool device_input) {
+  if (order != PointOrder::kAuto && order != PointOrder::kInput && order != PointOrder::kLocality)
+    throw std::invalid_argument("point_order must be auto, input or locality (got " +
+                                std::to_string(static_cast<int>(order)) + ")");
+  if (order == PointOrder::kLocality && device_input)
+    throw std::invalid_argument("point_order = locality needs host inputs: a Problem::on_device problem keeps its "
+                                "points in their order (use point_order = auto or input)");
+}
+
 std::vector<float> weights_or_uniform(std::span<const float> w, std::size_t n) {
   if (!w.empty()) return {w.begin(), w.end()};
   return std::vector<float>(n, static_cast<float>(1.0 / static_cast<double>(n)));

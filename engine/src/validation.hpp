@@ -26,6 +26,8 @@ std::string non_finite_message(const std::string& name, std::size_t row, std::si
 void validate_weights(std::span<const float> w, std::size_t n, const std::string& name, const std::string& points);
 /// CudaTuning's values (checked on every backend, so that a bad value fails the same everywhere).
 void validate_cuda_tuning(const CudaTuning& t);
+/// BackendOptions::point_order: one of the three values, and not kLocality for device inputs (std::invalid_argument).
+void validate_point_order(PointOrder order, bool device_input);
 /// The weights as given, or uniform 1/n when empty (validate first).
 std::vector<float> weights_or_uniform(std::span<const float> w, std::size_t n);
 

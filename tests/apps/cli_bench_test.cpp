@@ -65,6 +65,21 @@ TEST(Bench, ClusteredDataAndAForcedKernelRun) {
   EXPECT_NE(across.out.find("kernel=tensor-bias subtile-overlap=across n=300"), std::string::npos) << across.out;
 }
 
+TEST(Bench, PointOrderIsTheEnginesAndItsBuildTimeIsPrinted) {
+  // --point-order locality sorts on any backend (auto would not on the CPU): the summary's device names it, and the
+  // Problem's construction time (the sort included, outside the timed solves) goes to stderr.
+  const CommandResult r =
+      run_flashot({"bench", "--n", "400", "--m", "300", "--d", "4", "--iters", "3", "--repeats", "1", "--backend",
+                   "cpu", "--data", "clusters", "--point-order", "locality", "--csv"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(", locality order:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(point order locality)"), std::string::npos) << r.err;
+  const CommandResult in = run_flashot({"bench", "--n", "400", "--d", "4", "--iters", "3", "--repeats", "1",
+                                        "--backend", "cpu", "--point-order", "input"});
+  ASSERT_EQ(in.exit_code, 0) << in.err;
+  EXPECT_EQ(in.out.find("locality order"), std::string::npos) << in.out;
+}
+
 TEST(Usage, BadOptionValuesExitTwoWithOneLine) {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"bench", "--n", "0"},
@@ -73,6 +88,7 @@ TEST(Usage, BadOptionValuesExitTwoWithOneLine) {
            {"bench", "--n", "10", "--no-such-option"},
            {"bench", "--n", "10", "--kernel", "fastest"},
            {"bench", "--n", "10", "--subtile-overlap", "yes"},
+           {"bench", "--n", "10", "--point-order", "sorted"},
            {"bench", "--n", "10", "--data", "no-such-data"},
            {"bench", "--n", "10", "--overrelaxation", "2"},
            {"bench", "--n", "10", "--overrelaxation", "fast"},

@@ -6,10 +6,11 @@
 //                    [--scheme symmetric|alternating] [--max-inner N] [--check-every K] [--coarse N]
 //                    [--coarse-factor F] [--rotation DEG] [--plateau 0|1] [--groups K] [--plain-groups 0|1] [--level-start 0|1] [--trigger F] [--spatial-groups K] [--coarse-stop 0|1] [--checks 0|1]
 //                    [--outer-anderson K] [--settled-tol T]
-//                    [--coarse-tol T] [--dump DIR]
+//                    [--coarse-tol T] [--stratified 0|1] [--level-start-tol T] [--kernel auto|register|tiled|tensor|tensor-bias] [--precision P] [--dump DIR]
 // Every outer iteration is printed (and flushed) as it finishes; then the totals and the recovery of the known
 // rotation, translation and cell types. --dump writes the normalized inputs to DIR (tests/bench/gw_pot_bench.py).
 // Coordinates and embedding are normalized as `flashot align --spatial` does (workflow/spatial.cpp): ε = blur².
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   const flashot::GromovOptions defaults;
   int max_inner = defaults.inner_max_iterations, anneal_iters = 0, anderson = defaults.anderson_memory,
       block = defaults.anderson_block, coarse = defaults.coarse_points, check_every = defaults.check_every;
+  double level_start_tol = defaults.level_start_tolerance;
   double coarse_tol = defaults.coarse_tolerance, trigger = defaults.correction_trigger;
   int outer_anderson = defaults.outer_anderson_memory;
   double settled_tol = defaults.settled_moment_tolerance;
@@ -39,7 +41,7 @@ int main(int argc, char** argv) {
   int plateau = defaults.plateau_search, groups = defaults.correction_groups,
       plain_groups = defaults.plain_group_correction, coarse_stop = defaults.coarse_stop_on_moments,
       spatial_groups = defaults.correction_spatial_groups,
-      level_start = defaults.level_start_correction;
+      level_start = defaults.level_start_correction, stratified = defaults.coarse_stratified;
   std::string scheme = "alternating", dump;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -53,6 +55,8 @@ int main(int argc, char** argv) {
     else if (k == "--inner-tol") inner_tol = std::stod(v);
     else if (k == "--backend") bo.backend = flashot::parse_backend(v);
     else if (k == "--threads") bo.threads = std::stoi(v);
+    else if (k == "--kernel") bo.cuda.kernel = flashot::parse_score_kernel(v);
+    else if (k == "--precision") bo.precision = flashot::parse_precision(v);
     else if (k == "--anneal") anneal = std::stod(v);
     else if (k == "--anneal-factor") anneal_factor = std::stod(v);
     else if (k == "--adaptive") adaptive = std::stod(v);
@@ -78,6 +82,8 @@ int main(int argc, char** argv) {
     else if (k == "--spatial-groups") spatial_groups = std::stoi(v);
     else if (k == "--coarse-stop") coarse_stop = std::stoi(v);
     else if (k == "--coarse-tol") coarse_tol = std::stod(v);
+    else if (k == "--stratified") stratified = std::stoi(v);
+    else if (k == "--level-start-tol") level_start_tol = std::stod(v);
     else if (k == "--outer-anderson") outer_anderson = std::stoi(v);
     else if (k == "--settled-tol") settled_tol = std::stod(v);
     else {
@@ -153,11 +159,15 @@ int main(int argc, char** argv) {
   o.settled_moment_tolerance = settled_tol;
   o.coarse_points = coarse;
   o.coarse_factor = coarse_factor;
+  o.coarse_stratified = stratified != 0;
+  o.level_start_tolerance = level_start_tol;
   o.scheme = scheme == "symmetric" ? flashot::Scheme::kSymmetric : flashot::Scheme::kAlternating;
   o.report = [](const flashot::GromovIteration& it) {
-    std::printf("  %6zu x %-6zu outer %3d  eps %.3g  tol %.2g  objective %.6g  change %.3g  moments %.2g  inner %5d  marginal error %.2g  %.3f s%s\n",
-                it.n, it.m, it.outer, it.epsilon, it.inner_tolerance, it.objective, it.change, it.moment_change, it.inner_iterations,
-                it.marginal_error, it.seconds, it.extrapolated ? "  (extrapolated cost)" : "");
+    std::printf("  %6zu x %-6zu outer %3d  eps %.3g  tol %.2g  objective %.6g  change %.3g  moments %.2g  inner %5d  "
+                "marginal error %.2g  |f|,|g| <= %.3g  %.3f s%s\n",
+                it.n, it.m, it.outer, it.epsilon, it.inner_tolerance, it.objective, it.change, it.moment_change,
+                it.inner_iterations, it.marginal_error, it.largest_potential, it.seconds,
+                it.extrapolated ? "  (extrapolated cost)" : "");
   };
   if (checks)
     o.progress = [](const flashot::GromovProgress& pr) {
@@ -176,6 +186,14 @@ int main(int argc, char** argv) {
               "%d extrapolated costs\n",
               r.coarse_history.size(), r.coarse_inner_iterations, r.coarse_seconds, r.seconds - r.coarse_seconds,
               r.group_corrections, r.outer_extrapolations);
+  // The engine's potentials of the last inner solve: their size against ε decides what fp32 resolves of them
+  // (docs/gromov-wasserstein.md §9).
+  if (!r.plan.f.empty() && !r.plan.g.empty()) {
+    const auto [f_lo, f_hi] = std::minmax_element(r.plan.f.begin(), r.plan.f.end());
+    const auto [g_lo, g_hi] = std::minmax_element(r.plan.g.begin(), r.plan.g.end());
+    std::printf("potentials: f in [%.4g, %.4g], g in [%.4g, %.4g] (eps %.3g)\n", *f_lo, *f_hi, *g_lo, *g_hi,
+                r.plan.epsilon);
+  }
   // Recovery of the known motion and cell types (the test GromovSlices checks these at 800 × 1000).
   std::vector<float> mapped = problem.map_coordinates(r);
   for (float& c : mapped) c = static_cast<float>(c / y_factor);

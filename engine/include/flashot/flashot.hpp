@@ -75,6 +75,15 @@ enum class CpuIsa { kAuto, kGeneric, kAvx2, kAvx512 };
 /// least the backend's threshold (kMultiscaleAutoPairs on the CPU, kMultiscaleAutoPairsCuda on GPUs) and the solve
 /// stops on a tolerance; kOn always (small problems may still fall back to dense stages); kOff never.
 enum class Multiscale { kAuto, kOn, kOff };
+/// The order in which the engine holds each side's points (BackendOptions::point_order, docs/engine.md, "Point
+/// order"). kLocality sorts each side internally so that nearby points are neighbours (the leaf order of a PCA tree,
+/// engine/src/multiscale_tree.hpp), solves in that order and returns every per-point result in the caller's order:
+/// a tile of consecutive points then covers one region, so the CUDA backend's tile screen can skip the tiles of far
+/// regions (clustered data). kInput keeps the caller's order. kAuto: kLocality for clustered host inputs on the CUDA
+/// backend from n·m ≥ 10⁹ pairs and d ≥ 5 (clustered: both sides' leaves hold at most a tenth of their spread;
+/// docs/engine.md says why), kInput otherwise. Results equal those in the caller's order up to the order of fp
+/// summations. Device inputs (Problem::on_device) keep their order (kLocality is refused there).
+enum class PointOrder { kAuto, kInput, kLocality };
 /// Why a solve stopped.
 enum class StopReason {
   kTolerance,        ///< marginal error ≤ tolerance at a check of the final ε stage: converged
@@ -95,6 +104,7 @@ std::string to_string(SubtileOverlap);
 std::string to_string(StopReason);
 std::string to_string(CpuIsa);
 std::string to_string(Multiscale);
+std::string to_string(PointOrder);
 /// Parse the names printed by to_string ("cpu", "symmetric", …). Throws std::invalid_argument naming the text.
 BackendKind parse_backend(const std::string&);
 Scheme parse_scheme(const std::string&);
@@ -104,6 +114,7 @@ ScoreKernel parse_score_kernel(const std::string&);
 SubtileOverlap parse_subtile_overlap(const std::string&);
 CpuIsa parse_cpu_isa(const std::string&);
 Multiscale parse_multiscale(const std::string&);
+PointOrder parse_point_order(const std::string&);
 
 /// Reported to the progress callback at every marginal-error check.
 struct Progress {
@@ -167,6 +178,8 @@ struct BackendOptions {
   Precision precision = Precision::kDefault;
   Screening screening = Screening::kAuto;
   CpuIsa cpu_isa = CpuIsa::kAuto;  ///< the CPU backend's kernels (tests, comparisons)
+  /// Each side's internal point order (PointOrder): every result is returned in the caller's order either way.
+  PointOrder point_order = PointOrder::kAuto;
   CudaTuning cuda;                 ///< the CUDA backend's kernel choices
   // ---- Sharding one problem over several devices (docs/multi-gpu.md) ----------------------------------------
   /// CUDA device ordinals to spread one problem over. Empty or one entry: one device (`device`, or that entry).

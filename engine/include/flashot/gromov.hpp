@@ -65,6 +65,9 @@ struct GromovIteration {
   double inner_tolerance = 0;  ///< the marginal-error tolerance it was solved to
   double seconds = 0;          ///< wall time of this outer iteration (solve + moments)
   bool extrapolated = false;   ///< its cost was built from Anderson-mixed moments (outer_anderson_memory)
+  /// max |f_i|, |g_j| of the inner solve's engine potentials (cost units): against ε, what fp32 resolves of them
+  /// (resolution ≈ 6·10⁻⁸ of this; docs/gromov-wasserstein.md §9)
+  double largest_potential = 0;
 };
 
 struct GromovOptions {
@@ -170,13 +173,23 @@ struct GromovOptions {
   double annealing_tolerance = 1e-2;
   int annealing_iterations = 0;
   /// Coarse-to-fine start (docs/gromov-wasserstein.md §7): when max(n, m) > 2·coarse_points, the loop first
-  /// runs on a random subsample of max(coarse_points, n/coarse_factor) source and as many target points (itself
-  /// coarse-started the same way), with the same options. The next cost depends on the plan only through the few
+  /// runs on a subsample (coarse_stratified) of max(coarse_points, n/coarse_factor) source and as many target
+  /// points (itself coarse-started the same way), with the same options. The next cost depends on the plan only through the few
   /// moments of §2, which the subsample estimates: the full loop starts from the subsample's last cost instead of
   /// P_0 = a bᵀ, and its potentials from soft c-transforms of the subsample's, so its first solve is warm. The
   /// stopping rule of the full loop is unchanged. 0: off.
   int coarse_points = 1000;
   double coarse_factor = 4;
+  /// The coarse subsample is a systematic sample along an order that keeps similar points together (k-means groups
+  /// of the features, then a Morton curve of the coordinates within each), so that every group and region keeps
+  /// its share of the points to within one point and the coarse level's fixed point is the finer level's in small
+  /// (docs/gromov-wasserstein.md §9: at 20k × 20k the full level's inner iterations 400 → 240); false: a uniform
+  /// random sample.
+  bool coarse_stratified = true;
+  /// > inner_tolerance: the first inner solve of a level started from a coarser one stops at this marginal error
+  /// (docs/gromov-wasserstein.md §9); the next cost moves by the two levels' sampling difference whatever its
+  /// accuracy. 0: inner_tolerance.
+  double level_start_tolerance = 0;
   /// The coarse levels' outer tolerance is max(outer_tolerance, coarse_tolerance): they only start the next level
   /// (docs/gromov-wasserstein.md §7), whose own stopping rule is unchanged.
   double coarse_tolerance = 1e-5;
