@@ -153,22 +153,31 @@ struct Problem::Impl {
       keep.mean.resize(n * d);
       keep.mass.resize(n);
     }
-    double cost = 0;
-    for (std::size_t i = 0; i < n; ++i) {
+    // Each row's term in parallel, then their sum in row order (the same sum whatever the threads).
+    std::vector<double> terms(n, 0.0);
+    bool normal = true;  // every row mass a positive normal float
+    const bool keeping = usable;
+#pragma omp parallel for schedule(static) reduction(&& : normal) if (n * d > (std::size_t{1} << 18))
+    for (std::int64_t ii = 0; ii < static_cast<std::int64_t>(n); ++ii) {
+      const auto i = static_cast<std::size_t>(ii);
       const double r = out[i * k + d + 1];
       // A row mass that is not a positive normal float: the normalized pass decides that row's projection.
-      if (usable && !(r >= std::numeric_limits<float>::min() && std::isfinite(r))) usable = false;
+      normal = normal && r >= std::numeric_limits<float>::min() && std::isfinite(r);
       if (!(r > 0)) continue;
       double dist = 0, tnorm = 0;
       for (std::size_t c = 0; c < d; ++c) {
         const double t = out[i * k + c] / r;
-        if (usable) keep.mean[i * d + c] = static_cast<float>(t);
+        if (keeping) keep.mean[i * d + c] = static_cast<float>(t);
         dist += (x[i * d + c] - t) * (x[i * d + c] - t);
         tnorm += t * t;
       }
-      if (usable) keep.mass[i] = out[i * k + d + 1];
-      cost += r * (dist + std::max(0.0, out[i * k + d] / r - tnorm));
+      if (keeping) keep.mass[i] = out[i * k + d + 1];
+      terms[i] = r * (dist + std::max(0.0, out[i * k + d] / r - tnorm));
     }
+    usable = usable && normal;
+    double cost = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      if (out[i * k + d + 1] > 0) cost += terms[i];
     if (usable) {
       out = {};
       const SolveResult& s = *result;
