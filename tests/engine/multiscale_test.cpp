@@ -380,7 +380,9 @@ TEST(MultiscaleBound, TheListsDoNotDependOnTheThreads) {
         std::tuple{synthetic::Shape::kClusters, std::size_t{12000}, std::size_t{50}, 0.7}}) {
     const std::vector<float> x = synthetic::generate(shape, n, d, 2, shape == synthetic::Shape::kClusters ? 12 : 0);
     const std::vector<float> y = synthetic::deform(x, d, 3);
-    const detail::TreeInput clouds[2] = {{{x, n, d}, uniform_weights(n), 1}, {{y, n, d}, uniform_weights(n), 2}};
+    // TreeInput holds views: the weights must outlive the trees' construction (a temporary here read freed memory).
+    const std::vector<float> w = uniform_weights(n);
+    const detail::TreeInput clouds[2] = {{{x, n, d}, w, 1}, {{y, n, d}, w, 2}};
     const std::vector<detail::ClusterTree> t = detail::build_cluster_trees(clouds, kBlockSize);
     const std::vector<float> xp = detail::permute_rows(x, d, t[0].order), yp = detail::permute_rows(y, d, t[1].order);
     // Potentials with a slope and seeded noise (a zero potential would leave the fitted slopes at zero).
