@@ -23,39 +23,6 @@
 namespace flashot::cli {
 namespace {
 
-std::vector<float> normal_points(std::mt19937_64& rng, std::size_t count) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> values(count);
-  for (float& v : values) v = normal(rng);
-  return values;
-}
-
-/// The clustered data of tests/bench/peers/sweep.py: 8 centres ~ N(0, 3²·I), each point a uniformly chosen centre
-/// plus N(0, 0.25²·I) noise (a sparse, multi-scale plan where N(0,1) clouds give a dense one).
-std::vector<float> clustered_points(std::mt19937_64& rng, std::size_t count, std::size_t d) {
-  constexpr int kCentres = 8;
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> centres(kCentres * d);
-  for (float& c : centres) c = 3.0f * normal(rng);
-  std::uniform_int_distribution<int> pick(0, kCentres - 1);
-  std::vector<float> values(count * d);
-  for (std::size_t i = 0; i < count; ++i) {
-    const float* c = &centres[std::size_t(pick(rng)) * d];
-    for (std::size_t k = 0; k < d; ++k) values[i * d + k] = c[k] + 0.25f * normal(rng);
-  }
-  return values;
-}
-
-std::vector<float> positive_weights(std::mt19937_64& rng, std::size_t count) {
-  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-  std::vector<float> values(count);
-  double total = 0;
-  for (float& v : values) total += (v = uniform(rng) + 0.1f);
-  // Balanced OT needs equal masses on both sides: probability vectors, as peers_bench.py normalizes them.
-  for (float& v : values) v = float(v / total);
-  return values;
-}
-
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t h = values.size() / 2;
@@ -82,8 +49,8 @@ BenchData bench_data(const std::string& data, const std::string& pair, std::size
   BenchData out;
   if (data == "normal" || data == "clusters") {
     const bool clusters = data == "clusters";
-    out.x = clusters ? clustered_points(rng, n, d) : normal_points(rng, n * d);
-    out.y = clusters ? clustered_points(rng, m, d) : normal_points(rng, m * d);
+    out.x = clusters ? synthetic::bench_clusters(rng, n, d) : synthetic::bench_normal(rng, n * d);
+    out.y = clusters ? synthetic::bench_clusters(rng, m, d) : synthetic::bench_normal(rng, m * d);
   } else {
     const synthetic::Shape shape = synthetic::parse_shape(data == "mixture" ? "clusters" : data);
     // Same shape (the mixture's components fixed by n and `seed`), another independent sample.
@@ -95,8 +62,8 @@ BenchData bench_data(const std::string& data, const std::string& pair, std::size
   // matched: y_i the image of x_i itself and b = a, so every part of the data (a mixture's cluster) holds the same
   // mass on both sides and the plan need not move mass between parts.
   if (pair == "matched") out.y = synthetic::deform(out.x, d, seed + 2);
-  out.a = positive_weights(rng, n);
-  out.b = pair == "matched" ? out.a : positive_weights(rng, m);
+  out.a = synthetic::bench_weights(rng, n);
+  out.b = pair == "matched" ? out.a : synthetic::bench_weights(rng, m);
   return out;
 }
 

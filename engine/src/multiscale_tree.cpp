@@ -406,18 +406,23 @@ void measure_leaf(ClusterTree& t, PointsView p, std::span<const float> w, std::s
       for (std::size_t j = 0; j <= i; ++j) S[i * d + j] = S[j * d + i] = G[i * d + j];
     double* axes = t.leaf_axes.data() + k * 2 * d;
     std::vector<double> v(d), gv(d);
+    // v minus its component along q₁ (the first axis), and v's Euclidean norm: each used twice below.
+    const auto remove_q1 = [&] {
+      double dot = 0;
+      for (std::size_t i = 0; i < d; ++i) dot += v[i] * axes[i];
+      for (std::size_t i = 0; i < d; ++i) v[i] -= dot * axes[i];
+    };
+    const auto norm_of_v = [&] {
+      double norm = 0;
+      for (std::size_t i = 0; i < d; ++i) norm += v[i] * v[i];
+      return std::sqrt(norm);
+    };
     for (int a = 0; a < std::min<int>(2, static_cast<int>(d)); ++a) {
       double* qa = axes + a * d;
       for (std::size_t i = 0; i < d; ++i) v[i] = 1.0 + 0.618 * static_cast<double>((i * 7 + a * 3) % 11);
       for (int it = 0; it < 30; ++it) {
-        if (a == 1) {  // stay orthogonal to q₁
-          double dot = 0;
-          for (std::size_t i = 0; i < d; ++i) dot += v[i] * axes[i];
-          for (std::size_t i = 0; i < d; ++i) v[i] -= dot * axes[i];
-        }
-        double norm = 0;
-        for (std::size_t i = 0; i < d; ++i) norm += v[i] * v[i];
-        norm = std::sqrt(norm);
+        if (a == 1) remove_q1();  // stay orthogonal to q₁
+        const double norm = norm_of_v();
         if (!(norm > 0)) break;
         for (std::size_t i = 0; i < d; ++i) v[i] /= norm;
         if (it == 29) break;
@@ -444,14 +449,8 @@ void measure_leaf(ClusterTree& t, PointsView p, std::span<const float> w, std::s
         }
         v.swap(gv);
       }
-      if (a == 1) {  // exactly orthonormal to q₁ (rounding of the last step)
-        double dot = 0;
-        for (std::size_t i = 0; i < d; ++i) dot += v[i] * axes[i];
-        for (std::size_t i = 0; i < d; ++i) v[i] -= dot * axes[i];
-      }
-      double norm = 0;
-      for (std::size_t i = 0; i < d; ++i) norm += v[i] * v[i];
-      norm = std::sqrt(norm);
+      if (a == 1) remove_q1();  // exactly orthonormal to q₁ (rounding of the last step)
+      const double norm = norm_of_v();
       if (norm > 0)
         for (std::size_t i = 0; i < d; ++i) qa[i] = v[i] / norm;
     }

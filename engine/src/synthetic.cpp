@@ -199,4 +199,34 @@ std::vector<float> deform(std::span<const float> points, std::size_t d, std::uin
   return out;
 }
 
+std::vector<float> bench_normal(std::mt19937_64& rng, std::size_t count) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(count);
+  for (float& v : values) v = normal(rng);
+  return values;
+}
+
+std::vector<float> bench_clusters(std::mt19937_64& rng, std::size_t count, std::size_t d) {
+  constexpr int kCentres = 8;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> centres(kCentres * d);
+  for (float& c : centres) c = 3.0f * normal(rng);
+  std::uniform_int_distribution<int> pick(0, kCentres - 1);
+  std::vector<float> values(count * d);
+  for (std::size_t i = 0; i < count; ++i) {
+    const float* c = &centres[std::size_t(pick(rng)) * d];
+    for (std::size_t k = 0; k < d; ++k) values[i * d + k] = c[k] + 0.25f * normal(rng);
+  }
+  return values;
+}
+
+std::vector<float> bench_weights(std::mt19937_64& rng, std::size_t count) {
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::vector<float> values(count);
+  double total = 0;
+  for (float& v : values) total += (v = uniform(rng) + 0.1f);
+  for (float& v : values) v = float(v / total);
+  return values;
+}
+
 }  // namespace flashot::synthetic

@@ -15,43 +15,9 @@
 #include <vector>
 
 #include "flashot/flashot.hpp"
+#include "flashot/synthetic.hpp"
 #include "point_order.hpp"
 #include "screen_estimate.hpp"
-
-namespace {
-
-// apps/bench.cpp's generators (same engine, distributions and order of draws).
-std::vector<float> normal_points(std::mt19937_64& rng, std::size_t count) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> values(count);
-  for (float& v : values) v = normal(rng);
-  return values;
-}
-
-std::vector<float> clustered_points(std::mt19937_64& rng, std::size_t count, std::size_t d) {
-  constexpr int kCentres = 8;
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> centres(kCentres * d);
-  for (float& c : centres) c = 3.0f * normal(rng);
-  std::uniform_int_distribution<int> pick(0, kCentres - 1);
-  std::vector<float> values(count * d);
-  for (std::size_t i = 0; i < count; ++i) {
-    const float* c = &centres[std::size_t(pick(rng)) * d];
-    for (std::size_t k = 0; k < d; ++k) values[i * d + k] = c[k] + 0.25f * normal(rng);
-  }
-  return values;
-}
-
-std::vector<float> positive_weights(std::mt19937_64& rng, std::size_t count) {
-  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-  std::vector<float> values(count);
-  double total = 0;
-  for (float& v : values) total += (v = uniform(rng) + 0.1f);
-  for (float& v : values) v = float(v / total);
-  return values;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -71,9 +37,10 @@ int main(int argc, char** argv) {
   const std::size_t N = std::size_t(nl), d = std::size_t(dl), stride = std::size_t(stride_l);
   std::mt19937_64 rng(0);
   const bool clusters = data == "clusters";
-  const std::vector<float> X = clusters ? clustered_points(rng, N, d) : normal_points(rng, N * d);
-  const std::vector<float> Y = clusters ? clustered_points(rng, N, d) : normal_points(rng, N * d);
-  const std::vector<float> A = positive_weights(rng, N), B = positive_weights(rng, N);
+  const std::vector<float> X = clusters ? flashot::synthetic::bench_clusters(rng, N, d) : flashot::synthetic::bench_normal(rng, N * d);
+  const std::vector<float> Y = clusters ? flashot::synthetic::bench_clusters(rng, N, d) : flashot::synthetic::bench_normal(rng, N * d);
+  const std::vector<float> A = flashot::synthetic::bench_weights(rng, N),
+                           B = flashot::synthetic::bench_weights(rng, N);
 
   std::vector<double> ms;
   for (int r = 0; r < 3; ++r) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -34,5 +35,17 @@ std::vector<float> generate(Shape shape, std::size_t n, std::size_t d, std::uint
 /// rotation (in the first two or three axes), t a seeded shift of 0.1 and φ seeded phases. Same order as x: y_i is
 /// the image of x_i (the ground-truth correspondence).
 std::vector<float> deform(std::span<const float> points, std::size_t d, std::uint64_t seed, double amplitude = 0.1);
+
+/// The dense benchmarks' draws (`flashot bench`, tests/bench/point_order_bench.cpp; docs/benchmarks.md): each takes
+/// its values from `rng` in a fixed order, so one engine seeded the same gives the same problem in every program.
+/// `count` N(0, 1) values.
+std::vector<float> bench_normal(std::mt19937_64& rng, std::size_t count);
+/// `count` points in d dimensions, the clustered data of tests/bench/peers/sweep.py: 8 centres ~ N(0, 3²·I), each
+/// point a uniformly chosen centre plus N(0, 0.25²·I) noise (a sparse, multi-scale plan where N(0, 1) gives a dense
+/// one).
+std::vector<float> bench_clusters(std::mt19937_64& rng, std::size_t count, std::size_t d);
+/// `count` weights U(0, 1) + 0.1, normalized to sum 1 (balanced OT needs equal masses on both sides; peers_bench.py
+/// normalizes them the same way).
+std::vector<float> bench_weights(std::mt19937_64& rng, std::size_t count);
 
 }  // namespace flashot::synthetic
