@@ -17,14 +17,6 @@ namespace flashot::detail {
 
 namespace {
 
-/// out[p·k + c] = in[order[p]·k + c]: rows from the caller's order into the backend's.
-std::vector<float> gather_rows(std::span<const float> in, std::size_t k, const std::vector<std::uint32_t>& order) {
-  std::vector<float> out(order.size() * k);
-  for (std::size_t p = 0; p < order.size(); ++p)
-    std::copy_n(in.data() + std::size_t{order[p]} * k, k, out.data() + p * k);
-  return out;
-}
-
 /// out[order[p]·k + c] = in[p·k + c]: rows from the backend's order back into the caller's.
 template <class T>
 void scatter_rows(std::span<const T> in, std::size_t k, const std::vector<std::uint32_t>& order, std::span<T> out) {
@@ -106,7 +98,7 @@ class OrderedBackend final : public Backend {
   }
 
   void set_potentials(std::span<const float> f, std::span<const float> g) override {
-    const std::vector<float> fs = gather_rows(f, 1, order_x_), gs = gather_rows(g, 1, order_y_);
+    const std::vector<float> fs = permute_rows(f, 1, order_x_), gs = permute_rows(g, 1, order_y_);
     inner_->set_potentials(fs, gs);
   }
   void get_potentials(std::span<float> f, std::span<float> g) const override {
@@ -126,7 +118,7 @@ class OrderedBackend final : public Backend {
 
   void apply(const PlanParams& p, Side rows, std::span<const float> v, std::size_t k, bool normalized,
              std::span<float> out) const override {
-    const std::vector<float> vs = gather_rows(v, k, order(other(rows)));
+    const std::vector<float> vs = permute_rows(v, k, order(other(rows)));
     std::vector<float> sorted(out.size());
     inner_->apply(p, rows, vs, k, normalized, sorted);
     scatter_rows<float>(sorted, k, order(rows), out);
@@ -135,7 +127,7 @@ class OrderedBackend final : public Backend {
   void apply_queries(const PlanParams& p, Side from, PointsView q, std::span<const float> v, std::size_t k,
                      std::span<float> out) const override {
     // The queries belong to no side: only the value rows (the other side's points) are reordered.
-    const std::vector<float> vs = gather_rows(v, k, order(other(from)));
+    const std::vector<float> vs = permute_rows(v, k, order(other(from)));
     inner_->apply_queries(p, from, q, vs, k, out);
   }
 
@@ -154,8 +146,8 @@ class OrderedBackend final : public Backend {
                       std::size_t e, std::span<const float> v, std::size_t k, std::span<float> out) const override {
     const std::vector<std::uint32_t>& mine = order(rows);
     const std::vector<std::uint32_t>& theirs = order(other(rows));
-    const std::vector<float> us = gather_rows(u, e, mine), ws = gather_rows(w, e, theirs),
-                             vs = gather_rows(v, k, theirs);
+    const std::vector<float> us = permute_rows(u, e, mine), ws = permute_rows(w, e, theirs),
+                             vs = permute_rows(v, k, theirs);
     std::vector<float> sorted(out.size());
     inner_->apply_bilinear(p, rows, us, ws, e, vs, k, sorted);
     scatter_rows<float>(sorted, k, mine, out);
@@ -165,7 +157,7 @@ class OrderedBackend final : public Backend {
                    std::span<std::int32_t> index) const override {
     const std::vector<std::uint32_t>& mine = order(rows);
     const std::vector<std::uint32_t>& theirs = order(other(rows));
-    const std::vector<float> hs = gather_rows(h, 1, theirs);
+    const std::vector<float> hs = permute_rows(h, 1, theirs);
     std::vector<double> vs(values.size());
     std::vector<std::int32_t> is(index.size());
     inner_->c_transform(cost_scale, rows, hs, vs, is);
@@ -194,8 +186,8 @@ class OrderedBackend final : public Backend {
       throw std::logic_error("weighted_sums on a backend in the locality order takes a whole side (" +
                              std::to_string(mine.size()) + " points; got [" + std::to_string(offset) + ", " +
                              std::to_string(offset + h.size()) + "))");
-    const std::vector<float> hs = gather_rows(h, 1, mine);
-    const std::vector<float> hhs = hh.empty() ? std::vector<float>{} : gather_rows(hh, 1, mine);
+    const std::vector<float> hs = permute_rows(h, 1, mine);
+    const std::vector<float> hhs = hh.empty() ? std::vector<float>{} : permute_rows(hh, 1, mine);
     return inner_->weighted_sums(side, 0, hs, hhs, epsilon, rho);
   }
 
@@ -270,7 +262,7 @@ std::unique_ptr<Backend> make_problem_backend(const BackendOptions& options, con
   // The sorted copies live until the backend has taken its own.
   const std::vector<float> xs = permute_rows(data.x.data, data.x.d, order_x);
   const std::vector<float> ys = permute_rows(data.y.data, data.y.d, order_y);
-  const std::vector<float> as = gather_rows(data.a, 1, order_x), bs = gather_rows(data.b, 1, order_y);
+  const std::vector<float> as = permute_rows(data.a, 1, order_x), bs = permute_rows(data.b, 1, order_y);
   const ProblemData sorted{{xs, data.x.n, data.x.d}, {ys, data.y.n, data.y.d}, as, bs};
   std::unique_ptr<Backend> inner = make_backend(options, sorted);
   return std::make_unique<OrderedBackend>(std::move(inner), std::move(order_x), std::move(order_y),
