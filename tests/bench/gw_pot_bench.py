@@ -35,6 +35,7 @@ n×n-sized fp64 arrays at n = m at its peak (measured with tracemalloc on numpy:
 """
 import argparse
 import gc
+import os
 import re
 import subprocess
 import sys
@@ -42,6 +43,13 @@ import tempfile
 import time
 
 import numpy as np
+
+# POT imports every array library it finds (JAX, TensorFlow, CuPy) and builds a backend object for each at import;
+# JAX's then reserves 75 % of the GPU's memory, which POT's own torch arrays then cannot have (the first GPU call
+# of this bench ran out of memory at 20k with 105 GB held outside PyTorch). Only numpy and torch are used here.
+for _key in ("POT_BACKEND_DISABLE_JAX", "POT_BACKEND_DISABLE_TENSORFLOW", "POT_BACKEND_DISABLE_CUPY"):
+    os.environ.setdefault(_key, "1")
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 class PotCapped(Exception):
