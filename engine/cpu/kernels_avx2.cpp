@@ -19,9 +19,6 @@ typedef float VecF __attribute__((vector_size(kWidth * sizeof(float))));
 inline VecF vmax(VecF a, VecF b) {
   return reinterpret_cast<VecF>(_mm256_max_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b)));
 }
-inline bool any_greater(VecF a, VecF b) {
-  return _mm256_movemask_ps(_mm256_cmp_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b), _CMP_GT_OQ)) != 0;
-}
 
 #include "tile_kernels.inc"
 

@@ -22,9 +22,6 @@ inline VecF vmax(VecF a, VecF b) {
   const __m512 x = reinterpret_cast<__m512>(a);
   return reinterpret_cast<VecF>(_mm512_mask_max_ps(x, 0xFFFF, x, reinterpret_cast<__m512>(b)));
 }
-inline bool any_greater(VecF a, VecF b) {
-  return _mm512_cmp_ps_mask(reinterpret_cast<__m512>(a), reinterpret_cast<__m512>(b), _CMP_GT_OQ) != 0;
-}
 
 #include "tile_kernels.inc"
 

@@ -15,9 +15,6 @@ typedef float VecF __attribute__((vector_size(kWidth * sizeof(float))));
 inline VecF vmax(VecF a, VecF b) {
   return reinterpret_cast<VecF>(_mm_max_ps(reinterpret_cast<__m128>(a), reinterpret_cast<__m128>(b)));
 }
-inline bool any_greater(VecF a, VecF b) {
-  return _mm_movemask_ps(_mm_cmpgt_ps(reinterpret_cast<__m128>(a), reinterpret_cast<__m128>(b))) != 0;
-}
 
 #include "tile_kernels.inc"
 
