@@ -638,7 +638,8 @@ void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, d
     reserve_c_transform_wg_listed(sd, *rop, sms, sc);
   }
   if (wg) {
-    launch_c_transform_wg(sd, *rop, *cop, sc.h.get(), s, sms, cascade, choices.wg_subtiles, sc, splits, stream);
+    launch_c_transform_wg(sd, *rop, *cop, sc.h.get(), s, sms, cascade, choices.wg_subtiles, first, sc.maxima.get(), sc,
+                          splits, stream);
   } else if (tensor) {
     launch_c_transform_mma(sd, *rop, *cop, sc.h.get(), s, sms, sc, splits, stream);
   } else if (tiled) {

@@ -136,10 +136,12 @@ constexpr int kCtWgSharedListsMaxKs = 4;
 int ct_wg_first_subtiles(int padded_d, bool single, int subtiles);
 /// The first pass on warpgroups (wgmma): as launch_c_transform_mma (scratch.bias holds the column biases). single:
 /// the hi·hi product alone (the cascade's first pass), else the three split products. subtiles:
-/// CTransformChoices::wg_subtiles.
+/// CTransformChoices::wg_subtiles. bound: the error bound of the pass's scores (ct::hi_fp16_bound with single, else
+/// ct::split_fp16_bound), with maxima (device: max‖q‖, max|bias|, as ct_maxima_kernel leaves them) for the rows' E_i:
+/// every score below a lane's best by more than 3E_i is skipped (docs/engine.md, "The warpgroup pass's epilogue").
 void launch_c_transform_wg(const CTransformSides& sides, const MmaOperands& rop, const MmaOperands& cop,
-                           const float* h, float s, int sms, bool single, int subtiles, CTransformScratch& scratch,
-                           int& splits, cudaStream_t stream);
+                           const float* h, float s, int sms, bool single, int subtiles, const ct::ScoreBound& bound,
+                           const unsigned* maxima, CTransformScratch& scratch, int& splits, cudaStream_t stream);
 /// Column splits for `blocks` row blocks of a kernel with `per_sm` resident blocks per multiprocessor: the fewest
 /// that keep ≥ 90 % of the device's resident blocks busy over whole waves, at most one per column tile
 /// (c_transform.cu).
