@@ -764,9 +764,13 @@ void run_c_transform_rounded(const CTransformSides& sd, std::span<const float> h
   std::int32_t* const j = reinterpret_cast<std::int32_t*>(v + n);
   FLASHOT_CUDA_CHECK(cudaMemcpyAsync(v, sc.rounded.get(), sizeof(float) * n, cudaMemcpyDeviceToHost, stream));
   FLASHOT_CUDA_CHECK(cudaMemcpyAsync(j, r.index, sizeof(std::int32_t) * n, cudaMemcpyDeviceToHost, stream));
+  // The result vectors are allocated (and their pages touched) while the device works; once it is done, one copy
+  // each from the page-locked scratch.
+  values.resize(n);
+  index.resize(n);
   FLASHOT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  values.assign(v, v + n);  // one copy each, no zero fill
-  index.assign(j, j + n);
+  std::copy_n(v, n, values.data());
+  std::copy_n(j, n, index.data());
 }
 
 }  // namespace flashot::detail::cuda

@@ -93,7 +93,7 @@ void run_c_transform(const CTransformSides& sides, std::span<const float> h, dou
                      cudaStream_t stream);
 /// run_c_transform in the form Problem::c_transform returns (Backend::c_transform_rounded): the values rounded to
 /// fp32 on the device (to nearest, as the host's conversion of the fp64 value), both arrays copied down once into
-/// scratch.host_out and from there into values and index (resized to nrows, never zero-filled first).
+/// scratch.host_out and from there into values and index (resized to nrows while the device works).
 void run_c_transform_rounded(const CTransformSides& sides, std::span<const float> h, double cost_scale, int sms,
                              const MmaOperands* rop, const MmaOperands* cop, const CTransformChoices& choices,
                              std::vector<float>& values, std::vector<std::int32_t>& index,
