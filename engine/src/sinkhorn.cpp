@@ -275,12 +275,17 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
     return out;
   };
   // Soft c-transforms of every listed problem at the ε of stage stage_of(q), one pass per side for all of them.
-  const auto transforms = [&](const std::function<int(std::size_t)>& stage_of) {
+  // columns_current: the last iteration was a plain alternating one (f, then g = softmin_cols(f)) on balanced
+  // target sides, so softmin_cols(f) is g itself and its pass is not run (gh = g; docs/engine.md, "Checks").
+  const auto transforms = [&](const std::function<int(std::size_t)>& stage_of, bool columns_current) {
     for (std::size_t q = 0; q < count; ++q) segments[q] = runs[q].params(stage_of(q));
     PlanParams pp{segments[0].epsilon, segments[0].cost_scale};
     if (layout) pp.segments = segments;
     backend.softmin(pp, Side::kSource, fh);
-    backend.softmin(pp, Side::kTarget, gh);
+    if (columns_current)
+      std::copy(G.begin(), G.end(), gh.begin());
+    else
+      backend.softmin(pp, Side::kTarget, gh);
   };
 
   while (true) {
@@ -365,7 +370,11 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
     }
     if (to_check.empty()) continue;
     backend.get_potentials(F, G);
-    transforms([&](std::size_t q) { return runs[q].k; });
+    // Every checked problem's last iteration ran plain (`last` above); alternating, it ended with g =
+    // softmin_cols(f) exactly where the target side is balanced (damping 1).
+    bool columns_current = runs[0].o->scheme == Scheme::kAlternating;
+    for (const Run* u : to_check) columns_current = columns_current && u->rho_y == 0;
+    transforms([&](std::size_t q) { return runs[q].k; }, columns_current);
     const std::vector<double> errors = marginal_errors(to_check, [](const Run& u) { return u.eps[u.k]; });
     for (std::size_t c = 0; c < to_check.size(); ++c) {
       Run* u = to_check[c];
@@ -428,7 +437,7 @@ std::vector<SolveResult> run_sinkhorn_batch(Backend& backend, std::span<const So
   }
   if (any_need) {
     relist(need);
-    transforms([&](std::size_t q) { return runs[q].reached; });
+    transforms([&](std::size_t q) { return runs[q].reached; }, false);
     std::vector<Run*> list;
     for (std::size_t q = 0; q < count; ++q)
       if (need[q]) list.push_back(&runs[q]);

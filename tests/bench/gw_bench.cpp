@@ -44,6 +44,10 @@ int main(int argc, char** argv) {
       level_start = defaults.level_start_correction, stratified = defaults.coarse_stratified;
   std::string scheme = "alternating", dump;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (argc % 2 == 0) {  // every option takes one value: a lone word would otherwise be ignored silently
+    std::fprintf(stderr, "option %s has no value (every option takes one: --n 20000 --backend cuda ...)\n", argv[argc - 1]);
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--n") n = std::stoull(v);
