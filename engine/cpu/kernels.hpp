@@ -62,6 +62,9 @@ struct IsaKernels {
   /// (cols ≤ kTileCols, j0 + cols ≤ ld): tile[r·kTileCols + j].
   void (*scores)(const ScoreSpec& s, std::size_t begin, std::size_t rows, std::size_t j0, std::size_t cols,
                  float* tile);
+  /// y[i] = 2^x[i] with x[i] clamped to [−100, 100]: the exponential inside every kernel above, exposed for its
+  /// accuracy test (tests/engine/cpu_exp2_test.cpp).
+  void (*exp2_clamped)(const float* x, std::size_t n, float* y);
 };
 
 const IsaKernels& generic_kernels();

@@ -10,16 +10,15 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
-// sleef.h declares the variants of an instruction set only when the translation unit is compiled for it (-m...),
-// which this project does not do globally; the declaration is SLEEF's, for the target enabled just above.
-extern "C" __m256 Sleef_exp2f8_u10avx2(__m256);
-
 namespace flashot::cpu::avx2 {
 
 inline constexpr std::size_t kWidth = 8;
-inline constexpr std::size_t kMicroRows = 8;  // accumulators that fit the vector registers
+inline constexpr std::size_t kMicroRows = 4;  // register tile (kMicroRows, kMicroVecs·kWidth): 8 accumulators
+inline constexpr std::size_t kMicroVecs = 2;
 typedef float VecF __attribute__((vector_size(kWidth * sizeof(float))));
-inline VecF vexp2(VecF x) { return reinterpret_cast<VecF>(Sleef_exp2f8_u10avx2(reinterpret_cast<__m256>(x))); }
+inline VecF vmax(VecF a, VecF b) {
+  return reinterpret_cast<VecF>(_mm256_max_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b)));
+}
 
 #include "tile_kernels.inc"
 
@@ -30,7 +29,8 @@ inline VecF vexp2(VecF x) { return reinterpret_cast<VecF>(Sleef_exp2f8_u10avx2(r
 namespace flashot::cpu {
 
 const IsaKernels& avx2_kernels() {
-  static const IsaKernels kernels{"avx2", &avx2::lse, &avx2::weighted, &avx2::fused, &avx2::scores};
+  static const IsaKernels kernels{"avx2", &avx2::lse, &avx2::weighted, &avx2::fused, &avx2::scores,
+                                  &avx2::exp2_clamped};
   return kernels;
 }
 

@@ -10,16 +10,18 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma")
 
-// sleef.h declares the variants of an instruction set only when the translation unit is compiled for it (-m...),
-// which this project does not do globally; the declaration is SLEEF's, for the target enabled just above.
-extern "C" __m512 Sleef_exp2f16_u10avx512f(__m512);
-
 namespace flashot::cpu::avx512 {
 
 inline constexpr std::size_t kWidth = 16;
-inline constexpr std::size_t kMicroRows = 16;  // accumulators that fit the vector registers
+inline constexpr std::size_t kMicroRows = 8;  // register tile (kMicroRows, kMicroVecs·kWidth): 16 accumulators
+inline constexpr std::size_t kMicroVecs = 2;
 typedef float VecF __attribute__((vector_size(kWidth * sizeof(float))));
-inline VecF vexp2(VecF x) { return reinterpret_cast<VecF>(Sleef_exp2f16_u10avx512f(reinterpret_cast<__m512>(x))); }
+// The masked form with every lane set is plain vmaxps; _mm512_max_ps would start from _mm512_undefined_ps, which
+// GCC 12 reports as maybe-uninitialized.
+inline VecF vmax(VecF a, VecF b) {
+  const __m512 x = reinterpret_cast<__m512>(a);
+  return reinterpret_cast<VecF>(_mm512_mask_max_ps(x, 0xFFFF, x, reinterpret_cast<__m512>(b)));
+}
 
 #include "tile_kernels.inc"
 
@@ -30,7 +32,8 @@ inline VecF vexp2(VecF x) { return reinterpret_cast<VecF>(Sleef_exp2f16_u10avx51
 namespace flashot::cpu {
 
 const IsaKernels& avx512_kernels() {
-  static const IsaKernels kernels{"avx512", &avx512::lse, &avx512::weighted, &avx512::fused, &avx512::scores};
+  static const IsaKernels kernels{"avx512", &avx512::lse, &avx512::weighted, &avx512::fused, &avx512::scores,
+                                  &avx512::exp2_clamped};
   return kernels;
 }
 

@@ -6,16 +6,15 @@
 
 #include "kernels.hpp"
 
-
-// Declared here like the wider variants in kernels_avx2.cpp / kernels_avx512.cpp (see there why).
-extern "C" __m128 Sleef_exp2f4_u10sse2(__m128);
-
 namespace flashot::cpu::generic {
 
 inline constexpr std::size_t kWidth = 4;
-inline constexpr std::size_t kMicroRows = 4;  // accumulators that fit the vector registers
+inline constexpr std::size_t kMicroRows = 4;  // register tile (kMicroRows, kMicroVecs·kWidth): 8 accumulators
+inline constexpr std::size_t kMicroVecs = 2;
 typedef float VecF __attribute__((vector_size(kWidth * sizeof(float))));
-inline VecF vexp2(VecF x) { return reinterpret_cast<VecF>(Sleef_exp2f4_u10sse2(reinterpret_cast<__m128>(x))); }
+inline VecF vmax(VecF a, VecF b) {
+  return reinterpret_cast<VecF>(_mm_max_ps(reinterpret_cast<__m128>(a), reinterpret_cast<__m128>(b)));
+}
 
 #include "tile_kernels.inc"
 
@@ -24,7 +23,8 @@ inline VecF vexp2(VecF x) { return reinterpret_cast<VecF>(Sleef_exp2f4_u10sse2(r
 namespace flashot::cpu {
 
 const IsaKernels& generic_kernels() {
-  static const IsaKernels kernels{"generic", &generic::lse, &generic::weighted, &generic::fused, &generic::scores};
+  static const IsaKernels kernels{"generic", &generic::lse, &generic::weighted, &generic::fused, &generic::scores,
+                                  &generic::exp2_clamped};
   return kernels;
 }
 

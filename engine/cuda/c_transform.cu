@@ -257,13 +257,31 @@ __global__ void ct_maxima_kernel(CTransformSides sd, const float* __restrict__ h
   }
 }
 
+/// s·‖p_i − q_j‖² − h_j in fp64, the squares summed in coordinate order (every pass calls this one function, so a
+/// row's value does not depend on the pass that decided it). d a multiple of 4: the coordinates by 16-byte loads
+/// (rows of 4k floats from cudaMalloc'd bases are 16-byte aligned), four independent loads ahead of the chain; the
+/// order of the sum is the same.
 __device__ __forceinline__ double ct_direct(const CTransformSides& sd, const float* h, double s, int i, int j) {
   const float* p = sd.rows + std::size_t(i) * sd.d;
   const float* q = sd.cols + std::size_t(j) * sd.d;
   double dist = 0;
-  for (int k = 0; k < sd.d; ++k) {
-    const double diff = double(p[k]) - double(q[k]);
+  const auto add = [&](float a, float b) {
+    const double diff = double(a) - double(b);
     dist = fma(diff, diff, dist);
+  };
+  if (sd.d % 4 == 0) {
+    const float4* p4 = reinterpret_cast<const float4*>(p);
+    const float4* q4 = reinterpret_cast<const float4*>(q);
+#pragma unroll 4
+    for (int k = 0; k < sd.d / 4; ++k) {
+      const float4 a = p4[k], b = q4[k];
+      add(a.x, b.x);
+      add(a.y, b.y);
+      add(a.z, b.z);
+      add(a.w, b.w);
+    }
+  } else {
+    for (int k = 0; k < sd.d; ++k) add(p[k], q[k]);
   }
   return s * dist - double(h[j]);
 }
@@ -594,13 +612,25 @@ CTransformCounts c_transform_counts(const CTransformScratch& sc, cudaStream_t st
   return out;
 }
 
-void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, double cost_scale, int sms,
-                     const MmaOperands* rop, const MmaOperands* cop, const CTransformChoices& choices,
-                     std::span<double> values, std::span<std::int32_t> index, CTransformScratch& sc,
-                     cudaStream_t stream) {
-  if (sd.nrows == 0 || sd.ncols == 0) return;
+namespace {
+
+/// The device results of one c-transform (run_passes): values (fp64) and the caller's argmins, nrows each.
+struct CtDeviceResult {
+  const double* values = nullptr;
+  const int* index = nullptr;
+};
+
+/// Every pass of one c-transform on `stream` (nrows, ncols ≥ 1); nothing is waited for. h_host goes up through the
+/// page-locked scratch.host_h (one host copy, then an asynchronous transfer).
+CtDeviceResult run_passes(const CTransformSides& sd, std::span<const float> h_host, double cost_scale, int sms,
+                          const MmaOperands* rop, const MmaOperands* cop, const CTransformChoices& choices,
+                          CTransformScratch& sc, cudaStream_t stream) {
   const float s = static_cast<float>(cost_scale);
-  sc.h.upload(h_host.first(sd.ncols), stream);
+  sc.host_h.reserve(std::size_t(sd.ncols));
+  sc.h.reserve(std::size_t(sd.ncols));
+  std::copy_n(h_host.data(), sd.ncols, sc.host_h.get());
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(sc.h.get(), sc.host_h.get(), sizeof(float) * std::size_t(sd.ncols),
+                                     cudaMemcpyHostToDevice, stream));
   sc.maxima.reserve(2);
   sc.counters.reserve(2);
   sc.list.reserve(sd.nrows);
@@ -638,7 +668,8 @@ void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, d
     reserve_c_transform_wg_listed(sd, *rop, sms, sc);
   }
   if (wg) {
-    launch_c_transform_wg(sd, *rop, *cop, sc.h.get(), s, sms, cascade, choices.wg_subtiles, sc, splits, stream);
+    launch_c_transform_wg(sd, *rop, *cop, sc.h.get(), s, sms, cascade, choices.wg_subtiles, first, sc.maxima.get(), sc,
+                          splits, stream);
   } else if (tensor) {
     launch_c_transform_mma(sd, *rop, *cop, sc.h.get(), s, sms, sc, splits, stream);
   } else if (tiled) {
@@ -703,11 +734,61 @@ void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, d
                                                                 sc.index.get(), out_values, out_index);
     FLASHOT_CUDA_CHECK_LAUNCH();
   }
-  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(values.data(), out_values, sizeof(double) * sd.nrows, cudaMemcpyDeviceToHost,
-                                     stream));
-  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(index.data(), out_index, sizeof(std::int32_t) * sd.nrows,
-                                     cudaMemcpyDeviceToHost, stream));
+  return {out_values, out_index};
+}
+
+/// out[i] = fp32(values[i]), rounded to nearest (as static_cast<float> on the host).
+__global__ void ct_round_kernel(int n, const double* __restrict__ values, float* __restrict__ out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __double2float_rn(values[i]);
+}
+
+}  // namespace
+
+void run_c_transform(const CTransformSides& sd, std::span<const float> h_host, double cost_scale, int sms,
+                     const MmaOperands* rop, const MmaOperands* cop, const CTransformChoices& choices,
+                     std::span<double> values, std::span<std::int32_t> index, CTransformScratch& sc,
+                     cudaStream_t stream) {
+  if (sd.nrows == 0 || sd.ncols == 0) return;
+  const CtDeviceResult r = run_passes(sd, h_host, cost_scale, sms, rop, cop, choices, sc, stream);
+  // Both arrays down into page-locked memory (asynchronous, at the link's speed), then into the caller's.
+  const std::size_t n = std::size_t(sd.nrows);
+  sc.host_out.reserve(n * (sizeof(double) + sizeof(std::int32_t)));
+  double* const v = reinterpret_cast<double*>(sc.host_out.get());
+  std::int32_t* const j = reinterpret_cast<std::int32_t*>(v + n);
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(v, r.values, sizeof(double) * n, cudaMemcpyDeviceToHost, stream));
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(j, r.index, sizeof(std::int32_t) * n, cudaMemcpyDeviceToHost, stream));
   FLASHOT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::copy_n(v, n, values.data());
+  std::copy_n(j, n, index.data());
+}
+
+void run_c_transform_rounded(const CTransformSides& sd, std::span<const float> h_host, double cost_scale, int sms,
+                             const MmaOperands* rop, const MmaOperands* cop, const CTransformChoices& choices,
+                             std::vector<float>& values, std::vector<std::int32_t>& index, CTransformScratch& sc,
+                             cudaStream_t stream) {
+  const std::size_t n = std::size_t(std::max(sd.nrows, 0));
+  if (sd.nrows == 0 || sd.ncols == 0) {  // as run_c_transform leaves zero-filled results
+    values.assign(n, 0.f);
+    index.assign(n, 0);
+    return;
+  }
+  const CtDeviceResult r = run_passes(sd, h_host, cost_scale, sms, rop, cop, choices, sc, stream);
+  sc.rounded.reserve(n);
+  ct_round_kernel<<<div_up(sd.nrows, 256), 256, 0, stream>>>(sd.nrows, r.values, sc.rounded.get());
+  FLASHOT_CUDA_CHECK_LAUNCH();
+  sc.host_out.reserve(n * (sizeof(float) + sizeof(std::int32_t)));
+  float* const v = reinterpret_cast<float*>(sc.host_out.get());
+  std::int32_t* const j = reinterpret_cast<std::int32_t*>(v + n);
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(v, sc.rounded.get(), sizeof(float) * n, cudaMemcpyDeviceToHost, stream));
+  FLASHOT_CUDA_CHECK(cudaMemcpyAsync(j, r.index, sizeof(std::int32_t) * n, cudaMemcpyDeviceToHost, stream));
+  // The result vectors are allocated (and their pages touched) while the device works; once it is done, one copy
+  // each from the page-locked scratch.
+  values.resize(n);
+  index.resize(n);
+  FLASHOT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::copy_n(v, n, values.data());
+  std::copy_n(j, n, index.data());
 }
 
 }  // namespace flashot::detail::cuda

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -39,13 +40,17 @@ constexpr int kCtCand = 3;
 /// nrows) scores, arg: (splits, kCtCand, nrows) their columns (CtList::store); index: the argmins; top: the best
 /// score of each re-scanned row (the refinement's floor); list: the rows pass 1 left undecided, rescan: the rows
 /// the refinement re-scans; counters: [0] rows in list, [1] rows in rescan, [2] rows the cascade's second pass
-/// scored (CTransformCounts); hi, lo: the listed rows' operands (the cascade's second pass).
+/// scored (CTransformCounts); hi, lo: the listed rows' operands (the cascade's second pass); rounded: the values in
+/// fp32 (run_c_transform_rounded); host_h, host_out: page-locked staging of h on its way up and of the results on
+/// their way down.
 struct CTransformScratch {
-  DeviceBuffer<float> h, best, bias, top;  // bias: the warpgroup pass's column biases (c_transform_wg.cu)
+  DeviceBuffer<float> h, best, bias, top, rounded;  // bias: the warpgroup pass's column biases (c_transform_wg.cu)
   DeviceBuffer<int> arg, index, list, rescan, counters;
   DeviceBuffer<unsigned> maxima;
   DeviceBuffer<double> values;
   DeviceBuffer<std::uint16_t> hi, lo;
+  PinnedBuffer<float> host_h;
+  PinnedBuffer<std::uint8_t> host_out;
   /// The tile pass's spatial order (c_transform_tiles.cu): Morton codes and their orders (rows, columns), the sorted
   /// sides' coordinates, norms and column potentials, the column tiles' boxes (kCtBoxStride floats per tile), every
   /// row block's home tile, the points' extent, the sort's temporary storage, and the sorted rows' results.
@@ -86,6 +91,13 @@ void run_c_transform(const CTransformSides& sides, std::span<const float> h, dou
                      const MmaOperands* rop, const MmaOperands* cop, const CTransformChoices& choices,
                      std::span<double> values, std::span<std::int32_t> index, CTransformScratch& scratch,
                      cudaStream_t stream);
+/// run_c_transform in the form Problem::c_transform returns (Backend::c_transform_rounded): the values rounded to
+/// fp32 on the device (to nearest, as the host's conversion of the fp64 value), both arrays copied down once into
+/// scratch.host_out and from there into values and index (resized to nrows while the device works).
+void run_c_transform_rounded(const CTransformSides& sides, std::span<const float> h, double cost_scale, int sms,
+                             const MmaOperands* rop, const MmaOperands* cop, const CTransformChoices& choices,
+                             std::vector<float>& values, std::vector<std::int32_t>& index,
+                             CTransformScratch& scratch, cudaStream_t stream);
 
 /// Floats per column tile in CTransformScratch::Order::box: 2s·min of each coordinate (rounded down), 2s·max (rounded
 /// up), both for d ≤ 4 coordinates (0 past d), then the tile's largest h_j.
@@ -136,10 +148,12 @@ constexpr int kCtWgSharedListsMaxKs = 4;
 int ct_wg_first_subtiles(int padded_d, bool single, int subtiles);
 /// The first pass on warpgroups (wgmma): as launch_c_transform_mma (scratch.bias holds the column biases). single:
 /// the hi·hi product alone (the cascade's first pass), else the three split products. subtiles:
-/// CTransformChoices::wg_subtiles.
+/// CTransformChoices::wg_subtiles. bound: the error bound of the pass's scores (ct::hi_fp16_bound with single, else
+/// ct::split_fp16_bound), with maxima (device: max‖q‖, max|bias|, as ct_maxima_kernel leaves them) for the rows' E_i:
+/// every score below a lane's best by more than 3E_i is skipped (docs/engine.md, "The warpgroup pass's epilogue").
 void launch_c_transform_wg(const CTransformSides& sides, const MmaOperands& rop, const MmaOperands& cop,
-                           const float* h, float s, int sms, bool single, int subtiles, CTransformScratch& scratch,
-                           int& splits, cudaStream_t stream);
+                           const float* h, float s, int sms, bool single, int subtiles, const ct::ScoreBound& bound,
+                           const unsigned* maxima, CTransformScratch& scratch, int& splits, cudaStream_t stream);
 /// Column splits for `blocks` row blocks of a kernel with `per_sm` resident blocks per multiprocessor: the fewest
 /// that keep ≥ 90 % of the device's resident blocks busy over whole waves, at most one per column tile
 /// (c_transform.cu).

@@ -62,10 +62,20 @@ constexpr int ct_wg_shared_bytes() {
 /// columns. Otherwise (the cascade's second pass) the first *count rows of rop (compact, gathered), a 1-D grid: block
 /// b takes row block b % blocks and split b / blocks of ct_listed_splits(blocks, tiles, slots) (blocks past them
 /// return), and stores its lists with the row stride *count.
+/// The rows' error bounds of a first pass (ct_wg_kernel's floor against the row's best): E_i of the pass's scores
+/// (bound; ct::score_bound from ‖p_i‖ = sqrt(rows_norm2[i]), max‖q‖ and max|bias| in maxima, as the merge computes
+/// it). rows_norm2 null: no such floor (the cascade's second pass, whose compact rows are not the caller's).
+struct CtRowBound {
+  const float* rows_norm2 = nullptr;
+  const unsigned* maxima = nullptr;
+  float s = 0;
+  ct::ScoreBound bound;
+};
+
 template <int KS, int MT, bool SINGLE>
 __global__ void __launch_bounds__(kWgThreads / MT, MT)
     ct_wg_kernel(int nrows, const int* __restrict__ count, int slots, MmaOperands rop, MmaOperands cop, float alpha,
-                 int ncols, int cols_per_split, float* __restrict__ best, int* __restrict__ arg) {
+                 int ncols, int cols_per_split, CtRowBound rb, float* __restrict__ best, int* __restrict__ arg) {
   using Core = WgTileCore<KS, SINGLE, MT, SINGLE>;
   constexpr bool kShared = ct_shared_lists<KS, MT>();
   constexpr int kThreads = kWgThreads / MT, K = CtList::K;
@@ -87,15 +97,28 @@ __global__ void __launch_bounds__(kWgThreads / MT, MT)
   // The lists: in registers, or (kShared) in shared memory with their rests in registers; each thread reads and
   // writes its own slots only.
   CtList list[kShared ? 1 : MT][2];  // (m16 subtile, row g / g + 8)
-  // The quad's floor of row (mt, hh): the largest rest of the 4 lanes' lists of that row (each lane's rest only
-  // grows, so an older floor stays valid). A lane with rest r holds K + 1 scores ≥ r of the row (its K candidates and
-  // the score that became its rest), so any score ≤ the floor is at most the row's (K + 1)-th best: skipping it keeps
-  // the merge's certificate (every column outside the merged candidates scores ≤ the merged rest, the largest of
-  // the lanes' rests) and loses no top-K score. A lane's own list alone would let each of the row's four lanes fire
-  // on its own quarter of the columns: on N(0, 1) data at d = 64, n = m = 100k, a warp's 64 lists made some lane
-  // fire in about half of all tiles (ncu: 22.6 of 32 threads active), the quad's floor makes the warp fire about
-  // four times less often.
+  // The quad's floor of row (mt, hh): the largest over the 4 lanes' lists of that row of max(rest, best − 3E_i)
+  // (each only grows, so an older floor stays valid); a score ≤ it is skipped, for one of two reasons.
+  // * ≤ a rest r: the lane with rest r holds K + 1 scores ≥ r of the row (its K candidates and the score that became
+  //   its rest), so the score is at most the row's (K + 1)-th best: skipping it keeps the merge's certificate (every
+  //   column outside the merged candidates scores ≤ the merged rest, the largest of the lanes' rests) and loses no
+  //   top-K score.
+  // * ≤ fp32(b − 3E_i), b a list's best (e3 = 3E_i, the pass's bound as the merge computes it, CtRowBound; +∞ for
+  //   the cascade's second pass): then t < b − 2E_i (E_i ≥ the ulp of any score, its dot and bias terms being
+  //   ≥ 5·2^−23 of their magnitudes, and the subtraction rounds by half an ulp), so t's exact score is < t + E_i <
+  //   b − E_i ≤ that of b's column: t's column can be neither the argmin nor tied with it. So the argmin's column
+  //   and every column tied with it are pushed, or lie ≤ a rest (then ≤ the merged rest, exactly < rest + E_i, and
+  //   the merge leaves the row undecided); a row the merge decides (best − rest > 2E_i, the rest counting pushed
+  //   scores only) has them among its candidates within 3E_i of the best, as before.
+  // A lane's own rest alone would let each of the row's four lanes fire on its own quarter of the columns: on N(0, 1)
+  // data at d = 64, n = m = 100k, a warp's 64 lists made some lane fire in about half of all tiles (ncu: 22.6 of 32
+  // threads active); the quad's largest rest, about a quarter as often. The best − 3E_i floor leaves a row only the
+  // scores within 3E_i of its best so far (some 0.6 where its fourth-best lies several units below): a row fires
+  // about when it finds a new best.
   float floor_[MT][2];
+  float e3[MT][2];
+  const float max_q = rb.rows_norm2 != nullptr ? __uint_as_float(rb.maxima[0]) : 0.f;
+  const float max_b = rb.rows_norm2 != nullptr ? __uint_as_float(rb.maxima[1]) : 0.f;
   float* const ls = reinterpret_cast<float*>(wg_smem + (WgTileCore<KS, SINGLE, MT, SINGLE>::kSharedBytes + 15) / 16 * 16);
   int* const la = reinterpret_cast<int*>(ls + MT * 2 * (K + 1) * kThreads);
   const auto slot_s = [&](int mt, int hh, int k) -> float& { return ls[((mt * 2 + hh) * (K + 1) + k) * kThreads + threadIdx.x]; };
@@ -113,6 +136,10 @@ __global__ void __launch_bounds__(kWgThreads / MT, MT)
         list[mt][hh].init();
       }
       floor_[mt][hh] = -INFINITY;
+      const int r = block_row0 + Core::subtile_row(mt) + g + hh * 8;
+      e3[mt][hh] = rb.rows_norm2 != nullptr && r < nrows
+                       ? 3.f * ct::score_bound(rb.bound, rb.s, sqrtf(rb.rows_norm2[r]), max_q, max_b)
+                       : INFINITY;
     }
   const int j_begin = split * cols_per_split;
   const int j_end = min(ncols, j_begin + cols_per_split);
@@ -174,7 +201,7 @@ __global__ void __launch_bounds__(kWgThreads / MT, MT)
               for (int k = 0; k <= K; ++k) slot_s(mt, hh, k) = c.s[k];
 #pragma unroll
               for (int k = 0; k < K; ++k) slot_a(mt, hh, k) = c.a[k];
-              floor_[mt][hh] = fmaxf(floor_[mt][hh], c.s[K]);
+              floor_[mt][hh] = fmaxf(floor_[mt][hh], fmaxf(c.s[K], c.s[0] - e3[mt][hh]));
             } else {
 #pragma unroll
               for (int nt = 0; nt < 8; ++nt)
@@ -182,7 +209,7 @@ __global__ void __launch_bounds__(kWgThreads / MT, MT)
                 for (int q = 0; q < 2; ++q)
                   if (sc[mt][nt][2 * hh + q] > floor_[mt][hh])
                     list[mt][hh].push(sc[mt][nt][2 * hh + q], base + nt * 8 + q);
-              floor_[mt][hh] = fmaxf(floor_[mt][hh], list[mt][hh].s[K]);
+              floor_[mt][hh] = fmaxf(floor_[mt][hh], fmaxf(list[mt][hh].s[K], list[mt][hh].s[0] - e3[mt][hh]));
             }
           }
     }
@@ -225,9 +252,10 @@ __global__ void __launch_bounds__(kWgThreads / MT, MT)
 
 template <int KS, int MT, bool SINGLE>
 void launch_wg_mt(dim3 grid, cudaStream_t stream, int nrows, const int* count, int slots, const MmaOperands& rop,
-                  const MmaOperands& cop, float alpha, int ncols, int per, CTransformScratch& sc) {
+                  const MmaOperands& cop, float alpha, int ncols, int per, const CtRowBound& rb,
+                  CTransformScratch& sc) {
   launch_kernel<ct_wg_kernel<KS, MT, SINGLE>>(grid, kWgThreads / MT, ct_wg_shared_bytes<KS, MT, SINGLE>(), stream,
-                                              nrows, count, slots, rop, cop, alpha, ncols, per, sc.best.get(),
+                                              nrows, count, slots, rop, cop, alpha, ncols, per, rb, sc.best.get(),
                                               sc.arg.get());
 }
 
@@ -235,26 +263,27 @@ void launch_wg_mt(dim3 grid, cudaStream_t stream, int nrows, const int* count, i
 template <int KS, bool SINGLE>
 void launch_wg_ks(int mt, dim3 grid, cudaStream_t stream, int nrows, const int* count, int slots,
                   const MmaOperands& rop, const MmaOperands& cop, float alpha, int ncols, int per,
-                  CTransformScratch& sc) {
+                  const CtRowBound& rb, CTransformScratch& sc) {
   if constexpr (SINGLE && KS > 1 && KS <= kCtWgSharedListsMaxKs) {
-    if (mt == 2) return launch_wg_mt<KS, 2, SINGLE>(grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc);
+    if (mt == 2)
+      return launch_wg_mt<KS, 2, SINGLE>(grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, rb, sc);
   }
-  launch_wg_mt<KS, wg_subtiles(KS), SINGLE>(grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc);
+  launch_wg_mt<KS, wg_subtiles(KS), SINGLE>(grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, rb, sc);
 }
 
 template <bool SINGLE>
 void launch_wg(int ks, int mt, dim3 grid, cudaStream_t stream, int nrows, const int* count, int slots,
-               const MmaOperands& rop, const MmaOperands& cop, float alpha, int ncols, int per,
+               const MmaOperands& rop, const MmaOperands& cop, float alpha, int ncols, int per, const CtRowBound& rb,
                CTransformScratch& sc) {
   switch (ks) {
-    case 1: launch_wg_ks<1, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
-    case 2: launch_wg_ks<2, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
-    case 3: launch_wg_ks<3, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
-    case 4: launch_wg_ks<4, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
-    case 5: launch_wg_ks<5, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
-    case 6: launch_wg_ks<6, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
-    case 7: launch_wg_ks<7, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
-    case 8: launch_wg_ks<8, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, sc); break;
+    case 1: launch_wg_ks<1, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, rb, sc); break;
+    case 2: launch_wg_ks<2, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, rb, sc); break;
+    case 3: launch_wg_ks<3, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, rb, sc); break;
+    case 4: launch_wg_ks<4, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, rb, sc); break;
+    case 5: launch_wg_ks<5, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, rb, sc); break;
+    case 6: launch_wg_ks<6, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, rb, sc); break;
+    case 7: launch_wg_ks<7, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, rb, sc); break;
+    case 8: launch_wg_ks<8, SINGLE>(mt, grid, stream, nrows, count, slots, rop, cop, alpha, ncols, per, rb, sc); break;
     default:
       throw std::invalid_argument("c_transform: no warpgroup kernel for padded d = " + std::to_string(16 * ks));
   }
@@ -280,8 +309,8 @@ int ct_wg_first_subtiles(int padded_d, bool single, int subtiles) {
 }
 
 void launch_c_transform_wg(const CTransformSides& sd, const MmaOperands& rop, const MmaOperands& cop,
-                           const float* h, float s, int sms, bool single, int subtiles, CTransformScratch& sc,
-                           int& splits, cudaStream_t stream) {
+                           const float* h, float s, int sms, bool single, int subtiles, const ct::ScoreBound& bound,
+                           const unsigned* maxima, CTransformScratch& sc, int& splits, cudaStream_t stream) {
   const int ks = rop.padded_d / 16;
   const int mt = ct_wg_first_subtiles(rop.padded_d, single, subtiles);
   const int blocks = div_up(sd.nrows, kWgBlockRows);
@@ -301,10 +330,11 @@ void launch_c_transform_wg(const CTransformSides& sd, const MmaOperands& rop, co
   // The operands hold scale·p: ⟨p, q⟩ = ⟨P, Q⟩ / (scale_rows·scale_cols).
   const float alpha = 2.f * s / (rop.scale * cop.scale);
   const dim3 grid(blocks, splits);
+  const CtRowBound rb{sd.rows_norm2, maxima, s, bound};
   if (single)
-    launch_wg<true>(ks, mt, grid, stream, sd.nrows, nullptr, 0, rop, columns, alpha, sd.ncols, per, sc);
+    launch_wg<true>(ks, mt, grid, stream, sd.nrows, nullptr, 0, rop, columns, alpha, sd.ncols, per, rb, sc);
   else
-    launch_wg<false>(ks, mt, grid, stream, sd.nrows, nullptr, 0, rop, columns, alpha, sd.ncols, per, sc);
+    launch_wg<false>(ks, mt, grid, stream, sd.nrows, nullptr, 0, rop, columns, alpha, sd.ncols, per, rb, sc);
 }
 
 void reserve_c_transform_wg_listed(const CTransformSides& sd, const MmaOperands& rop, int sms,
@@ -334,7 +364,7 @@ void launch_c_transform_wg_listed(const CTransformSides& sd, const MmaOperands& 
   columns.bias = sc.bias.get();
   const float alpha = 2.f * s / (rop.scale * cop.scale);
   launch_wg<false>(ks, wg_subtiles(ks), dim3(grid), stream, sd.nrows, sc.counters.get(), slots, rows, columns, alpha,
-                   sd.ncols, 0, sc);
+                   sd.ncols, 0, CtRowBound{}, sc);
 }
 
 }  // namespace flashot::detail::cuda

@@ -43,6 +43,10 @@ class CudaBackend final : public Backend {
                    std::span<std::int32_t> index) const override {
     step_.c_transform(cost_scale, rows, h, values, index);
   }
+  void c_transform_rounded(double cost_scale, Side rows, std::span<const float> h, std::size_t,
+                           std::vector<float>& values, std::vector<std::int32_t>& index) const override {
+    step_.c_transform_rounded(cost_scale, rows, h, values, index);
+  }
   void apply_bilinear(const PlanParams& p, Side rows, std::span<const float> u, std::span<const float> w,
                       std::size_t e, std::span<const float> v, std::size_t k, std::span<float> out) const override {
     // Shapes the fused pass does not serve (and argument errors) go to the default: plain applications.

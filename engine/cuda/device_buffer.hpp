@@ -76,4 +76,33 @@ class DeviceBuffer {
   std::size_t count_ = 0;
 };
 
+/// Page-locked host memory (cudaMallocHost) that one owner reuses: transfers from and to it run at the link's speed
+/// and asynchronously, where pageable memory goes through the driver's own staging copies. Grows on demand.
+template <typename T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() {
+    if (data_ != nullptr) cudaFreeHost(data_);  // unchecked: called from destructors
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  /// Grows (never shrinks) to at least `count` elements; the contents are not kept.
+  void reserve(std::size_t count) {
+    if (count <= count_) return;
+    if (data_ != nullptr) cudaFreeHost(std::exchange(data_, nullptr));
+    count_ = 0;
+    void* p = nullptr;
+    FLASHOT_CUDA_CHECK(cudaMallocHost(&p, count * sizeof(T)));
+    data_ = static_cast<T*>(p);
+    count_ = count;
+  }
+  T* get() const { return data_; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
 }  // namespace flashot::detail::cuda

@@ -113,6 +113,8 @@ class DeviceStep::Impl {
   void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns, std::span<float> values) const;
   void c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
                    std::span<std::int32_t> index) const;
+  void c_transform_rounded(double cost_scale, Side rows, std::span<const float> h, std::vector<float>& values,
+                           std::vector<std::int32_t>& index) const;
   bool apply_bilinear(const PlanParams& p, Side rows, std::span<const float> u, std::span<const float> w,
                       std::size_t e, std::span<const float> v, std::size_t k, std::span<float> out) const;
   // Over the resident points (device inputs, Backend::apply_points and the others).
@@ -1268,6 +1270,18 @@ void DeviceStep::Impl::c_transform(double cost_scale, Side rows, std::span<const
   run_c_transform(sides, h, cost_scale, sms_, rop, cop, ct_choices_, values, index, ct_scratch_, stream_);
 }
 
+void DeviceStep::Impl::c_transform_rounded(double cost_scale, Side rows, std::span<const float> h,
+                                           std::vector<float>& values, std::vector<std::int32_t>& index) const {
+  DeviceScope scope(device_);
+  const bool source = rows == Side::kSource;
+  const DevSide r = source ? x_side() : y_side();
+  const DevSide c = source ? y_side() : x_side();
+  const CTransformSides sides{r.points, r.norm2, r.count, c.points, c.norm2, c.count, d_};
+  const MmaOperands* rop = use_mma_ ? (source ? &xop_ : &yop_) : nullptr;
+  const MmaOperands* cop = use_mma_ ? (source ? &yop_ : &xop_) : nullptr;
+  run_c_transform_rounded(sides, h, cost_scale, sms_, rop, cop, ct_choices_, values, index, ct_scratch_, stream_);
+}
+
 EngineStatistics DeviceStep::Impl::statistics() const {
   EngineStatistics out;
   out.one_pass_steps = tally_.one_pass;
@@ -1342,6 +1356,10 @@ void DeviceStep::apply_queries(const PlanParams& p, Side from, PointsView q, std
 void DeviceStep::c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
                              std::span<std::int32_t> index) const {
   impl_->c_transform(cost_scale, rows, h, values, index);
+}
+void DeviceStep::c_transform_rounded(double cost_scale, Side rows, std::span<const float> h,
+                                     std::vector<float>& values, std::vector<std::int32_t>& index) const {
+  impl_->c_transform_rounded(cost_scale, rows, h, values, index);
 }
 
 void DeviceStep::top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns,

@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -92,6 +93,9 @@ class DeviceStep {
   /// every column against this shard's rows of x, h (this shard's n), index local to the shard.
   void c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
                    std::span<std::int32_t> index) const;
+  /// Backend::c_transform_rounded on this shard (one device: the whole side), rounded on the device.
+  void c_transform_rounded(double cost_scale, Side rows, std::span<const float> h, std::vector<float>& values,
+                           std::vector<std::int32_t>& index) const;
   /// This shard's rows.
   void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns, std::span<float> values) const;
   /// Backend's operations over the resident points (device inputs; one device): apply_points, map_resident,

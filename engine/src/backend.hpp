@@ -217,6 +217,12 @@ class Backend {
   /// with a near tie is re-decided from fp64 direct differences. Weights play no part (every point is a candidate).
   virtual void c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
                            std::span<std::int32_t> index) const = 0;
+  /// c_transform as Problem::c_transform returns it: values (resized to count, the rows' side) each the fp64 value
+  /// rounded to the nearest fp32, index (resized to count) the argmins. The default calls c_transform and rounds on
+  /// the host; the CUDA backend rounds on the device and copies both arrays down once (docs/engine.md, "Hard
+  /// c-transform").
+  virtual void c_transform_rounded(double cost_scale, Side rows, std::span<const float> h, std::size_t count,
+                                   std::vector<float>& values, std::vector<std::int32_t>& index) const;
 
   /// WeightedSums of the points [offset, offset + h.size()) of side `side` over the backend's own copy of their
   /// weights: the marginal sum when hh is given (dual left 0), the dual sum when hh is empty (marginal 0). What the

@@ -1,8 +1,10 @@
 // flashot::Problem: validation at the API edge, the common centring of both clouds, and every public operation
 // written on top of the backend's streaming primitives.
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -602,18 +604,18 @@ CTransform Problem::c_transform(Side rows, std::span<const float> h, Cost cost) 
   if (h.size() != other)
     throw std::invalid_argument("the potential " + name + " must hold " + std::to_string(other) +
                                 " values, one per point of the other side (got " + std::to_string(h.size()) + ")");
-  for (std::size_t j = 0; j < h.size(); ++j)
-    if (!std::isfinite(h[j]))
-      throw std::invalid_argument("the potential " + name + "[" + std::to_string(j) + "] must be finite (got " +
-                                  show(h[j]) + ")");
+  // One branch-free pass (it vectorises) says whether any value is not finite; only then is the first one looked for.
+  unsigned not_finite = 0;  // an all-ones exponent: ±∞ or NaN
+  for (const float v : h) not_finite |= unsigned((std::bit_cast<std::uint32_t>(v) & 0x7f800000u) == 0x7f800000u);
+  if (not_finite != 0)
+    for (std::size_t j = 0; j < h.size(); ++j)
+      if (!std::isfinite(h[j]))
+        throw std::invalid_argument("the potential " + name + "[" + std::to_string(j) + "] must be finite (got " +
+                                    show(h[j]) + ")");
   CTransform t;
   t.rows = rows;
   t.cost = cost;
-  std::vector<double> values(count);
-  t.index.resize(count);
-  p.backend->c_transform(detail::cost_scale(cost), rows, h, values, t.index);
-  t.values.resize(count);
-  for (std::size_t i = 0; i < count; ++i) t.values[i] = static_cast<float>(values[i]);
+  p.backend->c_transform_rounded(detail::cost_scale(cost), rows, h, count, t.values, t.index);
   return t;
 }
 

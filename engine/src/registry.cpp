@@ -123,6 +123,14 @@ void Backend::points_gradient(const PlanParams&, Side, std::span<float>) const {
 void Backend::resident_primal_terms(const PlanParams&, std::span<double>) const {
   no_resident_points("resident_primal_terms");
 }
+void Backend::c_transform_rounded(double cost_scale, Side rows, std::span<const float> h, std::size_t count,
+                                  std::vector<float>& values, std::vector<std::int32_t>& index) const {
+  std::vector<double> exact(count);
+  index.resize(count);
+  c_transform(cost_scale, rows, h, exact, index);
+  values.resize(count);
+  for (std::size_t i = 0; i < count; ++i) values[i] = static_cast<float>(exact[i]);
+}
 void Backend::batch_weighted_sums(Side side, std::span<const WeightedRange> ranges, std::span<const float> h,
                                   std::span<const float> hh, std::span<WeightedSums> out) const {
   for (std::size_t k = 0; k < ranges.size(); ++k) {

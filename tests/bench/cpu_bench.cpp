@@ -1,6 +1,8 @@
 // CPU figures for docs/benchmarks.md:
-//   BM_Exp2Ceiling/<isa>/<threads>: SLEEF's vectorized exp2f on in-cache data, exponentials per second: the most
-//     the CPU backend could reach, since one Sinkhorn iteration needs 2·n·m of them (two soft c-transforms).
+//   BM_Exp2Ceiling/<isa>/<threads>: SLEEF's vectorized exp2f on in-cache data, exponentials per second: a
+//     reference rate for the exponentials one Sinkhorn iteration needs (2·n·m, two soft c-transforms). The CPU
+//     backend itself no longer calls SLEEF: its kernels inline a cheaper 2^x of the same accuracy (docs/engine.md,
+//     "The CPU backend"), and skip the exponentials of terms below 2^−100 of their row's max.
 //   BM_Iteration/<n>/<d>/<warm>: wall time of one fixed-ε Sinkhorn iteration of the CPU backend (symmetric
 //     scheme, ε = 0.1, seeded N(0,1) points, uniform weights), from zero potentials (warm = 0, the benchmark
 //     setting of POT/GeomLoss) or from potentials near the fixed point (warm = 1: the fused one-exponential
