@@ -111,6 +111,14 @@ class DeviceStep::Impl {
   void apply_queries(const PlanParams& p, Side from, PointsView q, std::span<const float> v, std::size_t k,
                      std::span<float> out) const;
   void top_k(const PlanParams& p, std::size_t k, std::span<std::int32_t> columns, std::span<float> values) const;
+  // The hard c-transform's inputs for `rows`: the two sides, and the tensor-core operands where the problem's soft
+  // c-transforms use them (split fp16; null: fp32 scores).
+  struct CtInputs {
+    CTransformSides sides;
+    const MmaOperands* rows_op;
+    const MmaOperands* cols_op;
+  };
+  CtInputs ct_inputs(Side rows) const;
   void c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
                    std::span<std::int32_t> index) const;
   void c_transform_rounded(double cost_scale, Side rows, std::span<const float> h, std::vector<float>& values,
@@ -1260,26 +1268,25 @@ void DeviceStep::Impl::resident_primal_terms(const PlanParams& p, std::span<doub
 void DeviceStep::Impl::c_transform(double cost_scale, Side rows, std::span<const float> h, std::span<double> values,
                                    std::span<std::int32_t> index) const {
   DeviceScope scope(device_);
-  const bool source = rows == Side::kSource;
-  const DevSide r = source ? x_side() : y_side();
-  const DevSide c = source ? y_side() : x_side();
-  const CTransformSides sides{r.points, r.norm2, r.count, c.points, c.norm2, c.count, d_};
-  // The tensor-core operands where the problem's soft c-transforms use them (split fp16), else fp32 scores.
-  const MmaOperands* rop = use_mma_ ? (source ? &xop_ : &yop_) : nullptr;
-  const MmaOperands* cop = use_mma_ ? (source ? &yop_ : &xop_) : nullptr;
-  run_c_transform(sides, h, cost_scale, sms_, rop, cop, ct_choices_, values, index, ct_scratch_, stream_);
+  const CtInputs in = ct_inputs(rows);
+  run_c_transform(in.sides, h, cost_scale, sms_, in.rows_op, in.cols_op, ct_choices_, values, index, ct_scratch_,
+                  stream_);
 }
 
 void DeviceStep::Impl::c_transform_rounded(double cost_scale, Side rows, std::span<const float> h,
                                            std::vector<float>& values, std::vector<std::int32_t>& index) const {
   DeviceScope scope(device_);
+  const CtInputs in = ct_inputs(rows);
+  run_c_transform_rounded(in.sides, h, cost_scale, sms_, in.rows_op, in.cols_op, ct_choices_, values, index,
+                          ct_scratch_, stream_);
+}
+
+DeviceStep::Impl::CtInputs DeviceStep::Impl::ct_inputs(Side rows) const {
   const bool source = rows == Side::kSource;
   const DevSide r = source ? x_side() : y_side();
   const DevSide c = source ? y_side() : x_side();
-  const CTransformSides sides{r.points, r.norm2, r.count, c.points, c.norm2, c.count, d_};
-  const MmaOperands* rop = use_mma_ ? (source ? &xop_ : &yop_) : nullptr;
-  const MmaOperands* cop = use_mma_ ? (source ? &yop_ : &xop_) : nullptr;
-  run_c_transform_rounded(sides, h, cost_scale, sms_, rop, cop, ct_choices_, values, index, ct_scratch_, stream_);
+  return {CTransformSides{r.points, r.norm2, r.count, c.points, c.norm2, c.count, d_},
+          use_mma_ ? (source ? &xop_ : &yop_) : nullptr, use_mma_ ? (source ? &yop_ : &xop_) : nullptr};
 }
 
 EngineStatistics DeviceStep::Impl::statistics() const {

@@ -187,9 +187,9 @@ struct GromovOptions {
   /// random sample.
   bool coarse_stratified = true;
   /// > inner_tolerance: the first inner solve of a level started from a coarser one stops at this marginal error
-  /// (docs/gromov-wasserstein.md §9); the next cost moves by the two levels' sampling difference whatever its
-  /// accuracy. 0: inner_tolerance.
-  double level_start_tolerance = 0;
+  /// (docs/gromov-wasserstein.md §9–10); the next cost moves by the two levels' sampling difference whatever its
+  /// accuracy. 0: inner_tolerance. 3e-4: 20k × 20k on 2 CPU cores 117 → 93 s, 100k on an H200 15.9 → 13.6 s.
+  double level_start_tolerance = 3e-4;
   /// The coarse levels' outer tolerance is max(outer_tolerance, coarse_tolerance): they only start the next level
   /// (docs/gromov-wasserstein.md §7), whose own stopping rule is unchanged.
   double coarse_tolerance = 1e-5;
