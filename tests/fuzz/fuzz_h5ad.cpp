@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <span>
 
+#include <hdf5.h>
+
 #include "anndata_harness.hpp"
 
 // HDF5 1.10.8 itself leaks on some corrupt inputs: when loading a damaged object header into its metadata cache
@@ -22,6 +24,16 @@ extern "C" const char* __lsan_default_suppressions() { return "leak:libhdf5_seri
 // instead, so the fuzz target gets the release behaviour. libFuzzer's own malloc limit is raised for the same
 // reason (run_fuzz.cmake); the RSS limit still catches memory that is really used.
 extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1:abort_on_error=1"; }
+
+// HDF5 keeps freed blocks on free lists of its own and hands them out again: a use-after-free inside HDF5 then reads
+// a live block, and whether it ever reaches freed memory that ASan sees depends on what earlier inputs left on those
+// lists. Without the free lists every such read is seen at once, by the isolated walk's child first, and an input
+// behaves the same whatever ran before it (a CI run found a use-after-free under H5Aexists that no single input
+// reproduced).
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  H5set_free_list_limits(0, 0, 0, 0, 0, 0);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   flashot::fuzz::guarded([&] {

@@ -76,6 +76,9 @@ const Hostile kHostileFiles[] = {
     // found by fuzz_h5ad in a CI run (2026-12-01): obs codes declared as 2 GB integers (6 of them in 6 stored
     // bytes); HDF5 allocated a 2 GB conversion buffer per read before failing
     {"fuzz_huge_integer.h5ad", "/obs/cluster/codes: corrupt file: int16777216008 elements of 2097152001 bytes"},
+    // found by fuzz_h5ad (2026-12-02): a symbol table's local heap whose free list HDF5 decodes for ever, growing a
+    // list (2 GB in seconds) when a link is looked up by name; the isolated walk's memory ceiling stops it
+    {"fuzz_local_heap_loop.h5ad", "HDF5 needed more than 256 MB to read its metadata"},
 };
 
 TEST(H5adHostile, EachEndsInAnErrorNamingTheFile) {
@@ -104,6 +107,17 @@ TEST(H5adHostile, AttributeMessageOverflowEndsCleanly) {
   // fault, so the file may read (with whatever bytes lay there) or fail; it must not crash. Under ASan (the fuzz
   // ctest seeds with this file) the isolated walk's child aborts and the file is reported corrupt.
   const fs::path path = kHostile / "fuzz_attribute_overflow.h5ad";
+  ASSERT_TRUE(fs::exists(path));
+  const std::string message = error_of([&] { read_everything(H5adReader(path)); });
+  if (!message.empty()) EXPECT_EQ(message.rfind(path.string() + ": ", 0), 0u) << message;
+}
+
+TEST(H5adHostile, AttributeUseAfterFreeEndsCleanly) {
+  // Found by fuzz_h5ad in a CI run (2026-12-02): H5Aexists decodes an attribute message from a block HDF5 has
+  // already freed (H5O__msg_iterate_real). With HDF5's free lists the block is still HDF5's, so nothing faults here
+  // and the file reads or fails; it must not crash. The fuzz target turns the free lists off: there the isolated
+  // walk's child faults and the file is reported corrupt.
+  const fs::path path = kHostile / "fuzz_attribute_use_after_free.h5ad";
   ASSERT_TRUE(fs::exists(path));
   const std::string message = error_of([&] { read_everything(H5adReader(path)); });
   if (!message.empty()) EXPECT_EQ(message.rfind(path.string() + ": ", 0), 0u) << message;
