@@ -2,9 +2,10 @@
 # Installs the Debian packages flashot needs (Debian 12), for one profile. Idempotent; --no-install-recommends.
 # usage: scripts/install-deps.sh [cli|all]
 #   cli  what the `flashot` command line needs to build and run (scripts/quickstart.sh): a C++20 compiler, CMake,
-#        Ninja, SLEEF, HDF5 (+ its LZF filter), zstd, c-blosc and zlib (zarr stores), Boost.Program_options, Eigen,
+#        Ninja, HDF5 (+ its LZF filter), zstd, c-blosc and zlib (zarr stores), Boost.Program_options, Eigen,
 #        nlohmann-json
-#   all  (default) everything to build, test and run: the above plus GoogleTest/benchmark, Qt 6 + VTK 9 for
+#   all  (default) everything to build, test and run: the above plus GoogleTest/benchmark (and SLEEF for the CPU
+#        benchmark's exp2 ceiling), Qt 6 + VTK 9 for
 #        flashot-gui, Xvfb, clang (fuzzing), OpenMPI (the multi-rank test), Python (scripts/test.sh)
 # The CUDA toolkit is not a Debian package here: nvcc is expected at /usr/local/cuda/bin (the build then compiles
 # the CUDA backend too); without it the build is CPU-only.
@@ -12,13 +13,13 @@ set -euo pipefail
 profile=${1:-all}
 cli=(
   build-essential cmake ninja-build
-  libsleef-dev libhdf5-dev hdf5-plugin-lzf
+  libhdf5-dev hdf5-plugin-lzf
   libzstd-dev libblosc-dev zlib1g-dev
   libboost-program-options-dev libeigen3-dev nlohmann-json3-dev
 )
 rest=(
   pkg-config git
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libsleef-dev
   libtbb-dev
   qt6-base-dev libqt6opengl6-dev libgl1-mesa-dev libgl1-mesa-dri libvtk9-dev
   xvfb xauth

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packs a CUDA build made on a machine with the full toolchain for a GPU machine that lacks SLEEF/OpenMP (the lent
-# H200 image): the engine tests, the CLI and the CUDA benchmarks, stripped, with libsleef/libgomp beside them, as one
+# H200 image): the engine tests, the CLI and the CUDA benchmarks, stripped, with libgomp (and libsleef, which only
+# the CPU benchmark links) beside them, as one
 # xz tarball (10-25 MB, under the device tool's 64 MiB carry limit), after running the host-only CUDA tests. On the
 # GPU machine, from the repository root:
 #   python3 -c "import tarfile; tarfile.open('CARRY/gpu.tar.xz').extractall('CARRY')"
