@@ -178,8 +178,7 @@ struct Problem::Impl {
     }
     usable = usable && normal;
     double cost = 0;
-    for (std::size_t i = 0; i < n; ++i)
-      if (out[i * k + d + 1] > 0) cost += terms[i];
+    for (const double term : terms) cost += term;  // rows without mass left their term at 0
     if (usable) {
       out = {};
       const SolveResult& s = *result;
