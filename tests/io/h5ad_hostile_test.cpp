@@ -79,6 +79,9 @@ const Hostile kHostileFiles[] = {
     // found by fuzz_h5ad (2026-12-02): a symbol table's local heap whose free list HDF5 decodes for ever, growing a
     // list (2 GB in seconds) when a link is looked up by name; the isolated walk's memory ceiling stops it
     {"fuzz_local_heap_loop.h5ad", "HDF5 needed more than 256 MB to read its metadata"},
+    // found by the same hunt: an obsm record array whose records claim 16 GB each; HDF5 allocated a conversion
+    // buffer of one record
+    {"fuzz_huge_record.h5ad", "/obsm (field X_pca): corrupt file: claims 6 records of 16159286140 bytes"},
 };
 
 TEST(H5adHostile, EachEndsInAnErrorNamingTheFile) {

@@ -825,6 +825,21 @@ Node::ArrayField Node::compound_array_field(const std::string& field) const {
     throw_format(file_, where, "claims " + std::to_string(records) + " records of " + std::to_string(cols) +
                                    " values but stores only " + std::to_string(stored) + " bytes");
   }
+  // The file's side too: HDF5 converts whole records, in a buffer of at least one record, and the numbers in them.
+  // fuzz_h5ad declared a record of 16 GB (tests/io/data/hostile/fuzz_huge_record.h5ad).
+  const std::size_t number_bytes = H5Tget_size(element.get());
+  if (number_bytes == 0 || number_bytes > kMaxNumericBytes) {
+    throw_format(file_, where,
+                 "corrupt file: numbers of " + std::to_string(number_bytes) + " bytes (numbers are 1 to " +
+                     std::to_string(kMaxNumericBytes) + " bytes)");
+  }
+  const hsize_t record_bytes = H5Tget_size(type.get());
+  if (record_bytes == 0 || records > std::numeric_limits<hsize_t>::max() / record_bytes ||
+      (records * record_bytes > kAlwaysAllowedBytes && records * record_bytes / kMaxExpansion > stored)) {
+    throw_format(file_, where, "corrupt file: claims " + std::to_string(records) + " records of " +
+                                   std::to_string(record_bytes) + " bytes but stores only " + std::to_string(stored) +
+                                   " bytes");
+  }
   out.records = static_cast<std::size_t>(records);
   out.cols = static_cast<std::size_t>(cols);
   out.dtype = numeric_type_name(element.get());
