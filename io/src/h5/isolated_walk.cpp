@@ -204,7 +204,7 @@ long status_kb(const char* field) {
   ::_exit(0);
 }
 
-// One blocking wait; the child's alarm bounds it. A signal to the parent (libFuzzer's timer, every second) ends the
+// One blocking wait; the child's alarm bounds it. A signal to the parent (libFuzzer's timer, every few seconds) ends the
 // wait early with EINTR, a timing-dependent number of times: under a fuzzer's coverage instrumentation that loop
 // would give the same input different coverage from run to run, so the fuzz runs would not repeat (the same seed
 // took other paths on the CI machine than here). It is kept out of the instrumentation.
