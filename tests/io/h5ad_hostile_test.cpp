@@ -119,7 +119,8 @@ TEST(H5adHostile, AttributeUseAfterFreeEndsCleanly) {
   // Found by fuzz_h5ad in a CI run (2026-12-02): H5Aexists decodes an attribute message from a block HDF5 has
   // already freed (H5O__msg_iterate_real). With HDF5's free lists the block is still HDF5's, so nothing faults here
   // and the file reads or fails; it must not crash. The fuzz target turns the free lists off: there the isolated
-  // walk's child faults and the file is reported corrupt.
+  // walk's child faults and the file is reported corrupt (its mutations can still meet the fault in the reader's
+  // own process: open work, docs/io-h5ad.md "Hostile files").
   const fs::path path = kHostile / "fuzz_attribute_use_after_free.h5ad";
   ASSERT_TRUE(fs::exists(path));
   const std::string message = error_of([&] { read_everything(H5adReader(path)); });
