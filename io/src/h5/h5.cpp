@@ -21,6 +21,14 @@ namespace {
 // malformed (or hostile) file: refuse it before allocating. Deflate tops out near 1000:1 on constant data.
 constexpr hsize_t kMaxExpansion = 1024;
 constexpr hsize_t kAlwaysAllowedBytes = hsize_t{64} << 20;
+
+// Whether `count` items of `unit` bytes claim more than `stored` bytes could expand to (a hostile header, refused
+// before anyone sizes a buffer from it); a product past 2^64 claims too much.
+bool claims_more_than_stored(hsize_t count, hsize_t unit, hsize_t stored) {
+  if (unit != 0 && count > std::numeric_limits<hsize_t>::max() / unit) return true;
+  const hsize_t bytes = count * unit;
+  return bytes > kAlwaysAllowedBytes && bytes / kMaxExpansion > stored;
+}
 constexpr int kDeflateLevel = 4;
 constexpr hsize_t kTargetChunkBytes = hsize_t{1} << 20;
 constexpr hsize_t kMaxChunkElements1d = hsize_t{1} << 18;
@@ -560,9 +568,8 @@ hsize_t checked_numeric_count(const Node& node, std::size_t element_size) {
   check_numeric_type(node, false);
   const hsize_t n = product(node.shape());
   // the larger of the file's and the memory's element: HDF5 converts through buffers of both
-  const hsize_t bytes = n * std::max(element_size, node.type_size());
   const hsize_t stored = H5Dget_storage_size(node.id());
-  if (bytes > kAlwaysAllowedBytes && bytes / kMaxExpansion > stored) {
+  if (claims_more_than_stored(n, std::max(element_size, node.type_size()), stored)) {
     node.fail("claims " + std::to_string(n) + " elements but stores only " + std::to_string(stored) + " bytes");
   }
   return n;
@@ -654,8 +661,7 @@ std::vector<std::string> Node::read_strings() const {
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
   if (n < 0) fail(hdf5_problem("unreadable dataspace"));
   const hsize_t stored = H5Dget_storage_size(id());
-  const hsize_t bytes = static_cast<hsize_t>(n) * std::max<std::size_t>(H5Tget_size(type.get()), 1);
-  if (bytes > kAlwaysAllowedBytes && bytes / kMaxExpansion > stored) {
+  if (claims_more_than_stored(static_cast<hsize_t>(n), std::max<std::size_t>(H5Tget_size(type.get()), 1), stored)) {
     fail("claims " + std::to_string(n) + " strings but stores only " + std::to_string(stored) + " bytes");
   }
   auto fail_fn = [&](const std::string&) { fail(read_failure(id())); };
@@ -675,7 +681,7 @@ std::vector<std::uint8_t> Node::read_flags() const {
   const std::size_t size = H5Tget_size(native.get());
   const hsize_t n = product(shape());
   const hsize_t stored = H5Dget_storage_size(id());
-  if (n * size > kAlwaysAllowedBytes && n * size / kMaxExpansion > stored) {
+  if (claims_more_than_stored(n, size, stored)) {
     fail("claims " + std::to_string(n) + " elements but stores only " + std::to_string(stored) + " bytes");
   }
   std::vector<unsigned char> raw(n * size);
@@ -714,8 +720,7 @@ Node::Field Node::read_compound_field(const std::string& field) const {
   if (n < 0) throw_format(file_, where, hdf5_problem("unreadable dataspace"));
   const hsize_t stored = H5Dget_storage_size(id());
   const hsize_t record = H5Tget_size(type.get());
-  if (static_cast<hsize_t>(n) * record > kAlwaysAllowedBytes &&
-      static_cast<hsize_t>(n) * record / kMaxExpansion > stored) {
+  if (claims_more_than_stored(static_cast<hsize_t>(n), record, stored)) {
     throw_format(file_, where, "claims " + std::to_string(n) + " records but stores only " +
                                    std::to_string(stored) + " bytes");
   }
@@ -819,9 +824,7 @@ Node::ArrayField Node::compound_array_field(const std::string& field) const {
   }
   const auto records = static_cast<hsize_t>(n);
   const hsize_t stored = H5Dget_storage_size(id());
-  if (records > kMaxFloats / cols ||
-      (records * cols * sizeof(float) > kAlwaysAllowedBytes &&
-       records * cols * sizeof(float) / kMaxExpansion > stored)) {
+  if (records > kMaxFloats / cols || claims_more_than_stored(records * cols, sizeof(float), stored)) {
     throw_format(file_, where, "claims " + std::to_string(records) + " records of " + std::to_string(cols) +
                                    " values but stores only " + std::to_string(stored) + " bytes");
   }
@@ -834,8 +837,7 @@ Node::ArrayField Node::compound_array_field(const std::string& field) const {
                      std::to_string(kMaxNumericBytes) + " bytes)");
   }
   const hsize_t record_bytes = H5Tget_size(type.get());
-  if (record_bytes == 0 || records > std::numeric_limits<hsize_t>::max() / record_bytes ||
-      (records * record_bytes > kAlwaysAllowedBytes && records * record_bytes / kMaxExpansion > stored)) {
+  if (record_bytes == 0 || claims_more_than_stored(records, record_bytes, stored)) {
     throw_format(file_, where, "corrupt file: claims " + std::to_string(records) + " records of " +
                                    std::to_string(record_bytes) + " bytes but stores only " + std::to_string(stored) +
                                    " bytes");
@@ -946,7 +948,7 @@ Id copy_compound_field(const Node& source, const std::string& field, const Write
   for (hsize_t d : dims) per_record *= d;
   const hsize_t bytes = static_cast<hsize_t>(n) * per_record * element_size;
   const hsize_t stored = H5Dget_storage_size(source.id());
-  if (bytes > kAlwaysAllowedBytes && bytes / kMaxExpansion > stored) {
+  if (claims_more_than_stored(static_cast<hsize_t>(n) * per_record, element_size, stored)) {
     throw_format(source.file(), where, "claims " + std::to_string(bytes) + " bytes but stores only " +
                                            std::to_string(stored));
   }

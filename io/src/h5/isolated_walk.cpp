@@ -150,6 +150,15 @@ long status_kb(const char* field) {
   return value;
 }
 
+// The end of every path of the child: near its memory ceiling (even where HDF5 then refused the file) is a verdict of
+// its own. No HDF5 clean-up: the child only had to survive.
+[[noreturn]] void end_child(long start_kb, std::size_t budget) {
+  const long peak_kb = status_kb("VmPeak");
+  const bool near_ceiling =
+      start_kb >= 0 && peak_kb >= start_kb && static_cast<std::size_t>(peak_kb - start_kb) * 1024 >= budget / 4 * 3;
+  ::_exit(near_ceiling ? kExitMemory : 0);
+}
+
 [[noreturn]] void walk_in_child(const FileRef& file, std::chrono::seconds limit) {
   if (__sanitizer_set_death_callback != nullptr) __sanitizer_set_death_callback(nullptr);
   // A fault ends the child at once: the default actions, not the handlers the caller may have installed (a
@@ -176,13 +185,6 @@ long status_kb(const char* field) {
       ::setrlimit(RLIMIT_DATA, &ceiling);
     }
   }
-  // The end of every path: near the ceiling (even where HDF5 then refused the file) is a verdict of its own.
-  const auto finish = [&] {
-    const long peak_kb = status_kb("VmPeak");
-    const bool near_ceiling =
-        start_kb >= 0 && peak_kb >= start_kb && static_cast<std::size_t>(peak_kb - start_kb) * 1024 >= budget / 4 * 3;
-    ::_exit(near_ceiling ? kExitMemory : 0);  // no HDF5 clean-up: the child only had to survive
-  };
   silence_errors();
   hid_t id = H5I_INVALID_HID;
   if (!file.image.empty()) {
@@ -193,15 +195,14 @@ long status_kb(const char* field) {
   } else {
     id = H5Fopen(file.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   }
-  if (id < 0) finish();  // HDF5 refused it: the reader will say why
+  if (id < 0) end_child(start_kb, budget);  // HDF5 refused it: the reader will say why
   FileRef ref = file;
   ref.id = id;
   ref.raw.reset();
   Walk walk{&ref, {}};
   Id root(H5Oopen(id, "/", H5P_DEFAULT));
   if (root.valid()) visit(root.get(), walk, 0);
-  finish();
-  ::_exit(0);
+  end_child(start_kb, budget);
 }
 
 // One blocking wait; the child's alarm bounds it. A signal to the parent (libFuzzer's timer, every few seconds) ends the
