@@ -193,25 +193,30 @@ def test_progress_callable_sees_checks_and_can_cancel():
 
 
 def test_solve_releases_the_gil():
+    # Judged by ratios, not by the machine's speed: while the solve runs the main thread keeps
+    # executing bytecode, so the longest pause it sees is a small part of the solve's duration.
+    # With the GIL held inside the solve that pause would be the whole solve.
     x, y, _, _ = clouds(2000, 2000, 3)
     problem = flashot.Problem(x, y, backend="cpu", threads=1)
     done = threading.Event()
-    spins = 0
+    span = []
 
     def solve():
-        problem.solve(epsilon=0.05, tolerance=0, max_iterations=40, diagnostics=False)
+        begin = time.perf_counter()
+        problem.solve(epsilon=0.05, tolerance=0, max_iterations=400, diagnostics=False)
+        span.append(time.perf_counter() - begin)
         done.set()
 
     thread = threading.Thread(target=solve)
-    start = time.perf_counter()
     thread.start()
+    last = time.perf_counter()
+    longest_pause = 0.0
     while not done.is_set():
-        spins += 1
+        now = time.perf_counter()
+        longest_pause = max(longest_pause, now - last)
+        last = now
     thread.join()
-    elapsed = time.perf_counter() - start
-    # With the GIL held for the whole solve this loop could not run while it lasted.
-    assert elapsed > 0.05
-    assert spins > 1000, (spins, elapsed)
+    assert longest_pause < 0.5 * span[0], (longest_pause, span[0])
 
 
 def test_inputs_of_other_layouts_and_types_give_the_same_result():
