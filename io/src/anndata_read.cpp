@@ -140,9 +140,9 @@ H5adReader::H5adReader(const std::filesystem::path& path) : impl_(std::make_uniq
   const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
   if (is_hdf5 < 0) throw IoError(path.string() + ": cannot be opened (" + h5::take_error_stack() + ")");
   if (is_hdf5 == 0) throw FormatError(path.string(), "", "not an HDF5 file (no HDF5 signature)");
-  if (auto crash = h5::crash_in_isolated_walk(impl_->file, kMetadataWalkLimit)) {
-    throw FormatError(path.string(), "", *crash);
-  }
+  auto walk = h5::isolated_walk(impl_->file, kMetadataWalkLimit);
+  if (walk.problem) throw FormatError(path.string(), "", *walk.problem);
+  impl_->file.attributes = std::move(walk.attributes);
   impl_->file_id = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!impl_->file_id.valid()) {
     throw FormatError(path.string(), "/", "HDF5 cannot open it (" + h5::take_error_stack() + ")");
@@ -161,7 +161,9 @@ H5adReader H5adReader::from_image(std::span<const std::byte> image, const std::s
   // span may be gone.
   impl.image.assign(image.begin(), image.end());
   impl.file.image = impl.image;
-  if (auto crash = h5::crash_in_isolated_walk(impl.file, kMetadataWalkLimit)) throw FormatError(name, "", *crash);
+  auto walk = h5::isolated_walk(impl.file, kMetadataWalkLimit);
+  if (walk.problem) throw FormatError(name, "", *walk.problem);
+  impl.file.attributes = std::move(walk.attributes);
   h5::Id fapl(H5Pcreate(H5P_FILE_ACCESS));
   H5Pset_fapl_core(fapl.get(), std::size_t{1} << 20, 0);
   // HDF5 copies the image into the property list and again into the file; it never writes through the pointer.

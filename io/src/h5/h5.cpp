@@ -281,38 +281,137 @@ std::vector<std::string> Node::children() const {
   fail(hdf5_problem("cannot list group"));
 }
 
+namespace {
+// A problem found while decoding an attribute, carried out of read_string_values' failure callback.
+struct AttributeProblem {
+  std::string text;
+};
+}  // namespace
+
+Attribute decode_attribute(const FileRef* file, hid_t attr) {
+  Attribute out;
+  Id type(H5Aget_type(attr));
+  Id space(H5Aget_space(attr));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  out.count = n < 0 ? -1 : static_cast<std::int64_t>(n);
+  const H5T_class_t cls = H5Tget_class(type.get());
+  if (n < 0) {
+    out.kind = cls == H5T_STRING ? Attribute::Kind::kString : Attribute::Kind::kOther;
+    out.problem = hdf5_problem("unreadable dataspace");
+    return out;
+  }
+  try {
+    if (cls == H5T_STRING) {
+      out.kind = Attribute::Kind::kString;
+      if (H5Sget_simple_extent_type(space.get()) == H5S_NULL) return out;
+      // An attribute holds its elements in the object header: a count its stored bytes cannot back is corrupt.
+      const hsize_t stored = H5Aget_storage_size(attr);
+      const std::size_t element = std::max<std::size_t>(H5Tget_size(type.get()), 1);
+      if (static_cast<hsize_t>(n) > stored / element) {
+        out.problem = "claims " + std::to_string(n) + " strings but stores only " + std::to_string(stored) + " bytes";
+        return out;
+      }
+      const VlenReadScope scope(file);
+      out.strings = read_string_values(
+          type.get(), static_cast<hsize_t>(n), [&](hid_t mem, void* buf) { return H5Aread(attr, mem, buf); },
+          space.get(), [](const std::string& p) { throw AttributeProblem{hdf5_problem(p)}; });
+    } else if (cls == H5T_INTEGER || cls == H5T_FLOAT || cls == H5T_ENUM) {
+      out.kind = Attribute::Kind::kNumeric;
+      const hsize_t stored = H5Aget_storage_size(attr);
+      if (claims_more_than_stored(static_cast<hsize_t>(n), std::max<std::size_t>(H5Tget_size(type.get()), 1),
+                                  stored)) {
+        throw AttributeProblem{"claims " + std::to_string(n) + " values but stores only " + std::to_string(stored) +
+                               " bytes"};
+      }
+      if (cls == H5T_ENUM) {
+        Id native(H5Tget_native_type(type.get(), H5T_DIR_ASCEND));
+        const std::size_t size = H5Tget_size(native.get());
+        std::vector<unsigned char> raw(static_cast<std::size_t>(n) * size);
+        if (n > 0 && H5Aread(attr, native.get(), raw.data()) < 0) throw AttributeProblem{hdf5_problem("cannot read")};
+        out.ints = widen_integers(raw, size, enum_or_int_signed(type.get()));
+      } else {
+        out.ints.resize(static_cast<std::size_t>(n));
+        if (n > 0 && H5Aread(attr, H5T_NATIVE_INT64, out.ints.data()) < 0) {
+          throw AttributeProblem{hdf5_problem("cannot read")};
+        }
+      }
+    } else if (cls == H5T_REFERENCE) {
+      out.kind = Attribute::Kind::kReference;
+      if (n != 1) throw AttributeProblem{"expected one object reference"};
+      hobj_ref_t ref{};
+      if (H5Aread(attr, H5T_STD_REF_OBJ, &ref) < 0) throw AttributeProblem{hdf5_problem("cannot read")};
+      out.reference = ref;
+    }
+  } catch (const AttributeProblem& p) {
+    out.strings.clear();
+    out.ints.clear();
+    out.problem = p.text;
+  }
+  H5Eclear2(H5E_DEFAULT);
+  return out;
+}
+
+std::optional<std::uint64_t> object_address(hid_t object) {
+  H5O_info_t info{};
+  const herr_t r = H5Oget_info2(object, &info, H5O_INFO_BASIC);
+  H5Eclear2(H5E_DEFAULT);
+  if (r < 0) return std::nullopt;
+  return info.addr;
+}
+
+const std::map<std::string, Attribute>* Node::table_entry() const {
+  if (!table_looked_up_) {
+    table_looked_up_ = true;
+    if (file_ != nullptr && file_->attributes != nullptr) {
+      if (const auto address = object_address(id())) {
+        const auto it = file_->attributes->find(*address);
+        if (it != file_->attributes->end()) table_entry_ = &it->second;
+      }
+    }
+  }
+  return table_entry_;
+}
+
+const Attribute* Node::attribute(const std::string& name, Attribute& scratch) const {
+  if (const auto* entry = table_entry()) {
+    const auto it = entry->find(name);
+    return it == entry->end() ? nullptr : &it->second;
+  }
+  // A file being written, or an object the walk did not reach: HDF5 decodes it here.
+  Id attr(H5Aopen(id(), name.c_str(), H5P_DEFAULT));
+  if (!attr.valid()) {
+    H5Eclear2(H5E_DEFAULT);
+    return nullptr;
+  }
+  scratch = decode_attribute(file_, attr.get());
+  return &scratch;
+}
+
 bool Node::has_attr(const std::string& name) const {
+  if (const auto* entry = table_entry()) return entry->contains(name);
   const htri_t r = H5Aexists(id(), name.c_str());
   H5Eclear2(H5E_DEFAULT);
   return r > 0;
 }
 
+namespace {
+const Attribute& present(const Attribute* a, const FileRef* file, const std::string& where) {
+  if (a == nullptr) throw_format(file, where, "missing attribute");
+  return *a;
+}
+}  // namespace
+
 std::vector<std::string> Node::attr_strings(const std::string& name) const {
   const std::string where = object_path_ + " (attribute " + name + ")";
-  Id attr(H5Aopen(id(), name.c_str(), H5P_DEFAULT));
-  if (!attr.valid()) throw_format(file_, where, hdf5_problem("missing attribute"));
-  Id type(H5Aget_type(attr.get()));
-  Id space(H5Aget_space(attr.get()));
-  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-  if (n < 0) throw_format(file_, where, hdf5_problem("unreadable dataspace"));
-  const H5T_class_t cls = H5Tget_class(type.get());
-  if (cls != H5T_STRING) {
-    if (n == 0) return {};  // anndata writes an empty column-order as an empty float64 array
+  Attribute scratch;
+  const Attribute& a = present(attribute(name, scratch), file_, where);
+  if (a.count < 0) throw_format(file_, where, a.problem);
+  if (a.kind != Attribute::Kind::kString) {
+    if (a.count == 0) return {};  // anndata writes an empty column-order as an empty float64 array
     throw_format(file_, where, "expected a string attribute");
   }
-  if (H5Sget_simple_extent_type(space.get()) == H5S_NULL) return {};
-  // An attribute holds its elements in the object header: a count its stored bytes cannot back is corrupt.
-  const hsize_t stored = H5Aget_storage_size(attr.get());
-  const std::size_t element = std::max<std::size_t>(H5Tget_size(type.get()), 1);
-  if (static_cast<hsize_t>(n) > stored / element) {
-    throw_format(file_, where, "claims " + std::to_string(n) + " strings but stores only " + std::to_string(stored) +
-                                   " bytes");
-  }
-  auto fail_fn = [&](const std::string& p) { throw_format(file_, where, hdf5_problem(p)); };
-  const VlenReadScope scope(file_);
-  return read_string_values(
-      type.get(), static_cast<hsize_t>(n),
-      [&](hid_t mem, void* buf) { return H5Aread(attr.get(), mem, buf); }, space.get(), fail_fn);
+  if (!a.problem.empty()) throw_format(file_, where, a.problem);
+  return a.strings;
 }
 
 std::string Node::attr_string(const std::string& name) const {
@@ -330,29 +429,11 @@ std::optional<std::string> Node::attr_string_opt(const std::string& name) const 
 
 std::vector<std::int64_t> Node::attr_ints(const std::string& name) const {
   const std::string where = object_path_ + " (attribute " + name + ")";
-  Id attr(H5Aopen(id(), name.c_str(), H5P_DEFAULT));
-  if (!attr.valid()) throw_format(file_, where, hdf5_problem("missing attribute"));
-  Id type(H5Aget_type(attr.get()));
-  Id space(H5Aget_space(attr.get()));
-  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-  const H5T_class_t cls = H5Tget_class(type.get());
-  if (n < 0 || (cls != H5T_INTEGER && cls != H5T_FLOAT && cls != H5T_ENUM)) {
-    throw_format(file_, where, "expected a numeric attribute");
-  }
-  if (cls == H5T_ENUM) {
-    Id native(H5Tget_native_type(type.get(), H5T_DIR_ASCEND));
-    const std::size_t size = H5Tget_size(native.get());
-    std::vector<unsigned char> raw(static_cast<std::size_t>(n) * size);
-    if (n > 0 && H5Aread(attr.get(), native.get(), raw.data()) < 0) {
-      throw_format(file_, where, hdf5_problem("cannot read"));
-    }
-    return widen_integers(raw, size, enum_or_int_signed(type.get()));
-  }
-  std::vector<std::int64_t> values(static_cast<std::size_t>(n));
-  if (n > 0 && H5Aread(attr.get(), H5T_NATIVE_INT64, values.data()) < 0) {
-    throw_format(file_, where, hdf5_problem("cannot read"));
-  }
-  return values;
+  Attribute scratch;
+  const Attribute& a = present(attribute(name, scratch), file_, where);
+  if (a.count < 0 || a.kind != Attribute::Kind::kNumeric) throw_format(file_, where, "expected a numeric attribute");
+  if (!a.problem.empty()) throw_format(file_, where, a.problem);
+  return a.ints;
 }
 
 bool Node::attr_bool(const std::string& name) const {
@@ -362,20 +443,18 @@ bool Node::attr_bool(const std::string& name) const {
 }
 
 bool Node::attr_is_reference(const std::string& name) const {
-  if (!has_attr(name)) return false;
-  Id attr(H5Aopen(id(), name.c_str(), H5P_DEFAULT));
-  Id type(H5Aget_type(attr.get()));
-  return H5Tget_class(type.get()) == H5T_REFERENCE;
+  Attribute scratch;
+  const Attribute* a = attribute(name, scratch);
+  return a != nullptr && a->kind == Attribute::Kind::kReference;
 }
 
 Node Node::attr_dereference(const std::string& name) const {
   const std::string where = object_path_ + " (attribute " + name + ")";
-  Id attr(H5Aopen(id(), name.c_str(), H5P_DEFAULT));
-  if (!attr.valid()) throw_format(file_, where, hdf5_problem("missing attribute"));
-  Id space(H5Aget_space(attr.get()));
-  if (H5Sget_simple_extent_npoints(space.get()) != 1) throw_format(file_, where, "expected one object reference");
-  hobj_ref_t ref{};
-  if (H5Aread(attr.get(), H5T_STD_REF_OBJ, &ref) < 0) throw_format(file_, where, hdf5_problem("cannot read"));
+  Attribute scratch;
+  const Attribute& a = present(attribute(name, scratch), file_, where);
+  if (a.kind != Attribute::Kind::kReference || a.count != 1) throw_format(file_, where, "expected one object reference");
+  if (!a.problem.empty()) throw_format(file_, where, a.problem);
+  hobj_ref_t ref = a.reference;
   Id target(H5Rdereference2(id(), H5P_DEFAULT, H5R_OBJECT, &ref));
   if (!target.valid()) throw_format(file_, where, hdf5_problem("dangling object reference"));
   std::string path(256, '\0');

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -58,6 +59,21 @@ enum class TypeClass { kInteger, kUnsigned, kFloat, kString, kEnum, kCompound, k
 
 class RawFile;
 
+/// One attribute as the reader sees it, decoded once. For a file being read that happens in the isolated walk's
+/// child (isolated_walk.hpp): HDF5's attribute-message decoding has faults that a damaged object header triggers,
+/// so the reader's process never runs it on such a file (docs/io-h5ad.md, "Hostile files").
+struct Attribute {
+  enum class Kind : std::uint8_t { kString, kNumeric, kReference, kOther };
+  Kind kind = Kind::kOther;
+  std::int64_t count = 0;            ///< elements; -1 when the dataspace is unreadable
+  std::vector<std::string> strings;  ///< kString
+  std::vector<std::int64_t> ints;    ///< kNumeric (floats converted by HDF5, enums by value)
+  std::uint64_t reference = 0;       ///< kReference: the target's object header address
+  std::string problem;               ///< why the value could not be read (reported when it is asked for)
+};
+/// Every attribute of every object the isolated walk reached: object header address → name → attribute.
+using AttributeTable = std::map<std::uint64_t, std::map<std::string, Attribute>>;
+
 /// The file an object lives in; used for error messages, and by the checked string reader (vlen.hpp) to read the
 /// file's bytes itself.
 struct FileRef {
@@ -67,7 +83,15 @@ struct FileRef {
   std::string disk_path;             ///< the file on disk when it differs from `path` (a partial file being written)
   bool writable = false;             ///< opened for writing: flushed before strings are read back
   mutable std::shared_ptr<RawFile> raw;  ///< opened by the first string read
+  /// The attributes as the isolated walk decoded them; nullptr (a file being written, or no walk): HDF5 is asked.
+  std::shared_ptr<const AttributeTable> attributes;
 };
+
+/// Decodes the open attribute `attr` of an object of `file` (strings through the checked reader, vlen.hpp).
+/// Never throws for what the file holds: a value that cannot be read is an Attribute with a problem.
+Attribute decode_attribute(const FileRef* file, hid_t attr);
+/// The object header address of an open object (the attribute table's key); nullopt when HDF5 cannot say.
+std::optional<std::uint64_t> object_address(hid_t object);
 
 /// An open group or dataset together with its object path, so every error can name both.
 class Node {
@@ -148,10 +172,18 @@ class Node {
   void set_storage_checked() const { storage_checked_ = true; }
 
  private:
+  /// The attribute `name`: from the file's table when the object is in it, else decoded into `scratch`; nullptr
+  /// when the object has no such attribute.
+  const Attribute* attribute(const std::string& name, Attribute& scratch) const;
+  /// The object's attributes in the file's table; nullptr when the file has no table or the walk did not reach it.
+  const std::map<std::string, Attribute>* table_entry() const;
+
   const FileRef* file_ = nullptr;
   Id id_;
   std::string object_path_;
   mutable bool storage_checked_ = false;
+  mutable bool table_looked_up_ = false;
+  mutable const std::map<std::string, Attribute>* table_entry_ = nullptr;
 };
 
 std::string join_path(const std::string& parent, const std::string& name);

@@ -1,7 +1,9 @@
 #include "h5/isolated_walk.hpp"
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -20,7 +23,6 @@
 namespace flashot::io::h5 {
 namespace {
 
-constexpr hsize_t kMaxAttributeBytes = hsize_t{16} << 20;
 // The memory the walk may take beyond what the process had (plus three copies of an in-memory image: HDF5 copies it
 // into the property list and into the file). Metadata needs far less; damaged structures can ask for unbounded
 // amounts (a local heap whose free list loops grows a list for ever).
@@ -31,51 +33,53 @@ constexpr int kExitMemory = 3;
 struct Walk {
   const FileRef* file;
   std::set<haddr_t> seen;
+  AttributeTable attributes;
+  bool out_of_memory = false;  // an allocation of the walk's own failed inside an HDF5 callback
 };
 
 void visit(hid_t object, Walk& walk, int depth);
 
-herr_t visit_attribute(hid_t object, const char* name, const H5A_info_t*, void* data) {
-  const auto* walk = static_cast<const Walk*>(data);
+struct AttributeVisit {
+  Walk* walk;
+  std::map<std::string, Attribute>* entry;
+  int depth;
+};
+
+// Each attribute decoded as the reader will use it, into the table the parent gets; object references followed.
+void record_attribute(hid_t object, const char* name, AttributeVisit* at) {
   Id attr(H5Aopen(object, name, H5P_DEFAULT));
-  if (!attr.valid()) return 0;
-  Id type(H5Aget_type(attr.get()));
-  Id space(H5Aget_space(attr.get()));
-  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-  const hsize_t stored = H5Aget_storage_size(attr.get());
-  if (!type.valid() || n <= 0 || stored > kMaxAttributeBytes) return 0;
-  const H5T_class_t cls = H5Tget_class(type.get());
-  if (cls == H5T_STRING && H5Tis_variable_str(type.get()) > 0) {
-    if (static_cast<hsize_t>(n) > stored) return 0;
-    Id mem(H5Tcopy(H5T_C_S1));
-    H5Tset_size(mem.get(), H5T_VARIABLE);
-    std::vector<char*> values(static_cast<std::size_t>(n), nullptr);
-    const VlenReadScope scope(walk->file);
-    if (H5Aread(attr.get(), mem.get(), values.data()) >= 0) {
-      H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, values.data());
-    } else {
-      take_vlen_problem();
-    }
-  } else if (cls == H5T_REFERENCE) {
-    if (H5Tequal(type.get(), H5T_STD_REF_OBJ) > 0 && n == 1) {
-      hobj_ref_t ref{};
-      if (H5Aread(attr.get(), H5T_STD_REF_OBJ, &ref) >= 0) {
-        Id target(H5Rdereference2(object, H5P_DEFAULT, H5R_OBJECT, &ref));
-        auto* w = static_cast<Walk*>(data);
-        if (target.valid() && w->seen.insert(ref).second) visit(target.get(), *w, 32);
-      }
-    }
-  } else {
-    const std::size_t size = H5Tget_size(type.get());
-    if (size == 0 || static_cast<hsize_t>(n) > kMaxAttributeBytes / size) return 0;
-    std::vector<unsigned char> buffer(static_cast<std::size_t>(n) * size);
-    if (cls != H5T_VLEN && cls != H5T_COMPOUND) H5Aread(attr.get(), type.get(), buffer.data());
+  if (!attr.valid()) {
+    H5Eclear2(H5E_DEFAULT);
+    return;
+  }
+  Attribute decoded = decode_attribute(at->walk->file, attr.get());
+  const bool follow = decoded.kind == Attribute::Kind::kReference && decoded.problem.empty();
+  const std::uint64_t reference = decoded.reference;
+  at->entry->emplace(name, std::move(decoded));
+  if (follow && at->walk->seen.insert(reference).second) {
+    hobj_ref_t ref = reference;
+    Id target(H5Rdereference2(object, H5P_DEFAULT, H5R_OBJECT, &ref));
+    if (target.valid()) visit(target.get(), *at->walk, at->depth + 1);
   }
   H5Eclear2(H5E_DEFAULT);
+}
+
+// HDF5 calls this from C: no exception may pass through it. The walk's own allocations fail near the memory ceiling
+// (std::bad_alloc): that ends the walk with the ceiling's verdict.
+herr_t visit_attribute(hid_t object, const char* name, const H5A_info_t*, void* data) {
+  auto* at = static_cast<AttributeVisit*>(data);
+  if (at->walk->out_of_memory) return -1;
+  try {
+    record_attribute(object, name, at);
+  } catch (...) {
+    at->walk->out_of_memory = true;
+    return -1;
+  }
   return 0;
 }
 
-// The attributes the reader asks for by name (H5Aexists decodes the messages along another path than iteration).
+// The attributes asked for by name where the walk's table is not used (write_h5ad_copy's upgrade of a legacy copy
+// calls H5Aexists, which decodes the messages along another path than iteration).
 constexpr const char* kAttributeNames[] = {"encoding-type", "encoding-version", "_index", "column-order", "categories",
                                            "ordered", "shape", "h5sparse_format", "h5sparse_shape"};
 
@@ -92,12 +96,16 @@ void visit_children(hid_t group, Walk& walk, int depth) {
   H5G_info_t info{};
   if (H5Gget_info(group, &info) < 0) return;
   for (hsize_t i = 0; i < info.nlinks && i < 1'000'000; ++i) {
-    char name[1024] = {};
-    if (H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof(name), H5P_DEFAULT) < 0) continue;
+    const ssize_t length = H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (length < 0 || length > (ssize_t{1} << 20)) continue;
+    std::string name(static_cast<std::size_t>(length), '\0');
+    if (H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1, H5P_DEFAULT) < 0) {
+      continue;
+    }
     H5L_info_t link{};
-    if (H5Lget_info(group, name, &link, H5P_DEFAULT) < 0 || link.type != H5L_TYPE_HARD) continue;
+    if (H5Lget_info(group, name.c_str(), &link, H5P_DEFAULT) < 0 || link.type != H5L_TYPE_HARD) continue;
     if (!walk.seen.insert(link.u.address).second) continue;  // a hard link seen before (and cycles)
-    Id child(H5Oopen(group, name, H5P_DEFAULT));
+    Id child(H5Oopen(group, name.c_str(), H5P_DEFAULT));
     if (child.valid()) visit(child.get(), walk, depth + 1);
     H5Eclear2(H5E_DEFAULT);
   }
@@ -107,9 +115,14 @@ void visit(hid_t object, Walk& walk, int depth) {
   if (depth > 64) return;
   H5O_info_t info{};
   if (H5Oget_info2(object, &info, H5O_INFO_BASIC | H5O_INFO_NUM_ATTRS) < 0) return;
-  for (const char* name : kAttributeNames) H5Aexists(object, name);
-  hsize_t at = 0;
-  H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_NATIVE, &at, visit_attribute, &walk);
+  // An object reached twice (a hard link and a reference) keeps its first entry.
+  const auto [entry, fresh] = walk.attributes.try_emplace(info.addr);
+  if (fresh) {
+    for (const char* name : kAttributeNames) H5Aexists(object, name);
+    AttributeVisit at{&walk, &entry->second, depth};
+    hsize_t index = 0;
+    H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_NATIVE, &index, visit_attribute, &at);
+  }
   H5Eclear2(H5E_DEFAULT);
   if (info.type == H5O_TYPE_DATASET) {
     Id type(H5Dget_type(object));
@@ -159,7 +172,135 @@ long status_kb(const char* field) {
   ::_exit(near_ceiling ? kExitMemory : 0);
 }
 
-[[noreturn]] void walk_in_child(const FileRef& file, std::chrono::seconds limit) {
+// The table travels from the child to the parent through an anonymous file (memfd) both hold: written whole before
+// the child exits, read whole after the parent's wait, so nothing depends on how a pipe splits the bytes.
+// Layout: "FOAT", then per object: address, attribute count, and per attribute: name, kind, count, reference,
+// problem, strings, ints; then "END!". Numbers are native-endian (one machine, one build).
+constexpr char kTableStart[4] = {'F', 'O', 'A', 'T'};
+constexpr char kTableEnd[4] = {'E', 'N', 'D', '!'};
+
+class TableWriter {
+ public:
+  void bytes(const void* p, std::size_t n) { out_.append(static_cast<const char*>(p), n); }
+  void u64(std::uint64_t v) { bytes(&v, sizeof(v)); }
+  void text(const std::string& t) {
+    u64(t.size());
+    bytes(t.data(), t.size());
+  }
+  const std::string& data() const { return out_; }
+
+ private:
+  std::string out_;
+};
+
+std::string serialize(const AttributeTable& table) {
+  TableWriter w;
+  w.bytes(kTableStart, 4);
+  for (const auto& [address, attributes] : table) {
+    w.u64(address);
+    w.u64(attributes.size());
+    for (const auto& [name, a] : attributes) {
+      w.text(name);
+      w.u64(static_cast<std::uint64_t>(a.kind));
+      w.u64(static_cast<std::uint64_t>(a.count));
+      w.u64(a.reference);
+      w.text(a.problem);
+      w.u64(a.strings.size());
+      for (const auto& t : a.strings) w.text(t);
+      w.u64(a.ints.size());
+      if (!a.ints.empty()) w.bytes(a.ints.data(), a.ints.size() * sizeof(std::int64_t));
+    }
+  }
+  w.bytes(kTableEnd, 4);
+  return w.data();
+}
+
+class TableReader {
+ public:
+  explicit TableReader(const std::string& in) : in_(in) {}
+  bool bytes(void* p, std::size_t n) {
+    if (n > in_.size() - at_) return false;
+    std::memcpy(p, in_.data() + at_, n);
+    at_ += n;
+    return true;
+  }
+  bool u64(std::uint64_t& v) { return bytes(&v, sizeof(v)); }
+  bool text(std::string& t) {
+    std::uint64_t n = 0;
+    if (!u64(n) || n > in_.size() - at_) return false;
+    t.assign(in_.data() + at_, static_cast<std::size_t>(n));
+    at_ += static_cast<std::size_t>(n);
+    return true;
+  }
+  std::size_t left() const { return in_.size() - at_; }
+
+ private:
+  const std::string& in_;
+  std::size_t at_ = 0;
+};
+
+// nullptr when the bytes are not a whole table (the child wrote none: HDF5 refused the file).
+std::shared_ptr<const AttributeTable> deserialize(const std::string& in) {
+  TableReader r(in);
+  char mark[4] = {};
+  if (!r.bytes(mark, 4) || std::memcmp(mark, kTableStart, 4) != 0) return nullptr;
+  auto table = std::make_shared<AttributeTable>();
+  while (r.left() > 4) {
+    std::uint64_t address = 0, n = 0;
+    if (!r.u64(address) || !r.u64(n)) return nullptr;
+    auto& attributes = (*table)[address];
+    for (std::uint64_t i = 0; i < n; ++i) {
+      std::string name;
+      Attribute a;
+      std::uint64_t kind = 0, count = 0, strings = 0, ints = 0;
+      if (!r.text(name) || !r.u64(kind) || !r.u64(count) || !r.u64(a.reference) || !r.text(a.problem) ||
+          !r.u64(strings) || kind > static_cast<std::uint64_t>(Attribute::Kind::kOther) || strings > r.left() / 8) {
+        return nullptr;
+      }
+      a.kind = static_cast<Attribute::Kind>(kind);
+      a.count = static_cast<std::int64_t>(count);
+      a.strings.resize(static_cast<std::size_t>(strings));
+      for (auto& t : a.strings) {
+        if (!r.text(t)) return nullptr;
+      }
+      if (!r.u64(ints) || ints > r.left() / sizeof(std::int64_t)) return nullptr;
+      a.ints.resize(static_cast<std::size_t>(ints));
+      if (ints > 0 && !r.bytes(a.ints.data(), a.ints.size() * sizeof(std::int64_t))) return nullptr;
+      attributes.emplace(std::move(name), std::move(a));
+    }
+  }
+  if (!r.bytes(mark, 4) || std::memcmp(mark, kTableEnd, 4) != 0 || r.left() != 0) return nullptr;
+  return table;
+}
+
+// Writes all of `data` at the start of `fd`; false on any failure.
+bool write_all(int fd, const std::string& data) {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// The whole content of `fd`.
+std::optional<std::string> read_all(int fd) {
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || st.st_size < 0) return std::nullopt;
+  std::string data(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::pread(fd, data.data() + done, data.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    done += static_cast<std::size_t>(n);
+  }
+  return data;
+}
+
+[[noreturn]] void walk_in_child(const FileRef& file, std::chrono::seconds limit, int table_fd) {
   if (__sanitizer_set_death_callback != nullptr) __sanitizer_set_death_callback(nullptr);
   // A fault ends the child at once: the default actions, not the handlers the caller may have installed (a
   // fuzzer's or a crash reporter's, which would report the parent's process as crashed, and may not survive the
@@ -199,9 +340,17 @@ long status_kb(const char* field) {
   FileRef ref = file;
   ref.id = id;
   ref.raw.reset();
-  Walk walk{&ref, {}};
-  Id root(H5Oopen(id, "/", H5P_DEFAULT));
-  if (root.valid()) visit(root.get(), walk, 0);
+  try {
+    Walk walk{&ref, {}, {}};
+    Id root(H5Oopen(id, "/", H5P_DEFAULT));
+    if (root.valid()) {
+      visit(root.get(), walk, 0);
+      if (walk.out_of_memory) ::_exit(kExitMemory);
+      if (table_fd >= 0) write_all(table_fd, serialize(walk.attributes));
+    }
+  } catch (...) {  // the walk's own containers, near the ceiling (bad_alloc, length_error)
+    ::_exit(kExitMemory);
+  }
   end_child(start_kb, budget);
 }
 
@@ -227,23 +376,37 @@ std::string signal_name(int sig) {
 
 }  // namespace
 
-std::optional<std::string> crash_in_isolated_walk(const FileRef& file, std::chrono::seconds limit) {
+WalkResult isolated_walk(const FileRef& file, std::chrono::seconds limit) {
+  WalkResult result;
+  // Where the child leaves the attribute table; without one the reader asks HDF5 itself, as before the table.
+  const int table_fd = ::memfd_create("flashot-attributes", MFD_CLOEXEC);
   const pid_t child = ::fork();
-  if (child < 0) return std::nullopt;  // cannot isolate: read as before
-  if (child == 0) walk_in_child(file, limit);
+  if (child < 0) {  // cannot isolate: read as before
+    if (table_fd >= 0) ::close(table_fd);
+    return result;
+  }
+  if (child == 0) walk_in_child(file, limit, table_fd);
   int status = 0;
-  if (!wait_for(child, status)) return std::nullopt;
+  const bool waited = wait_for(child, status);
+  std::optional<std::string> table;
+  if (table_fd >= 0) {
+    if (waited && WIFEXITED(status) && WEXITSTATUS(status) == 0) table = read_all(table_fd);
+    ::close(table_fd);
+  }
+  if (!waited) return result;
   if (WIFEXITED(status) && WEXITSTATUS(status) == kExitMemory) {
-    return "corrupt file: HDF5 needed more than " + std::to_string(kWalkMemoryBytes >> 20) +
-           " MB to read its metadata (in an isolated process)";
+    result.problem = "corrupt file: HDF5 needed more than " + std::to_string(kWalkMemoryBytes >> 20) +
+                     " MB to read its metadata (in an isolated process)";
+  } else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
+    result.problem = "corrupt file: HDF5 did not finish reading its metadata in " + std::to_string(limit.count()) +
+                     " s (an endless loop on damaged structures?)";
+  } else if (WIFSIGNALED(status)) {
+    result.problem = "corrupt file: HDF5 crashed reading its metadata (" + signal_name(WTERMSIG(status)) +
+                     ", in an isolated process)";
+  } else if (table) {
+    result.attributes = deserialize(*table);
   }
-  if (!WIFSIGNALED(status)) return std::nullopt;
-  if (WTERMSIG(status) == SIGALRM) {
-    return "corrupt file: HDF5 did not finish reading its metadata in " + std::to_string(limit.count()) +
-           " s (an endless loop on damaged structures?)";
-  }
-  return "corrupt file: HDF5 crashed reading its metadata (" + signal_name(WTERMSIG(status)) +
-         ", in an isolated process)";
+  return result;
 }
 
 }  // namespace flashot::io::h5
