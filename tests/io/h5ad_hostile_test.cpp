@@ -127,6 +127,18 @@ TEST(H5adHostile, AttributeUseAfterFreeEndsCleanly) {
   if (!message.empty()) EXPECT_EQ(message.rfind(path.string() + ": ", 0), 0u) << message;
 }
 
+TEST(H5adHostile, ACompoundFieldOutsideItsRecordIsRefused) {
+  // Found by fuzz_h5ad once the reader's attributes came from the isolated walk (2026-12-02): an obsm record array
+  // (the ≤ 0.7 layout) whose field X_pca lies at byte 2097152 of a 28-byte record. HDF5's struct conversion copied
+  // from there (a heap-use-after-free under ASan). The file's /X is damaged too, so obsm is read on its own.
+  const fs::path path = kHostile / "fuzz_compound_member_outside.h5ad";
+  ASSERT_TRUE(fs::exists(path));
+  const H5adReader r(path);
+  const std::string message = error_of([&] { (void)r.read_obsm("X_pca"); });
+  EXPECT_EQ(message, path.string() + ": /obsm (field X_pca): corrupt file: field X_pca (12 bytes at byte 2097152) "
+                                     "lies outside its 28-byte record");
+}
+
 TEST(H5adHostile, IntactStringsStillReadThroughTheCheckedReader) {
   // The same minimal file undamaged (rebuilt from the damaged one by restoring object 1's size): the checked reader
   // must return exactly what was written.

@@ -787,13 +787,47 @@ std::vector<std::string> Node::compound_fields() const {
   return names;
 }
 
+// The compound dataset's type and its member `field`, after checking that every member lies inside the record.
+// HDF5 1.10.8 takes member offsets from the file unchecked and its struct conversion copies from them: fuzz_h5ad
+// put a field at byte 2097152 of a 28-byte record, and the read copied from far outside the buffer
+// (tests/io/data/hostile/fuzz_compound_member_outside.h5ad).
+namespace {
+struct CompoundMember {
+  Id type;
+  Id member;
+};
+CompoundMember compound_member(const Node& node, const std::string& field, const std::string& where) {
+  CompoundMember out{Id(H5Dget_type(node.id())), Id()};
+  const int index = H5Tget_member_index(out.type.get(), field.c_str());
+  if (index < 0) throw_format(node.file(), where, "missing field");
+  const std::size_t record = H5Tget_size(out.type.get());
+  const int members = H5Tget_nmembers(out.type.get());
+  for (int i = 0; i < members; ++i) {
+    const auto at = static_cast<unsigned>(i);
+    Id member(H5Tget_member_type(out.type.get(), at));
+    const std::size_t offset = H5Tget_member_offset(out.type.get(), at);
+    const std::size_t size = member.valid() ? H5Tget_size(member.get()) : 0;
+    if (size == 0 || offset > record || size > record - offset) {
+      std::string name = "#" + std::to_string(i);
+      if (char* text = H5Tget_member_name(out.type.get(), at)) {
+        name = text;
+        H5free_memory(text);
+      }
+      H5Eclear2(H5E_DEFAULT);
+      throw_format(node.file(), where,
+                   "corrupt file: field " + name + " (" + std::to_string(size) + " bytes at byte " +
+                       std::to_string(offset) + ") lies outside its " + std::to_string(record) + "-byte record");
+    }
+  }
+  out.member = Id(H5Tget_member_type(out.type.get(), static_cast<unsigned>(index)));
+  return out;
+}
+}  // namespace
+
 Node::Field Node::read_compound_field(const std::string& field) const {
   check_compact_storage(*this);
   const std::string where = object_path_ + " (field " + field + ")";
-  Id type(H5Dget_type(id()));
-  const int index = H5Tget_member_index(type.get(), field.c_str());
-  if (index < 0) throw_format(file_, where, "missing field");
-  Id member(H5Tget_member_type(type.get(), static_cast<unsigned>(index)));
+  const auto [type, member] = compound_member(*this, field, where);
   Id space(H5Dget_space(id()));
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
   if (n < 0) throw_format(file_, where, hdf5_problem("unreadable dataspace"));
@@ -867,10 +901,7 @@ std::string numeric_type_name(hid_t type) {
 
 Node::ArrayField Node::compound_array_field(const std::string& field) const {
   const std::string where = object_path_ + " (field " + field + ")";
-  Id type(H5Dget_type(id()));
-  const int index = H5Tget_member_index(type.get(), field.c_str());
-  if (index < 0) throw_format(file_, where, "missing field");
-  Id member(H5Tget_member_type(type.get(), static_cast<unsigned>(index)));
+  const auto [type, member] = compound_member(*this, field, where);
   Id space(H5Dget_space(id()));
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
   if (n < 0) throw_format(file_, where, hdf5_problem("unreadable dataspace"));
@@ -1001,10 +1032,7 @@ Id copy_compound_field(const Node& source, const std::string& field, const Write
                        bool at_least_2d) {
   check_compact_storage(source);
   const std::string where = source.object_path() + " (field " + field + ")";
-  Id type(H5Dget_type(source.id()));
-  const int index = H5Tget_member_index(type.get(), field.c_str());
-  if (index < 0) throw_format(source.file(), where, "missing field");
-  Id member(H5Tget_member_type(type.get(), static_cast<unsigned>(index)));
+  const auto [type, member] = compound_member(source, field, where);
   std::vector<hsize_t> dims;
   Id element = member;
   if (H5Tget_class(member.get()) == H5T_ARRAY) {
