@@ -127,16 +127,53 @@ TEST(H5adHostile, AttributeUseAfterFreeEndsCleanly) {
   if (!message.empty()) EXPECT_EQ(message.rfind(path.string() + ": ", 0), 0u) << message;
 }
 
-TEST(H5adHostile, ACompoundFieldOutsideItsRecordIsRefused) {
-  // Found by fuzz_h5ad once the reader's attributes came from the isolated walk (2026-12-02): an obsm record array
-  // (the ≤ 0.7 layout) whose field X_pca lies at byte 2097152 of a 28-byte record. HDF5's struct conversion copied
-  // from there (a heap-use-after-free under ASan). The file's /X is damaged too, so obsm is read on its own.
-  const fs::path path = kHostile / "fuzz_compound_member_outside.h5ad";
+TEST(H5adHostile, DatasetHeaderOverflowEndsCleanly) {
+  // Found by fuzz_h5ad (2026-12-02): H5Oopen of an obs column in the reader's process copied past a buffer while
+  // decoding the dataset's header messages (H5O_msg_read under H5D_open). The reader now opens only objects the
+  // walk's child reached and opened first. In a release build such an over-read need not fault and the file may
+  // read; under ASan (the file is a fuzz seed) it must not reach the reader's process. Either way: no crash, and any
+  // error names the file.
+  const fs::path path = kHostile / "fuzz_dataset_header_overflow.h5ad";
+  ASSERT_TRUE(fs::exists(path));
+  const std::string message = error_of([&] { read_everything(H5adReader(path)); });
+  if (!message.empty()) EXPECT_EQ(message.rfind(path.string() + ": ", 0), 0u) << message;
+}
+
+TEST(H5adHostile, ObsmRecordArraysTheFileCannotHoldAreRefused) {
+  // Found by fuzz_h5ad once the reader's attributes came from the isolated walk (2026-12-02), both in obsm record
+  // arrays (the ≤ 0.7 layout) read on their own (the files' other elements are damaged too):
+  // - field X_pca at byte 2097152 of a 28-byte record: HDF5's struct conversion copied from there (a
+  //   heap-use-after-free under ASan);
+  // - a 16 GB record (X_umap of 2019910766 doubles) whose layout message claims 7.5·10^18 stored bytes, so the
+  //   stored-bytes check passed and HDF5 allocated a 16 GB conversion buffer: stored bytes are now capped at the
+  //   file's size.
+  const struct {
+    const char* file;
+    const char* message;
+  } cases[] = {
+      {"fuzz_compound_member_outside.h5ad",
+       ": /obsm (field X_pca): corrupt file: field X_pca (12 bytes at byte 2097152) lies outside its 28-byte record"},
+      {"fuzz_huge_member.h5ad",
+       ": /obsm (field X_pca): corrupt file: claims 6 records of 16159286140 bytes but stores only 11496 bytes"},
+  };
+  for (const auto& c : cases) {
+    const fs::path path = kHostile / c.file;
+    ASSERT_TRUE(fs::exists(path));
+    const H5adReader r(path);
+    EXPECT_EQ(error_of([&] { (void)r.read_obsm("X_pca"); }), path.string() + c.message);
+  }
+}
+
+TEST(H5adHostile, ObjectsFoundOnlyByNameGetTheirAttributesFromTheWalk) {
+  // Found by fuzz_h5ad (2026-12-02): the root group's link index is damaged, so listing it finds nothing, but looking
+  // obs and X up by name works. The walk used to list groups only, so it never reached obs, and the reader decoded
+  // obs's damaged attribute header in its own process (a heap-buffer-overflow under H5Aopen). The walk now looks the
+  // reader's names up too, and an object it did not reach has no attributes for the reader.
+  const fs::path path = kHostile / "fuzz_links_by_name_only.h5ad";
   ASSERT_TRUE(fs::exists(path));
   const H5adReader r(path);
-  const std::string message = error_of([&] { (void)r.read_obsm("X_pca"); });
-  EXPECT_EQ(message, path.string() + ": /obsm (field X_pca): corrupt file: field X_pca (12 bytes at byte 2097152) "
-                                     "lies outside its 28-byte record");
+  EXPECT_EQ(r.obs_columns(),
+            (std::vector<std::string>{"cell_type", "score", "n_genes", "is_doublet", "batch_name"}));
 }
 
 TEST(H5adHostile, IntactStringsStillReadThroughTheCheckedReader) {

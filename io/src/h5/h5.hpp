@@ -83,15 +83,14 @@ struct FileRef {
   std::string disk_path;             ///< the file on disk when it differs from `path` (a partial file being written)
   bool writable = false;             ///< opened for writing: flushed before strings are read back
   mutable std::shared_ptr<RawFile> raw;  ///< opened by the first string read
-  /// The attributes as the isolated walk decoded them; nullptr (a file being written, or no walk): HDF5 is asked.
+  /// The attributes as the isolated walk decoded them, the only source of attributes when set (an object the walk
+  /// did not reach has none); nullptr (a file being written, or no walk): HDF5 decodes them in this process.
   std::shared_ptr<const AttributeTable> attributes;
 };
 
 /// Decodes the open attribute `attr` of an object of `file` (strings through the checked reader, vlen.hpp).
 /// Never throws for what the file holds: a value that cannot be read is an Attribute with a problem.
 Attribute decode_attribute(const FileRef* file, hid_t attr);
-/// The object header address of an open object (the attribute table's key); nullopt when HDF5 cannot say.
-std::optional<std::uint64_t> object_address(hid_t object);
 
 /// An open group or dataset together with its object path, so every error can name both.
 class Node {
@@ -172,10 +171,10 @@ class Node {
   void set_storage_checked() const { storage_checked_ = true; }
 
  private:
-  /// The attribute `name`: from the file's table when the object is in it, else decoded into `scratch`; nullptr
-  /// when the object has no such attribute.
+  /// The attribute `name`: from the file's table when it has one (an object the walk did not reach has none), else
+  /// decoded into `scratch`; nullptr when the object has no such attribute.
   const Attribute* attribute(const std::string& name, Attribute& scratch) const;
-  /// The object's attributes in the file's table; nullptr when the file has no table or the walk did not reach it.
+  /// The object's attributes in the file's table (which must exist); nullptr when the walk did not reach it.
   const std::map<std::string, Attribute>* table_entry() const;
 
   const FileRef* file_ = nullptr;

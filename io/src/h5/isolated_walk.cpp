@@ -89,9 +89,41 @@ constexpr const char* kLinkNames[] = {"obs",    "var",  "X",     "uns",     "raw
                                       "varp",   "layers", "_index", "index", "codes", "categories", "values",
                                       "mask",   "data", "indices", "indptr"};
 
+// The object a link of `group` names, visited once (an object seen before, and cycles, are skipped). Hard and soft
+// links are followed (the reader opens both, and opens only objects the walk reached); external links are not:
+// their targets are in another file, which the reader does not follow either.
+void visit_link(hid_t group, const char* name, Walk& walk, int depth) {
+  H5L_info_t link{};
+  const bool described = H5Lget_info(group, name, &link, H5P_DEFAULT) >= 0;
+  if (described && (link.type == H5L_TYPE_EXTERNAL || link.type >= H5L_TYPE_UD_MIN)) return;
+  H5O_info_t target{};
+  std::uint64_t address = 0;
+  if (described && link.type == H5L_TYPE_HARD) {
+    address = link.u.address;
+  } else if (H5Oget_info_by_name2(group, name, &target, H5O_INFO_BASIC, H5P_DEFAULT) >= 0) {
+    address = target.addr;  // a soft link's target, or a name whose link HDF5 cannot describe but can open
+  } else {
+    H5Eclear2(H5E_DEFAULT);
+    return;
+  }
+  if (walk.seen.insert(address).second) {
+    Id child(H5Oopen(group, name, H5P_DEFAULT));
+    if (child.valid()) visit(child.get(), walk, depth + 1);
+  }
+  H5Eclear2(H5E_DEFAULT);
+}
+
 // Each child of a group by index, so that one damaged link does not end the walk (H5Ovisit stops at the first).
 void visit_children(hid_t group, Walk& walk, int depth) {
-  for (const char* name : kLinkNames) H5Lexists(group, name, H5P_DEFAULT);
+  // By name first: in a damaged group a name lookup can find what listing by index does not, and the reader looks
+  // these names up (an object the walk does not reach has no attributes for the reader).
+  // Whatever H5Lexists answers: on a damaged group its answer depends on what HDF5 decoded before (it failed here
+  // where the reader's process, after other calls, found the link).
+  for (const char* name : kLinkNames) {
+    H5Lexists(group, name, H5P_DEFAULT);
+    H5Eclear2(H5E_DEFAULT);
+    visit_link(group, name, walk, depth);
+  }
   H5Eclear2(H5E_DEFAULT);
   H5G_info_t info{};
   if (H5Gget_info(group, &info) < 0) return;
@@ -102,12 +134,7 @@ void visit_children(hid_t group, Walk& walk, int depth) {
     if (H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1, H5P_DEFAULT) < 0) {
       continue;
     }
-    H5L_info_t link{};
-    if (H5Lget_info(group, name.c_str(), &link, H5P_DEFAULT) < 0 || link.type != H5L_TYPE_HARD) continue;
-    if (!walk.seen.insert(link.u.address).second) continue;  // a hard link seen before (and cycles)
-    Id child(H5Oopen(group, name.c_str(), H5P_DEFAULT));
-    if (child.valid()) visit(child.get(), walk, depth + 1);
-    H5Eclear2(H5E_DEFAULT);
+    visit_link(group, name.c_str(), walk, depth);
   }
 }
 
@@ -403,8 +430,13 @@ WalkResult isolated_walk(const FileRef& file, std::chrono::seconds limit) {
   } else if (WIFSIGNALED(status)) {
     result.problem = "corrupt file: HDF5 crashed reading its metadata (" + signal_name(WTERMSIG(status)) +
                      ", in an isolated process)";
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {  // e.g. a sanitizer's report with its exit code
+    result.problem = "corrupt file: reading its metadata failed in an isolated process (exit status " +
+                     std::to_string(WEXITSTATUS(status)) + ")";
   } else if (table) {
+    // A walk that could not open the file leaves no table: an empty one then, so that nothing is decoded here.
     result.attributes = deserialize(*table);
+    if (result.attributes == nullptr) result.attributes = std::make_shared<const AttributeTable>();
   }
   return result;
 }

@@ -23,8 +23,8 @@ struct WalkResult {
   /// ("corrupt file: HDF5 crashed reading its metadata (signal 11, Segmentation fault, …)", "… did not finish …",
   /// "… needed more than 256 MB …").
   std::optional<std::string> problem;
-  /// Every attribute of every object the walk reached, decoded in the child (FileRef::attributes); nullptr when
-  /// there is a problem, HDF5 could not open the file, or the process could not fork.
+  /// Every attribute of every object the walk reached, decoded in the child (FileRef::attributes); empty when HDF5
+  /// could not open the file there; nullptr when there is a problem or the process could not fork.
   std::shared_ptr<const AttributeTable> attributes;
 };
 
