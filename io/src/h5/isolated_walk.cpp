@@ -15,10 +15,8 @@
 #include <cstring>
 #include <memory>
 #include <set>
-#include <vector>
 
 #include "h5/h5.hpp"
-#include "h5/vlen.hpp"
 
 namespace flashot::io::h5 {
 namespace {
