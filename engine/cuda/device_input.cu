@@ -96,15 +96,41 @@ __global__ void centre_kernel(const float* __restrict__ in, std::size_t n, int d
 }
 
 __global__ void pack_sample_kernel(const float* __restrict__ points, const float* __restrict__ norm2,
-                                   const float* __restrict__ logw, const float* __restrict__ weight, int count, int c,
-                                   int d, float* __restrict__ packed) {
+                                   const float* __restrict__ logw, const float* __restrict__ weight, int count,
+                                   int even, const int* __restrict__ far, int c, int d, float* __restrict__ packed) {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= c) return;
-  const std::size_t i = std::size_t(k) * count / c;
+  const std::size_t i = k < even ? std::size_t(k) * count / even : std::size_t(far[k - even]);
   for (int j = 0; j < d; ++j) packed[std::size_t(k) * d + j] = points[i * d + j];
   packed[std::size_t(c) * d + k] = norm2[i];
   packed[std::size_t(c) * (d + 1) + k] = logw[i];
   packed[std::size_t(c) * (d + 2) + k] = weight[i];
+}
+
+/// far[b] = the row of the largest ‖p‖² in chunk b of `chunks` equal chunks of [0, count) (the lowest such row).
+__global__ void farthest_in_chunks_kernel(const float* __restrict__ norm2, int count, int chunks, int* far) {
+  const int b = blockIdx.x;
+  const int begin = int(std::int64_t(b) * count / chunks), end = int(std::int64_t(b + 1) * count / chunks);
+  float best = -1.f;
+  int at = begin;
+  for (int i = begin + int(threadIdx.x); i < end; i += int(blockDim.x)) {
+    if (norm2[i] > best) best = norm2[i], at = i;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float ob = __shfl_xor_sync(0xffffffffu, best, offset);
+    const int oa = __shfl_xor_sync(0xffffffffu, at, offset);
+    if (ob > best || (ob == best && oa < at)) best = ob, at = oa;
+  }
+  __shared__ float bests[32];
+  __shared__ int ats[32];
+  const int warp = int(threadIdx.x) / 32;
+  if (threadIdx.x % 32 == 0) bests[warp] = best, ats[warp] = at;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < int(blockDim.x) / 32; ++w) {
+    if (bests[w] > best || (bests[w] == best && ats[w] < at)) best = bests[w], at = ats[w];
+  }
+  far[b] = min(at, count - 1);
 }
 
 __global__ void moment_values_kernel(const float* __restrict__ points, const float* __restrict__ norm2, int m, int d,
@@ -402,10 +428,15 @@ SideBounds decode_bounds(const unsigned bounds[2]) {
 }
 
 void launch_pack_sample(const float* points, const float* norm2, const float* logw, const float* weight, int count,
-                        int c, int d, float* packed, cudaStream_t stream) {
-  if (c <= 0) return;
-  pack_sample_kernel<<<grid_for(std::size_t(c)), kThreads, 0, stream>>>(points, norm2, logw, weight, count, c, d,
-                                                                       packed);
+                        int even, int far_count, int* far, int d, float* packed, cudaStream_t stream) {
+  const int c = even + far_count;
+  if (c <= 0 || count <= 0) return;
+  if (far_count > 0) {
+    farthest_in_chunks_kernel<<<far_count, kThreads, 0, stream>>>(norm2, count, far_count, far);
+    FLASHOT_CUDA_CHECK_LAUNCH();
+  }
+  pack_sample_kernel<<<grid_for(std::size_t(c)), kThreads, 0, stream>>>(points, norm2, logw, weight, count, even, far,
+                                                                       c, d, packed);
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 

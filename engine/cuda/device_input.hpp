@@ -25,9 +25,11 @@ void launch_centre_points(const float* in, std::size_t n, int d, const double* c
                           unsigned* bounds, cudaStream_t stream);
 SideBounds decode_bounds(const unsigned bounds[2]);
 
-/// Up to `c` evenly spaced rows i = k·count/c of a side packed as the cold probe reads them: (points, ‖p‖², ln w, w).
+/// A sample of a side packed as the cold probe reads them, (points, ‖p‖², ln w, w) of `even` + `far_count` rows:
+/// `even` evenly spaced rows i = k·count/even, then the farthest row from the centre (the largest ‖p‖²) of each of
+/// `far_count` equal chunks (far: device scratch of far_count ints).
 void launch_pack_sample(const float* points, const float* norm2, const float* logw, const float* weight, int count,
-                        int c, int d, float* packed, cudaStream_t stream);
+                        int even, int far_count, int* far, int d, float* packed, cudaStream_t stream);
 
 /// v (m × (d+2)) = [y | ‖y‖² | 1]: the primal cost's value matrix from the resident points and norms.
 void launch_moment_values(const float* points, const float* norm2, int m, int d, float* v, cudaStream_t stream);

@@ -224,9 +224,9 @@ class DeviceStep::Impl {
   void row_lse2(const DevSide& rows, const DevSide& cols, const float* h, const Scale& sc,
                 DeviceBuffer<float2>& partials, float* lse, bool combine = false) const;
   void sync() const { FLASHOT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-  /// *skip = whether the first one-pass step from zero potentials would leave the sums' range, judged on a sample
-  /// of rows and columns (cold_x_ / cold_y_); enqueued on the stream.
-  void cold_probe(const IterationParams& p, int* skip) const;
+  /// *forecast = how the first one-pass step from zero potentials runs (unshifted, shifted into the sums' range, or
+  /// skipped: decide_cold_step), judged on a sample of rows and columns (cold_x_ / cold_y_); enqueued on the stream.
+  void cold_probe(const IterationParams& p, SumsForecast* forecast) const;
   /// Adds the outcome of the last launch's `count` one-pass steps to tally_ (statistics()).
   void tally_steps(int count);
   /// lse (device, rows' count) = the LSE2 that shifts the plan weights of side `source`'s rows: from the tensor
@@ -280,8 +280,10 @@ class DeviceStep::Impl {
   }
 
   DeviceBuffer<float> x_, y_, xn_, yn_, loga_, logb_, a_, b_, f_, g_;
-  // Up to kColdSample evenly spaced points of each side ((points, ‖p‖², ln w, w) packed), for cold_probe().
+  // Up to kColdSample evenly spaced points of each side and the farthest of kColdFar chunks ((points, ‖p‖², ln w, w)
+  // packed), for cold_probe(); cold_far_: the far rows' indices (scratch).
   DeviceBuffer<float> cold_x_, cold_y_;
+  DeviceBuffer<int> cold_far_;
   int cold_nx_ = 0, cold_ny_ = 0;
   mutable DeviceBuffer<float2> cold_part_;
   mutable DeviceBuffer<float> cold_out_;
@@ -335,8 +337,12 @@ class DeviceStep::Impl {
 };
 
 
-/// Points per side that cold_probe() reduces.
-constexpr int kColdSample = 128;
+/// Points per side that cold_probe() reduces: kColdSample evenly spaced, and the farthest from the centre of each of
+/// kColdFar equal chunks. The lowest cold sums belong to the most isolated points, whose nearest neighbours are far;
+/// evenly spaced points seldom include them (100k N(0,1) points, ε = 0.1: the evenly spaced sample's lowest log2 sum
+/// was −62.8 at d = 8 where 4000 random rows reached −89.5), the points farthest from the centre of a cloud mostly
+/// are them. A miss costs one pass (the step is redone), as before.
+constexpr int kColdSample = 128, kColdFar = 256;
 
 DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemData& data, std::size_t rows_total,
                        const ShardLink* link, float largest)
@@ -668,7 +674,7 @@ bool DeviceStep::Impl::iterate(const IterationParams& p, int count) {
   } else {
     FLASHOT_CUDA_CHECK(cudaMemsetAsync(forecasts_.get(), 0, sizeof(SumsForecast), stream_));
   }
-  if (cold_ && one_pass_ && p.scheme == Scheme::kSymmetric) cold_probe(p, &forecasts_.get()->skip);
+  if (cold_ && one_pass_ && p.scheme == Scheme::kSymmetric) cold_probe(p, forecasts_.get());
   cold_ = false;
   carry_forecast_ = true;
   if (capture_) {
@@ -691,11 +697,11 @@ bool DeviceStep::Impl::iterate(const IterationParams& p, int count) {
 
 void DeviceStep::Impl::combine_forecast(int index) const {
   if (link_ == nullptr) return;
-  // SumsForecast: six words whose MAX is the combination (order-preserving keys of the range's ends, the flags),
+  // SumsForecast: seven words whose MAX is the combination (order-preserving keys of the range's ends, the flags),
   // then the floor, a float whose MAX is the highest floor (the strictest of the shards' next launches).
-  static_assert(offsetof(SumsForecast, floor) == 6 * sizeof(unsigned) && sizeof(SumsForecast) == 7 * sizeof(unsigned));
+  static_assert(offsetof(SumsForecast, floor) == 7 * sizeof(unsigned) && sizeof(SumsForecast) == 8 * sizeof(unsigned));
   SumsForecast* f = forecasts_.get() + index;
-  link_->max_unsigned(f, 6, stream_);
+  link_->max_unsigned(f, 7, stream_);
   link_->max_float(&f->floor, 1, stream_);
 }
 
@@ -718,13 +724,17 @@ void DeviceStep::Impl::tally_steps(int count) {
   }
 }
 
-void DeviceStep::Impl::cold_probe(const IterationParams& p, int* skip) const {
+void DeviceStep::Impl::cold_probe(const IterationParams& p, SumsForecast* forecast) const {
   // From zero potentials the first one-pass row sums are ρ_i = Σ_j b_j e^(−C_ij/ε) = e^(−c(0)_i/ε): for ε well below
-  // the distances to the nearest points (d = 64 at ε = 0.1) they underflow and the step is redone — a wasted pass;
-  // for ε near the costs' spread (the first stage of ε-scaling, d = 3 at ε = 0.1) they are in range. The samples'
-  // soft c-transforms of zero (fp32 reductions, kColdSample rows against every column, each way) decide:
-  // On a shard the columns' sample is reduced against this shard's rows only (a lower sum than over all rows, so a
-  // skip at worst too many); the shards' verdicts are combined (combine_forecast).
+  // the distances to the nearest points they underflow, spread over more log2 units than the range holds at
+  // d = 16 and above (ε = 0.1), and the step must skip; at d = 5–12 they fit once shifted; for ε near the costs'
+  // spread (the first stage of ε-scaling, d = 3 at ε = 0.1) they are in range as they are. The samples' soft
+  // c-transforms of zero (fp32 reductions, kColdSample rows against every column, each way) decide
+  // (decide_cold_step).
+  // On a shard the columns' sample is reduced against this shard's rows only: a lower sum than over all rows, but
+  // no lower than 1/shards of it for the column whose shard sum is highest: kColdHighMargin (2^4) covers 16 shards,
+  // and beyond that a column sum above the range makes the finish kernel redo the step. The shards' samples are
+  // combined (combine_forecast) and judged as one.
   if (cold_nx_ == 0 || cold_ny_ == 0) return;
   const Scale sc = Scale::make(p.epsilon, p.cost_scale, d_);
   const DevSide sx = cold_side(true), sy = cold_side(false);
@@ -739,7 +749,8 @@ void DeviceStep::Impl::cold_probe(const IterationParams& p, int* skip) const {
   const FinalizeSide a{cold_part_.get(), px.splits, sx.norm2, cold_out_.get(), nullptr, 1.f, sx.count};
   const FinalizeSide b{part_y, py.splits, sy.norm2, cold_out_.get() + sx.count, nullptr, 1.f, sy.count};
   launch_finalize(Finalize::kSoftmin, a, b, p.epsilon, sc.s, nullptr, op_flag_.get(), stream_);
-  launch_cold_check(cold_out_.get(), sx.count + sy.count, p.epsilon, skip, stream_, sums_screened(true), sums_floor_);
+  launch_cold_check(cold_out_.get(), sx.count + sy.count, p.epsilon, forecast, stream_, sums_screened(true),
+                    sums_floor_);
 }
 
 void DeviceStep::Impl::row_lse2(const DevSide& rows, const DevSide& cols, const float* h, const Scale& sc,
@@ -1078,12 +1089,17 @@ void DeviceStep::Impl::upload(const ProblemData& data, HostSide& hx, HostSide& h
   weights(data.device_b, std::size_t(m_), hy, b_, logb_);
   if (one_pass_) {
     // The cold probe's samples, packed on the device from the resident sides (upload() packs them on the host).
-    cold_nx_ = std::min(n_, kColdSample);
-    cold_ny_ = std::min(m_, kColdSample);
+    const int even_x = std::min(n_, kColdSample), even_y = std::min(m_, kColdSample);
+    const int far_x = std::min(n_, kColdFar), far_y = std::min(m_, kColdFar);
+    cold_nx_ = even_x + far_x;
+    cold_ny_ = even_y + far_y;
     cold_x_.reserve(std::size_t(cold_nx_) * (d_ + 3));
     cold_y_.reserve(std::size_t(cold_ny_) * (d_ + 3));
-    launch_pack_sample(x_.get(), xn_.get(), loga_.get(), a_.get(), n_, cold_nx_, d_, cold_x_.get(), stream_);
-    launch_pack_sample(y_.get(), yn_.get(), logb_.get(), b_.get(), m_, cold_ny_, d_, cold_y_.get(), stream_);
+    cold_far_.reserve(std::size_t(far_x) + far_y);
+    launch_pack_sample(x_.get(), xn_.get(), loga_.get(), a_.get(), n_, even_x, far_x, cold_far_.get(), d_,
+                       cold_x_.get(), stream_);
+    launch_pack_sample(y_.get(), yn_.get(), logb_.get(), b_.get(), m_, even_y, far_y, cold_far_.get() + far_x, d_,
+                       cold_y_.get(), stream_);
   }
   f_.reserve(n_);
   g_.reserve(m_);

@@ -85,9 +85,11 @@ struct FinalizeSide {
 void launch_finalize(Finalize mode, const FinalizeSide& a, const FinalizeSide& b, double epsilon, float s,
                      const int* flag, int* nonfinite, cudaStream_t stream, SumsForecast* forecast = nullptr,
                      const int* screened = nullptr, float floor_log2 = kSumsMinLog2);
-/// *skip = 1 when, for some of the `count` soft c-transforms of zero potentials in `softmin` (device), the one-pass
-/// step's sum e^(−softmin/ε) would leave [2^floor_log2, 2^kSumsMaxLog2] (*skip is not cleared otherwise).
-void launch_cold_check(const float* softmin, int count, double epsilon, int* skip, cudaStream_t stream,
+/// The cold step's forecast (*forecast, device) from the `count` soft c-transforms of zero potentials in `softmin`
+/// (device, a sample of both sides): the range of the one-pass step's log2 sums e^(−softmin/ε) they predict, judged
+/// by decide_cold_step against [floor, kSumsMaxLog2] (floor = floor_log2 where `screened` says the screened floor
+/// applies, else kSumsMinLog2) as sums_step reads it from cold_forecast: run unshifted, run shifted, or skip.
+void launch_cold_check(const float* softmin, int count, double epsilon, SumsForecast* forecast, cudaStream_t stream,
                        const int* screened = nullptr, float floor_log2 = kSumsMinLog2);
 
 // ---- one-pass symmetric step (row and column sums of one tile of exponentials, docs/design.md §2) ------------------

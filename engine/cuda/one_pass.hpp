@@ -37,11 +37,12 @@ struct SumsRange {
 /// (sums_step). The previous step's finish kernel records the range its one-pass result implies (`sums`); when
 /// that step is redone instead, its commit records the two-pass result's (`fallback`) and sets `fell_back`.
 /// All zero (a memset): no forecast, the step runs unshifted. For iteration 0 the host sets it (the last launch's
-/// last forecast, or zero) and the cold check may set `skip`.
+/// last forecast, or zero) and the cold check may replace it with its sample's range (`cold`) or `skip`.
 struct SumsForecast {
   SumsRange sums, fallback;
   int fell_back = 0;
-  int skip = 0;    // skip whatever the range (the cold check)
+  int skip = 0;    // skip whatever the range (a sample that is not a number)
+  int cold = 0;     // `sums` is the cold probe's sample, judged by decide_cold_step
   float floor = 0;  // the lower end of the range the step's launch trusts (kSumsMinLog2 or the screened floor)
 };
 
@@ -83,9 +84,55 @@ constexpr SumsStep decide_sums_step(float lo, float hi, float floor) {
   return step;
 }
 
+/// The cold step's rule (iteration 0 from zero potentials), from the range [lo, hi] of the log2 sums that the cold
+/// probe's sample predicts and the lower end `floor` of the range the launch trusts. The sample (device_step.cu,
+/// kColdSample and kColdFar) sees a cloud's dense middle, whose sums are the highest, well; its isolated points, whose
+/// nearest neighbours are far and whose sums are the lowest, less surely: on 100k N(0,1) points at ε = 0.1 evenly
+/// spaced points alone put the lowest log2 sum at −62.8 (d = 8) where 4000 random rows reached −89.5, while their
+/// highest (−17.7) was within 2 of the rows' (−15.9; docs/benchmarks.md, "Cold steps"). So the sample's highest sum,
+/// plus kColdHighMargin, is put kShiftMargin below the top of the range, which leaves the lowest sums all the room
+/// the range has; the step runs shifted when the sample's lowest less kColdLowMargin still fits, and skips (two
+/// passes) otherwise. A sample that fits with both margins runs unshifted. Before this rule a sample inside the
+/// range ran unshifted and a sample outside it skipped, so a d = 6 or 8 cold step whose unsampled rows fell below
+/// 2^-70 was redone: three passes.
+inline constexpr float kColdHighMargin = 4.f, kColdLowMargin = 8.f;
+
+constexpr SumsStep decide_cold_step(float lo, float hi, float floor) {
+  SumsStep step;
+  if (!(lo <= hi && lo > -1e30f && hi < 1e30f)) {  // NaN, infinities, or nothing sampled
+    step.skip = 1;
+    return step;
+  }
+  if (lo - kColdLowMargin >= floor && hi + kColdHighMargin <= kSumsMaxLog2) return step;
+  const float top = kSumsMaxLog2 - kShiftMargin - kColdHighMargin - hi;  // rounded down to a whole number
+  float shift = static_cast<float>(static_cast<long long>(top));
+  if (shift > top) shift -= 1;
+  if (lo - kColdLowMargin + shift >= floor + kShiftMargin) {
+    step.shift = shift;
+  } else {
+    step.skip = 1;
+  }
+  return step;
+}
+
+/// The cold step's forecast: the sample's range as it is, marked `cold` so that sums_step judges it by
+/// decide_cold_step. Shards combine their forecasts (combine_forecast: lowest low, highest high, highest floor), so
+/// the rule then judges the union of their samples.
+constexpr SumsForecast cold_forecast(float lo, float hi, float floor) {
+  SumsForecast forecast;
+  forecast.floor = floor;
+  forecast.cold = 1;
+  forecast.sums.low = ~float_key(lo);
+  forecast.sums.high = float_key(hi);
+  return forecast;
+}
+
 /// A step's SumsStep from its forecast.
 constexpr SumsStep sums_step(const SumsForecast& forecast) {
   if (forecast.skip != 0) return SumsStep{1, 0.f};
+  if (forecast.cold != 0) {
+    return decide_cold_step(key_float(~forecast.sums.low), key_float(forecast.sums.high), forecast.floor);
+  }
   const SumsRange& range = forecast.fell_back != 0 ? forecast.fallback : forecast.sums;
   if (range.high == 0) return SumsStep{};  // nothing forecast
   return decide_sums_step(key_float(~range.low), key_float(range.high), forecast.floor);

@@ -120,13 +120,36 @@ __global__ void finish_kernel(const float* __restrict__ f, const float* __restri
   }
 }
 
-__global__ void cold_check_kernel(const float* __restrict__ softmin, int count, float epsilon_ln2, int* skip,
-                                  const int* screened, float floor_log2) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= count) return;
-  const float log2_sum = -softmin[i] / epsilon_ln2;
-  const float low = low_floor_applies(screened) ? floor_log2 : kSumsMinLog2;
-  if (!(log2_sum >= low && log2_sum <= kSumsMaxLog2)) *skip = 1;
+__global__ void cold_check_kernel(const float* __restrict__ softmin, int count, float epsilon_ln2,
+                                  SumsForecast* forecast, const int* screened, float floor_log2) {
+  // One block: the range of the sample's log2 sums e^(−softmin/ε), which sums_step judges (decide_cold_step).
+  __shared__ float lows[32], highs[32];
+  __shared__ int bad_any;
+  if (threadIdx.x == 0) bad_any = 0;
+  __syncthreads();
+  float lo = INFINITY, hi = -INFINITY;
+  bool bad = false;
+  for (int i = int(threadIdx.x); i < count; i += int(blockDim.x)) {
+    const float log2_sum = -softmin[i] / epsilon_ln2;
+    bad |= !(log2_sum == log2_sum);
+    lo = fminf(lo, log2_sum);
+    hi = fmaxf(hi, log2_sum);
+  }
+  if (bad) bad_any = 1;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, offset));
+    hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, offset));
+  }
+  const int warp = int(threadIdx.x) / 32, warps = int(blockDim.x) / 32;
+  if (threadIdx.x % 32 == 0) lows[warp] = lo, highs[warp] = hi;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < warps; ++w) lo = fminf(lo, lows[w]), hi = fmaxf(hi, highs[w]);
+  const float floor = low_floor_applies(screened) ? floor_log2 : kSumsMinLog2;
+  SumsForecast cold = cold_forecast(lo, hi, floor);
+  cold.skip = bad_any;
+  *forecast = cold;
 }
 
 }  // namespace
@@ -182,12 +205,11 @@ void launch_symmetric_sums(const PointSet& x, const PointSet& y, const float* f,
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 
-void launch_cold_check(const float* softmin, int count, double epsilon, int* skip, cudaStream_t stream,
+void launch_cold_check(const float* softmin, int count, double epsilon, SumsForecast* forecast, cudaStream_t stream,
                        const int* screened, float floor_log2) {
   if (count <= 0) return;
-  constexpr int kThreads = 256;
-  cold_check_kernel<<<div_up(count, kThreads), kThreads, 0, stream>>>(
-      softmin, count, static_cast<float>(epsilon * 0.6931471805599453), skip, screened, floor_log2);
+  cold_check_kernel<<<1, 256, 0, stream>>>(softmin, count, static_cast<float>(epsilon * 0.6931471805599453), forecast,
+                                           screened, floor_log2);
   FLASHOT_CUDA_CHECK_LAUNCH();
 }
 

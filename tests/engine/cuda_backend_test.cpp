@@ -155,6 +155,89 @@ TEST(CudaOnePassRule, SumsWiderThanTheRangeOrNotANumberSkip) {
   EXPECT_EQ(detail::cuda::decide_sums_step(0.f, INFINITY, detail::cuda::kSumsMinLog2).skip, 1);
 }
 
+// The cold step's rule, on the sampled ranges of 100k N(0,1) points at ε = 0.1 (docs/benchmarks.md, "Cold steps":
+// kColdSample = 128 evenly spaced rows and columns, fp64).
+detail::cuda::SumsStep cold_step_as_run(float lo, float hi, float floor) {
+  using namespace detail::cuda;
+  return sums_step(cold_forecast(lo, hi, floor));
+}
+
+TEST(CudaOnePassRule, ColdSumsThatFitWithBothMarginsRunUnshifted) {
+  using namespace detail::cuda;
+  const SumsStep d3 = decide_cold_step(-16.1f, -6.6f, kSumsMinLog2);  // d = 3
+  EXPECT_EQ(d3.skip, 0);
+  EXPECT_EQ(d3.shift, 0.f);
+  EXPECT_EQ(cold_step_as_run(-16.1f, -6.6f, kSumsMinLog2).skip, 0);
+  EXPECT_EQ(cold_step_as_run(-16.1f, -6.6f, kSumsMinLog2).shift, 0.f);
+}
+
+TEST(CudaOnePassRule, ColdSumsAreShiftedToTheTopOfTheRange) {
+  using namespace detail::cuda;
+  // d = 8: the sample spans [−62.8, −17.7] where 4000 random rows reach −89.5: inside the range as sampled, so the
+  // old rule ran it unshifted and the unsampled rows below 2^-70 made it redo. The highest sum goes to
+  // 100 − kShiftMargin − kColdHighMargin = 92: shift 109, which holds every row above −70 − 109 = −179.
+  const SumsStep d8 = decide_cold_step(-62.8f, -17.7f, kSumsMinLog2);
+  EXPECT_EQ(d8.skip, 0);
+  EXPECT_EQ(d8.shift, 109.f);
+  const SumsStep run = cold_step_as_run(-62.8f, -17.7f, kSumsMinLog2);
+  EXPECT_EQ(run.skip, 0);
+  EXPECT_EQ(run.shift, 109.f);
+  // The same against the screened floor (2^-20): −62.8 − kColdLowMargin + 109 = 38.2 ≥ −20 + kShiftMargin.
+  EXPECT_EQ(cold_step_as_run(-62.8f, -17.7f, -20.f).shift, 109.f);
+  // d = 12: [−103.1, −24.6] → 116; −103.1 − kColdLowMargin + 116 = 4.9 fits.
+  EXPECT_EQ(cold_step_as_run(-103.1f, -24.6f, kSumsMinLog2).shift, 116.f);
+  // Sums above the range (large unnormalised weights) are shifted down the same way.
+  const SumsStep high = cold_step_as_run(20.f, 110.f, kSumsMinLog2);
+  EXPECT_EQ(high.skip, 0);
+  EXPECT_EQ(high.shift, -18.f);  // 110 + kColdHighMargin − 18 = 96
+}
+
+TEST(CudaOnePassRule, ColdSumsTooWideOrNotANumberSkip) {
+  using namespace detail::cuda;
+  // d = 16: [−199.1, −38.4] → shift 130 would leave −199.1 − kColdLowMargin + 130 = −77.1 below the range.
+  EXPECT_EQ(decide_cold_step(-199.1f, -38.4f, kSumsMinLog2).skip, 1);
+  EXPECT_EQ(cold_step_as_run(-199.1f, -38.4f, kSumsMinLog2).skip, 1);
+  // [−130, −20] → 112: −130 − kColdLowMargin + 112 = −26 fits above the dense floor (−70 + 4), not above the
+  // screened one (−20 + 4).
+  EXPECT_EQ(cold_step_as_run(-130.f, -20.f, kSumsMinLog2).shift, 112.f);
+  EXPECT_EQ(cold_step_as_run(-130.f, -20.f, -20.f).skip, 1);
+  EXPECT_EQ(decide_cold_step(std::nanf(""), 0.f, kSumsMinLog2).skip, 1);
+  EXPECT_EQ(decide_cold_step(-INFINITY, 0.f, kSumsMinLog2).skip, 1);
+  EXPECT_EQ(decide_cold_step(0.f, INFINITY, kSumsMinLog2).skip, 1);
+  EXPECT_EQ(decide_cold_step(INFINITY, -INFINITY, kSumsMinLog2).skip, 1);  // nothing sampled
+}
+
+TEST(CudaOnePassRule, ColdForecastsOfShardsAreJudgedTogether) {
+  using namespace detail::cuda;
+  // combine_forecast takes the MAX of each of the first seven words and of the floor.
+  const auto combine = [](const SumsForecast& a, const SumsForecast& b) {
+    SumsForecast c;
+    c.sums.low = std::max(a.sums.low, b.sums.low);
+    c.sums.high = std::max(a.sums.high, b.sums.high);
+    c.fallback.low = std::max(a.fallback.low, b.fallback.low);
+    c.fallback.high = std::max(a.fallback.high, b.fallback.high);
+    c.fell_back = std::max(a.fell_back, b.fell_back);
+    c.skip = std::max(a.skip, b.skip);
+    c.cold = std::max(a.cold, b.cold);
+    c.floor = std::max(a.floor, b.floor);
+    return c;
+  };
+  const auto forecast = [](float lo, float hi) { return cold_forecast(lo, hi, kSumsMinLog2); };
+  // The union of the samples, [−62.8, −12.7]: the higher end sets the shift (92 + 12.7 → 104).
+  const SumsStep both = sums_step(combine(forecast(-62.8f, -17.7f), forecast(-60.f, -12.7f)));
+  EXPECT_EQ(both.skip, 0);
+  EXPECT_EQ(both.shift, 104.f);
+  // One shard that needs no shift and one that does: [−62.8, −6.6] → 98.
+  const SumsStep mixed = sums_step(combine(forecast(-16.1f, -6.6f), forecast(-62.8f, -17.7f)));
+  EXPECT_EQ(mixed.skip, 0);
+  EXPECT_EQ(mixed.shift, 98.f);
+  // A union too wide, or one shard's sample not a number: all skip.
+  EXPECT_EQ(sums_step(combine(forecast(-62.8f, -17.7f), forecast(-199.1f, -38.4f))).skip, 1);
+  SumsForecast nan = forecast(-62.8f, -17.7f);
+  nan.skip = 1;
+  EXPECT_EQ(sums_step(combine(forecast(-16.1f, -6.6f), nan)).skip, 1);
+}
+
 TEST(CudaOnePassRule, ForecastsKeepTheirRangeAsOrderedKeys) {
   using detail::cuda::float_key;
   using detail::cuda::key_float;
