@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -204,7 +205,16 @@ TEST_P(LabelCostTest, EmptyClassesAndOneClass) {
   compare(p, one, tight(0.1), GetParam() + " one class, constant W");
 }
 
-TEST_P(LabelCostTest, ZeroWeightIsThePlainSolveExactly) {
+double largest_relative_difference(const std::vector<float>& u, const std::vector<float>& v) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    diff = std::max(diff, std::abs(double(u[i]) - double(v[i])));
+    scale = std::max(scale, std::abs(double(v[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+TEST_P(LabelCostTest, ZeroWeightIsThePlainSolve) {
   const TestProblem p = make_problem({.n = 90, .m = 80, .d = 3, .seed = 6});
   const LabelCost l = labels_for(p, 5, 31, 0.0);
   SolveOptions o;
@@ -213,11 +223,27 @@ TEST_P(LabelCostTest, ZeroWeightIsThePlainSolveExactly) {
   Problem plain(p.xv(), p.yv(), p.a, p.b, options());
   EXPECT_EQ(labelled.augmented_d(), p.d);
   const SolveResult a = labelled.solve(o), b = plain.solve(o);
-  EXPECT_EQ(a.f, b.f);
-  EXPECT_EQ(a.g, b.g);
   EXPECT_EQ(a.epsilon, b.epsilon);
   EXPECT_EQ(a.iterations, b.iterations);
-  EXPECT_DOUBLE_EQ(a.dual_cost, b.dual_cost);
+  if (GetParam() == "cpu") {  // one reduction order: the same problem gives the same bits
+    EXPECT_EQ(a.f, b.f);
+    EXPECT_EQ(a.g, b.g);
+    EXPECT_DOUBLE_EQ(a.dual_cost, b.dual_cost);
+    return;
+  }
+  // On CUDA the one-pass sums add the blocks' partials with float atomics, in an order that can differ between two
+  // launches; so two Problems of the same points need not agree to the last bit either. What λ = 0 must give is
+  // that solve: the labelled one within what a second plain Problem differs by, and within 10⁻⁵ relative (an fp32
+  // rounding of each of the ≈ 100 additions of a potential's steps).
+  Problem again(p.xv(), p.yv(), p.a, p.b, options());
+  const SolveResult c = again.solve(o);
+  const double labelled_f = largest_relative_difference(a.f, b.f), labelled_g = largest_relative_difference(a.g, b.g);
+  const double plain_f = largest_relative_difference(c.f, b.f), plain_g = largest_relative_difference(c.g, b.g);
+  std::cout << "relative differences from the plain solve: labelled f " << labelled_f << ", g " << labelled_g
+            << "; a second plain Problem f " << plain_f << ", g " << plain_g << std::endl;
+  EXPECT_LE(labelled_f, 1e-5);
+  EXPECT_LE(labelled_g, 1e-5);
+  EXPECT_NEAR(a.dual_cost, b.dual_cost, 1e-6 * std::abs(b.dual_cost));
 }
 
 TEST_P(LabelCostTest, TheLabelTermKeepsMassWithinClasses) {
