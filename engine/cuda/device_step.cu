@@ -729,7 +729,7 @@ void DeviceStep::Impl::cold_probe(const IterationParams& p, SumsForecast* foreca
   // the distances to the nearest points they underflow, spread over more log2 units than the range holds at
   // d = 16 and above (ε = 0.1), and the step must skip; at d = 5–12 they fit once shifted; for ε near the costs'
   // spread (the first stage of ε-scaling, d = 3 at ε = 0.1) they are in range as they are. The samples' soft
-  // c-transforms of zero (fp32 reductions, kColdSample rows against every column, each way) decide
+  // c-transforms of zero (fp32 reductions, kColdSample + kColdFar rows against every column, each way) decide
   // (decide_cold_step).
   // On a shard the columns' sample is reduced against this shard's rows only: a lower sum than over all rows, but
   // no lower than 1/shards of it for the column whose shard sum is highest: kColdHighMargin (2^4) covers 16 shards,
@@ -1088,7 +1088,8 @@ void DeviceStep::Impl::upload(const ProblemData& data, HostSide& hx, HostSide& h
   weights(data.device_a, std::size_t(n_), hx, a_, loga_);
   weights(data.device_b, std::size_t(m_), hy, b_, logb_);
   if (one_pass_) {
-    // The cold probe's samples, packed on the device from the resident sides (upload() packs them on the host).
+    // The cold probe's samples (kColdSample evenly spaced points and kColdFar far ones per side), packed on the
+    // device from the resident sides.
     const int even_x = std::min(n_, kColdSample), even_y = std::min(m_, kColdSample);
     const int far_x = std::min(n_, kColdFar), far_y = std::min(m_, kColdFar);
     cold_nx_ = even_x + far_x;
