@@ -406,6 +406,8 @@ int bench_main(const std::vector<std::string>& args) {
   std::cerr << "statistics over " << (repeats + 1) << " solves: one-pass steps " << st.one_pass_steps
             << " (shifted " << st.shifted_steps << "), skipped " << st.skipped_steps << ", redone "
             << st.redone_steps;
+  if (st.steps_with_strays > 0)
+    std::cerr << "; " << st.strays << " points redone alone in " << st.steps_with_strays << " steps";
   if (st.screened)
     std::cerr << "; screened tiles kept/seen: rows " << site(st.rows_lse) << ", columns " << site(st.columns_lse)
               << ", sums " << site(st.sums);

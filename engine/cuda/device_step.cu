@@ -284,7 +284,7 @@ class DeviceStep::Impl {
   // packed), for cold_probe(); cold_far_: the far rows' indices (scratch).
   DeviceBuffer<float> cold_x_, cold_y_;
   DeviceBuffer<int> cold_far_;
-  int cold_nx_ = 0, cold_ny_ = 0;
+  int cold_nx_ = 0, cold_ny_ = 0, cold_even_x_ = 0, cold_even_y_ = 0;
   mutable DeviceBuffer<float2> cold_part_;
   mutable DeviceBuffer<float> cold_out_;
   DevSide cold_side(bool x) const {
@@ -297,8 +297,27 @@ class DeviceStep::Impl {
   DeviceBuffer<float2> part_rows_, part_cols_;
   DeviceBuffer<int> pat_redo_;  // one flag per row block of either side (launch_block_lse's shifted pass)
   DeviceBuffer<float> tmp_f_, tmp_g_, rsum_, csum_;
-  // [0]: non-finite seen; [1 + k]: iteration k's one-pass step must be redone.
+  // [0]: non-finite seen; [1 + k]: iteration k's one-pass step must be redone; [count + 1], [count + 2]: the strays
+  // of a launch's first step, x's and y's (Strays::count).
   DeviceBuffer<int> flags_;
+  // A launch's first step redoes the points whose sums left the range alone (kernels.cuh Strays; one device: a
+  // shard's column strays would have to be listed in the same order on every shard). Their indices, the compact
+  // sides they are packed into (the cold samples' layout), and the LSE partials of those.
+  bool strays_on_ = false;
+  int stray_cap_x_ = 0, stray_cap_y_ = 0;
+  DeviceBuffer<int> stray_index_;
+  DeviceBuffer<float> stray_x_, stray_y_;
+  DeviceBuffer<float2> stray_part_;
+  ReductionPlan plan_stray_x_, plan_stray_y_;
+  DevSide stray_side(bool x, int count) const {
+    const float* base = x ? stray_x_.get() : stray_y_.get();
+    const int c = x ? stray_cap_x_ : stray_cap_y_;
+    DevSide side{base, base + std::size_t(c) * d_, base + std::size_t(c) * (d_ + 1), base + std::size_t(c) * (d_ + 2), c};
+    side.active = flags_.get() + count + (x ? 1 : 2);
+    return side;
+  }
+  /// The first step's strays, packed, reduced against the whole other side in fp32 and committed (Strays).
+  void redo_strays(const Scale& sc, const Strays& strays, int count, float lambda_f, float lambda_g, float weight);
   // [k]: the forecast iteration k's one-pass step goes by (skip, shift: sums_step), written by iteration k − 1's
   // commit; [0] by the host before each launch, outside the graph (and the cold check: a cold start far from ε
   // skips); [count]: the next launch's first step's.
@@ -306,7 +325,7 @@ class DeviceStep::Impl {
   bool carry_forecast_ = false;  // forecasts_[count] is for the potentials as the last launch left them
   // The symmetric one-pass steps so far, by outcome (tally_steps; statistics()).
   struct {
-    long long one_pass = 0, shifted = 0, skipped = 0, redone = 0;
+    long long one_pass = 0, shifted = 0, skipped = 0, redone = 0, with_strays = 0, strays = 0;
   } tally_;
   bool capture_ = true;  // iterations captured as a graph (one device); launched one by one between collectives
   cudaGraphExec_t graph_ = nullptr;
@@ -343,6 +362,17 @@ class DeviceStep::Impl {
 /// was −62.8 at d = 8 where 4000 random rows reached −89.5), the points farthest from the centre of a cloud mostly
 /// are them. A miss costs one pass (the step is redone), as before.
 constexpr int kColdSample = 128, kColdFar = 256;
+
+/// Strays (kernels.cuh) a launch's first step may redo alone, per side: a 16th of the side, at least 1024 (at most
+/// the side), within 64 MiB of packed points. Past it the whole step is redone. The cold rule runs a step shifted
+/// when the sample's evenly spaced points fit (decide_cold_step): with none of 2 × 128 of them out of range, more
+/// than a 16th of the points out is unlikely ((15/16)^256 ≈ 7·10⁻⁸), and the LSE of the strays runs only over the
+/// row blocks that hold some (PointSet::active).
+static int stray_capacity(int count, int d) {
+  const std::int64_t want = std::max<std::int64_t>(1024, count / 16);
+  const std::int64_t fit = std::max<std::int64_t>(256, (std::int64_t(16) << 20) / (d + 3));
+  return static_cast<int>(std::min<std::int64_t>({want, fit, std::int64_t(count)}));
+}
 
 DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemData& data, std::size_t rows_total,
                        const ShardLink* link, float largest)
@@ -506,6 +536,33 @@ void DeviceStep::Impl::prepare_iteration(int sms) {
     colmine_.reserve(m_);
     colall_.reserve(std::size_t(m_) * link_->shards());
   }
+  strays_on_ = one_pass_ && link_ == nullptr;
+  if (strays_on_) {
+    stray_cap_x_ = stray_capacity(n_, d_);
+    stray_cap_y_ = stray_capacity(m_, d_);
+    stray_index_.reserve(std::size_t(stray_cap_x_) + stray_cap_y_);
+    stray_x_.reserve(std::size_t(stray_cap_x_) * (d_ + 3));
+    stray_y_.reserve(std::size_t(stray_cap_y_) * (d_ + 3));
+    const DevSide sx{stray_x_.get(), nullptr, nullptr, nullptr, stray_cap_x_};
+    const DevSide sy{stray_y_.get(), nullptr, nullptr, nullptr, stray_cap_y_};
+    plan_stray_x_ = plan_lse(sx, y_side(), d_, resident_blocks_);
+    plan_stray_y_ = plan_lse(sy, x_side(), d_, resident_blocks_);
+    stray_part_.reserve(std::size_t(plan_stray_x_.splits) * stray_cap_x_ +
+                        std::size_t(plan_stray_y_.splits) * stray_cap_y_);
+  }
+}
+
+void DeviceStep::Impl::redo_strays(const Scale& sc, const Strays& strays, int count, float lambda_f, float lambda_g,
+                                   float weight) {
+  // Rows: softmin over y of g (the row's one-pass transform f − ε ln ρ without the sums); columns: over x of f.
+  launch_pack_strays(strays, x_side(), y_side(), d_, stray_x_.get(), stray_y_.get(), stream_);
+  const DevSide sx = stray_side(true, count), sy = stray_side(false, count);
+  float2* part_y = stray_part_.get() + std::size_t(plan_stray_x_.splits) * stray_cap_x_;
+  launch_lse(sx, y_side(), g_.get(), sc, plan_stray_x_, stray_part_.get(), nullptr, stream_);
+  launch_lse(sy, x_side(), f_.get(), sc, plan_stray_y_, part_y, nullptr, stream_);
+  const StraySide rx{stray_part_.get(), plan_stray_x_.splits, sx.norm2, f_.get(), tmp_f_.get(), lambda_f};
+  const StraySide ry{part_y, plan_stray_y_.splits, sy.norm2, g_.get(), tmp_g_.get(), lambda_g};
+  launch_strays_commit(strays, rx, ry, sc.epsilon, sc.s, weight, forecasts_.get() + 1, stream_);
 }
 
 std::string DeviceStep::Impl::device() const {
@@ -596,9 +653,15 @@ void DeviceStep::Impl::enqueue_iteration(const IterationParams& p, int index, in
     }
     // Shards: the column sums over all of x's rows (every shard then finishes the same columns), and one verdict.
     sum_columns(csum_.get(), m_);
+    // A launch's first step (cold, or carried over from the last launch) redoes its strays alone (Strays).
+    Strays strays;
+    if (strays_on_ && index == 0) {
+      strays = {stray_index_.get(), flags_.get() + count + 1, stray_cap_x_, stray_cap_y_};
+    }
     launch_symmetric_finish(f_.get(), g_.get(), rsum_.get(), csum_.get(), b_.get(), n_, m_, p.epsilon, lf, lg,
                             tmp_f_.get(), tmp_g_.get(), redo, forecast, stream_, sums_screened(false), sums_floor_,
-                            forecasts_.get() + index + 1, sums_screened(true), 0.5f * omega);
+                            forecasts_.get() + index + 1, sums_screened(true), 0.5f * omega, strays);
+    if (strays.index != nullptr) redo_strays(sc, strays, count, lf, lg, 0.5f * omega);
     if (link_ != nullptr) link_->max_unsigned(redo, 1, stream_);
     side_lse(true, g_.get(), sc, plan_rows_, part_rows_.get(), redo, true);
     side_lse(false, f_.get(), sc, plan_cols_, part_cols_.get(), redo, true);
@@ -630,7 +693,7 @@ bool DeviceStep::Impl::iterate(const IterationParams& p, int count) {
   if (count <= 0) return true;
   if (pattern_) return block_iterate(p, count);
   DeviceScope scope(device_);
-  flags_.reserve(std::size_t(count) + 1);
+  flags_.reserve(std::size_t(count) + 3);
   forecasts_.reserve(std::size_t(count) + 1);
   const GraphKey key{p.epsilon, p.cost_scale, p.damping_f, p.damping_g,     p.relaxation,
                      p.scheme,  count,        flags_.get(), forecasts_.get()};
@@ -649,7 +712,7 @@ bool DeviceStep::Impl::iterate(const IterationParams& p, int count) {
     }
     FLASHOT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
-      FLASHOT_CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int) * (std::size_t(count) + 1), stream_));
+      FLASHOT_CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int) * (std::size_t(count) + 3), stream_));
       FLASHOT_CUDA_CHECK(cudaMemsetAsync(forecasts_.get() + 1, 0, sizeof(SumsForecast) * count, stream_));
       for (int k = 0; k < count; ++k) enqueue_iteration(p, k, count);
     } catch (...) {
@@ -683,7 +746,7 @@ bool DeviceStep::Impl::iterate(const IterationParams& p, int count) {
     // Shards: the same iterations, launched one by one, the collectives between them (no graph: NCCL calls of
     // several devices driven from one process stay outside stream capture).
     combine_forecast(0);
-    FLASHOT_CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int) * (std::size_t(count) + 1), stream_));
+    FLASHOT_CUDA_CHECK(cudaMemsetAsync(flags_.get(), 0, sizeof(int) * (std::size_t(count) + 3), stream_));
     FLASHOT_CUDA_CHECK(cudaMemsetAsync(forecasts_.get() + 1, 0, sizeof(SumsForecast) * count, stream_));
     for (int k = 0; k < count; ++k) enqueue_iteration(p, k, count);
     link_->max_unsigned(flags_.get(), 1, stream_);  // every shard stops together
@@ -697,16 +760,16 @@ bool DeviceStep::Impl::iterate(const IterationParams& p, int count) {
 
 void DeviceStep::Impl::combine_forecast(int index) const {
   if (link_ == nullptr) return;
-  // SumsForecast: seven words whose MAX is the combination (order-preserving keys of the range's ends, the flags),
+  // SumsForecast: eight words whose MAX is the combination (order-preserving keys of the ranges' ends, the flags),
   // then the floor, a float whose MAX is the highest floor (the strictest of the shards' next launches).
-  static_assert(offsetof(SumsForecast, floor) == 7 * sizeof(unsigned) && sizeof(SumsForecast) == 8 * sizeof(unsigned));
+  static_assert(offsetof(SumsForecast, floor) == 8 * sizeof(unsigned) && sizeof(SumsForecast) == 9 * sizeof(unsigned));
   SumsForecast* f = forecasts_.get() + index;
-  link_->max_unsigned(f, 7, stream_);
+  link_->max_unsigned(f, 8, stream_);
   link_->max_float(&f->floor, 1, stream_);
 }
 
 void DeviceStep::Impl::tally_steps(int count) {
-  std::vector<int> flags(std::size_t(count) + 1);
+  std::vector<int> flags(std::size_t(count) + 3);
   std::vector<SumsForecast> forecasts(count);
   flags_.download(flags, stream_);
   forecasts_.download(forecasts, stream_);
@@ -720,6 +783,11 @@ void DeviceStep::Impl::tally_steps(int count) {
     } else {
       ++tally_.one_pass;
       if (step.shift != 0) ++tally_.shifted;
+      if (k == 0 && strays_on_) {
+        const long long strays = std::min(flags[count + 1], stray_cap_x_) + std::min(flags[count + 2], stray_cap_y_);
+        tally_.strays += strays;
+        if (strays > 0) ++tally_.with_strays;
+      }
     }
   }
 }
@@ -749,8 +817,8 @@ void DeviceStep::Impl::cold_probe(const IterationParams& p, SumsForecast* foreca
   const FinalizeSide a{cold_part_.get(), px.splits, sx.norm2, cold_out_.get(), nullptr, 1.f, sx.count};
   const FinalizeSide b{part_y, py.splits, sy.norm2, cold_out_.get() + sx.count, nullptr, 1.f, sy.count};
   launch_finalize(Finalize::kSoftmin, a, b, p.epsilon, sc.s, nullptr, op_flag_.get(), stream_);
-  launch_cold_check(cold_out_.get(), sx.count + sy.count, p.epsilon, forecast, stream_, sums_screened(true),
-                    sums_floor_);
+  launch_cold_check(cold_out_.get(), sx.count, cold_even_x_, sy.count, cold_even_y_, strays_on_, p.epsilon, forecast,
+                    stream_, sums_screened(true), sums_floor_);
 }
 
 void DeviceStep::Impl::row_lse2(const DevSide& rows, const DevSide& cols, const float* h, const Scale& sc,
@@ -1092,6 +1160,7 @@ void DeviceStep::Impl::upload(const ProblemData& data, HostSide& hx, HostSide& h
     // device from the resident sides.
     const int even_x = std::min(n_, kColdSample), even_y = std::min(m_, kColdSample);
     const int far_x = std::min(n_, kColdFar), far_y = std::min(m_, kColdFar);
+    cold_even_x_ = even_x, cold_even_y_ = even_y;
     cold_nx_ = even_x + far_x;
     cold_ny_ = even_y + far_y;
     cold_x_.reserve(std::size_t(cold_nx_) * (d_ + 3));
@@ -1312,6 +1381,8 @@ EngineStatistics DeviceStep::Impl::statistics() const {
   out.shifted_steps = tally_.shifted;
   out.skipped_steps = tally_.skipped;
   out.redone_steps = tally_.redone;
+  out.steps_with_strays = tally_.with_strays;
+  out.strays = tally_.strays;
   DeviceScope scope(device_);
   const CTransformCounts ct = c_transform_counts(ct_scratch_, stream_);
   out.c_transform_rescored = ct.rescored;
@@ -1343,6 +1414,12 @@ std::size_t step_resident_bytes(std::size_t n, std::size_t m, std::size_t d, boo
     if (warpgroup) bytes += (points + 128) * padded * 4 + (points + 128) * sizeof(float);  // column tiles, biases
     // The biased sums' operands: the rows' hi and lo, the columns' tiles (bias_padded_d ≤ 32, d ≤ kBiasMaxD).
     if (biased) bytes += (points + 64) * std::size_t(bias_padded_d(static_cast<int>(std::min<std::size_t>(d, 32)))) * 4;
+  }
+  // The first step's strays: their indices and packed points, and their LSE partials (a few splits).
+  for (const std::size_t side : {n, m}) {
+    const auto cap = static_cast<std::size_t>(stray_capacity(static_cast<int>(std::min<std::size_t>(side, INT32_MAX)),
+                                                             static_cast<int>(d)));
+    bytes += cap * (d + 4) * sizeof(float) + cap * 16 * 8;
   }
   return bytes + (std::size_t(16) << 20);  // flags, forecasts, screen states, the samples, the graph's scratch
 }

@@ -27,6 +27,9 @@ struct PointSet {
   /// The fp32 score kernel for this side as the rows: −1 by d alone (dispatch.hpp default_fp32_width), 0 tiled,
   /// D > 0 the register kernels of width D ≥ d (dispatch.hpp). The CUDA backend sets it from its kernel choice.
   int fp32_kernel = -1;
+  /// Device count of the rows in use (may be null: all `count`): the fp32 LSE kernels (launch_lse) skip the row
+  /// blocks at or beyond *active. A compact side whose size is known on the device only (Strays) sets it.
+  const int* active = nullptr;
 };
 
 /// Scalars of one kernel-matrix evaluation.
@@ -85,12 +88,15 @@ struct FinalizeSide {
 void launch_finalize(Finalize mode, const FinalizeSide& a, const FinalizeSide& b, double epsilon, float s,
                      const int* flag, int* nonfinite, cudaStream_t stream, SumsForecast* forecast = nullptr,
                      const int* screened = nullptr, float floor_log2 = kSumsMinLog2);
-/// The cold step's forecast (*forecast, device) from the `count` soft c-transforms of zero potentials in `softmin`
-/// (device, a sample of both sides): the range of the one-pass step's log2 sums e^(−softmin/ε) they predict, judged
-/// by decide_cold_step against [floor, kSumsMaxLog2] (floor = floor_log2 where `screened` says the screened floor
-/// applies, else kSumsMinLog2) as sums_step reads it from cold_forecast: run unshifted, run shifted, or skip.
-void launch_cold_check(const float* softmin, int count, double epsilon, SumsForecast* forecast, cudaStream_t stream,
-                       const int* screened = nullptr, float floor_log2 = kSumsMinLog2);
+/// The cold step's forecast (*forecast, device) from the soft c-transforms of zero potentials in `softmin`
+/// (device, a sample of both sides: count_x of x's points, the first even_x of them evenly spaced, then count_y of
+/// y's, the first even_y evenly spaced): the range of the one-pass step's log2 sums e^(−softmin/ε) they predict,
+/// judged by decide_cold_step against [floor, kSumsMaxLog2] (floor = floor_log2 where `screened` says the screened
+/// floor applies, else kSumsMinLog2) as sums_step reads it from cold_forecast: run unshifted, run shifted, or skip.
+/// strays: the step redoes its strays alone (Strays), so only the evenly spaced points' lowest sum must fit.
+void launch_cold_check(const float* softmin, int count_x, int even_x, int count_y, int even_y, bool strays,
+                       double epsilon, SumsForecast* forecast, cudaStream_t stream, const int* screened = nullptr,
+                       float floor_log2 = kSumsMinLog2);
 
 // ---- one-pass symmetric step (row and column sums of one tile of exponentials, docs/design.md §2) ------------------
 /// sms: the device's SM count (the small-d plan balances their work, plan_balanced).
@@ -103,18 +109,48 @@ ReductionPlan plan_symmetric(const PointSet& x, const PointSet& y, int d, int re
 void launch_symmetric_sums(const PointSet& x, const PointSet& y, const float* f, const float* g, const Scale& scale,
                            const ReductionPlan& plan, float* rsum, float* csum, const SumsForecast* forecast,
                            cudaStream_t stream);
+/// The points of a one-pass step whose sums left the trusted range, to be redone alone instead of the whole step
+/// (docs/engine.md, "The CUDA backend"): the finish kernel appends x's to index[0, cap_x) and y's to
+/// index[cap_x, cap_x + cap_y), counting them in count[0] and count[1] (zero before the step); past a side's
+/// capacity it flags the whole step instead. launch_pack_strays packs them as compact sides, the fp32 LSE reduces
+/// those against the whole other side, and launch_strays_commit writes their results and forecasts.
+struct Strays {
+  int* index = nullptr;  // null: no strays, any sum out of range redoes the whole step
+  int* count = nullptr;
+  int cap_x = 0, cap_y = 0;
+};
+
 /// tmp_f = λx(f − ε ln rsum), tmp_g = λy(g − ε ln(csum/b)) (the sums' shift taken out); rsum/csum reset to zero;
 /// *flag = 1 when a (shifted) sum is too small or not finite for the result to be trusted. forecast (may be null):
 /// the sums' (their SumsStep); when it says skip the sums were skipped, so only *flag = 1 is set. next (may be
 /// null; zero before the launch): the next step's forecast, its `sums` range — what the commit's blend of pot and
 /// tmp with weight commit_weight (½, or ½ω with over-relaxation) implies
 /// for the next step's sums, to first order (launch_finalize) — and the floor the next launch trusts (floor_log2
-/// where `next_screened` says the screened floor applies to it).
+/// where `next_screened` says the screened floor applies to it). strays (index non-null): a sum out of range is
+/// recorded there (up to the side's capacity) rather than flagged, and left out of the forecast.
 void launch_symmetric_finish(const float* f, const float* g, float* rsum, float* csum, const float* b, int n, int m,
                              double epsilon, float lambda_f, float lambda_g, float* tmp_f, float* tmp_g, int* flag,
                              const SumsForecast* forecast, cudaStream_t stream, const int* screened = nullptr,
                              float floor_log2 = kSumsMinLog2, SumsForecast* next = nullptr,
-                             const int* next_screened = nullptr, float commit_weight = 0.5f);
+                             const int* next_screened = nullptr, float commit_weight = 0.5f, Strays strays = {});
+/// Packs the strays of x (points (x.count × d), ‖p‖², ln w, w) into packed_x as a compact side of cap_x points
+/// (the cold samples' layout: cap_x × d coordinates, then cap_x of each value), y's into packed_y.
+void launch_pack_strays(const Strays& strays, const PointSet& x, const PointSet& y, int d, float* packed_x,
+                        float* packed_y, cudaStream_t stream);
+/// One side's strays after their LSE: the compact side's merged partials (splits × cap) and ‖p‖², and where the
+/// results go (the side's potential, one-pass results and λ).
+struct StraySide {
+  const float2* partials = nullptr;
+  int splits = 1;
+  const float* norm2 = nullptr;
+  const float* pot = nullptr;
+  float* tmp = nullptr;
+  float lambda = 1;
+};
+/// tmp[i] = λ·softmin_i of every stray (the soft c-transform from its LSE, as the finish kernel writes it from the
+/// sums), and its first-order forecast of the next step's log2 sum added to next->sums (launch_symmetric_finish).
+void launch_strays_commit(const Strays& strays, const StraySide& x, const StraySide& y, double epsilon, float s,
+                          float commit_weight, SumsForecast* next, cudaStream_t stream);
 
 // ---- plan application --------------------------------------------------------------------------------------
 /// out (rows.count × k) += Σ_j exp2(score_ij − lse2_i) · V_j for the column range of each split; V is

@@ -43,6 +43,9 @@ struct SumsForecast {
   int fell_back = 0;
   int skip = 0;    // skip whatever the range (a sample that is not a number)
   int cold = 0;     // `sums` is the cold probe's sample, judged by decide_cold_step
+  // cold: ~float_key of the lowest sum the step must hold (cold_forecast): the evenly spaced part of the sample's
+  // where the step redoes its strays alone, else the sample's lowest.
+  unsigned fit_low = 0;
   float floor = 0;  // the lower end of the range the step's launch trusts (kSumsMinLog2 or the screened floor)
 };
 
@@ -85,21 +88,24 @@ constexpr SumsStep decide_sums_step(float lo, float hi, float floor) {
 }
 
 /// The cold step's rule (iteration 0 from zero potentials), from the range [lo, hi] of the log2 sums that the cold
-/// probe's sample predicts and the lower end `floor` of the range the launch trusts. The sample (device_step.cu,
-/// kColdSample and kColdFar) sees a cloud's dense middle, whose sums are the highest, well; its isolated points, whose
-/// nearest neighbours are far and whose sums are the lowest, less surely: on 100k N(0,1) points at ε = 0.1 evenly
-/// spaced points alone put the lowest log2 sum at −62.8 (d = 8) where 4000 random rows reached −89.5, while their
-/// highest (−17.7) was within 2 of the rows' (−15.9; docs/benchmarks.md, "Cold steps"). So the sample's highest sum,
-/// plus kColdHighMargin, is put kShiftMargin below the top of the range, which leaves the lowest sums all the room
-/// the range has; the step runs shifted when the sample's lowest less kColdLowMargin still fits, and skips (two
-/// passes) otherwise. A sample that fits with both margins runs unshifted. Before this rule a sample inside the
-/// range ran unshifted and a sample outside it skipped, so a d = 6 or 8 cold step whose unsampled rows fell below
-/// 2^-70 was redone: three passes.
+/// probe's sample predicts, the lowest sum `fit_lo` ≥ lo the step must hold, and the lower end `floor` of the range
+/// the launch trusts. The sample (device_step.cu, kColdSample and kColdFar) sees a cloud's dense middle, whose sums
+/// are the highest, well; its isolated points, whose nearest neighbours are far and whose sums are the lowest, less
+/// surely: on 100k N(0,1) points at ε = 0.1 evenly spaced points alone put the lowest log2 sum at −62.8 (d = 8) where
+/// 4000 random rows reached −89.5, while their highest (−17.7) was within 2 of the rows' (−15.9; docs/benchmarks.md,
+/// "Cold steps"). So the sample's highest sum, plus kColdHighMargin, is put kShiftMargin below the top of the range,
+/// which leaves the lowest sums all the room the range has; the step runs shifted when fit_lo less kColdLowMargin
+/// still fits, and skips (two passes) otherwise. A sample that fits with both margins runs unshifted.
+///
+/// fit_lo: where the cold step redoes its strays alone (the rows and columns whose sums leave the range, kernels.cuh
+/// Strays), the lowest of the sample's evenly spaced part — a fair sample of the points, so the strays are expected
+/// to be few — and the isolated points below it are left to the strays; else the whole sample's lowest (fit_lo = lo).
 inline constexpr float kColdHighMargin = 4.f, kColdLowMargin = 8.f;
 
-constexpr SumsStep decide_cold_step(float lo, float hi, float floor) {
+constexpr SumsStep decide_cold_step(float lo, float hi, float floor, float fit_lo) {
   SumsStep step;
-  if (!(lo <= hi && lo > -1e30f && hi < 1e30f)) {  // NaN, infinities, or nothing sampled
+  // NaN, infinities, or nothing sampled
+  if (!(lo <= hi && lo <= fit_lo && fit_lo <= hi && lo > -1e30f && hi < 1e30f)) {
     step.skip = 1;
     return step;
   }
@@ -107,31 +113,35 @@ constexpr SumsStep decide_cold_step(float lo, float hi, float floor) {
   const float top = kSumsMaxLog2 - kShiftMargin - kColdHighMargin - hi;  // rounded down to a whole number
   float shift = static_cast<float>(static_cast<long long>(top));
   if (shift > top) shift -= 1;
-  if (lo - kColdLowMargin + shift >= floor + kShiftMargin) {
+  if (fit_lo - kColdLowMargin + shift >= floor + kShiftMargin) {
     step.shift = shift;
   } else {
     step.skip = 1;
   }
   return step;
 }
+constexpr SumsStep decide_cold_step(float lo, float hi, float floor) { return decide_cold_step(lo, hi, floor, lo); }
 
-/// The cold step's forecast: the sample's range as it is, marked `cold` so that sums_step judges it by
-/// decide_cold_step. Shards combine their forecasts (combine_forecast: lowest low, highest high, highest floor), so
-/// the rule then judges the union of their samples.
-constexpr SumsForecast cold_forecast(float lo, float hi, float floor) {
+/// The cold step's forecast: the sample's range as it is and the lowest sum to hold (fit_lo, decide_cold_step),
+/// marked `cold` so that sums_step judges it by decide_cold_step. Shards combine their forecasts (combine_forecast:
+/// lowest low and fit_low, highest high, highest floor), so the rule then judges the union of their samples.
+constexpr SumsForecast cold_forecast(float lo, float hi, float floor, float fit_lo) {
   SumsForecast forecast;
   forecast.floor = floor;
   forecast.cold = 1;
   forecast.sums.low = ~float_key(lo);
   forecast.sums.high = float_key(hi);
+  forecast.fit_low = ~float_key(fit_lo);
   return forecast;
 }
+constexpr SumsForecast cold_forecast(float lo, float hi, float floor) { return cold_forecast(lo, hi, floor, lo); }
 
 /// A step's SumsStep from its forecast.
 constexpr SumsStep sums_step(const SumsForecast& forecast) {
   if (forecast.skip != 0) return SumsStep{1, 0.f};
   if (forecast.cold != 0) {
-    return decide_cold_step(key_float(~forecast.sums.low), key_float(forecast.sums.high), forecast.floor);
+    return decide_cold_step(key_float(~forecast.sums.low), key_float(forecast.sums.high), forecast.floor,
+                            key_float(~forecast.fit_low));
   }
   const SumsRange& range = forecast.fell_back != 0 ? forecast.fallback : forecast.sums;
   if (range.high == 0) return SumsStep{};  // nothing forecast

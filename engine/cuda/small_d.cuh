@@ -65,6 +65,7 @@ __global__ void __launch_bounds__(kSmallThreads) lse_small_kernel(PointSet rows,
                                                                   float2* __restrict__ partials, const int* guard) {
   if constexpr (D <= 4) {  // the original kernel, unchanged
     if (guard != nullptr && *guard == 0) return;
+    if (rows.active != nullptr && int(blockIdx.x) * kSmallBlockRows >= *rows.active) return;
     __shared__ float4 tile[kSmallTile];  // (BN): (q0, q1, q2, v) for D ≤ 3, (q0..q3) for D = 4
     __shared__ float vtile[kSmallTile];  // (BN): v for D = 4
     const int i_base = blockIdx.x * kSmallBlockRows + threadIdx.x;
@@ -141,6 +142,7 @@ __global__ void __launch_bounds__(kSmallThreads) lse_small_kernel(PointSet rows,
   } else {
     if (guard != nullptr && *guard == 0) return;
     constexpr int R = small_rows(D), C = (D + 3) / 4;
+    if (rows.active != nullptr && int(blockIdx.x) * (kSmallThreads * R) >= *rows.active) return;
     __shared__ float4 tile[C][kSmallTile];  // (chunks, BN): coordinates 4c..4c+3 of each column, zero past d
     __shared__ float vtile[kSmallTile];     // (BN): column bias
     const int d = sc.d;                     // ≤ D: the points' stride

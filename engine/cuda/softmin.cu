@@ -35,9 +35,10 @@ __global__ void __launch_bounds__(kTileThreads) lse_tiled_kernel(PointSet rows, 
                                                                  Scale sc, int cols_per_split,
                                                                  float2* __restrict__ partials, const int* guard) {
   if (guard != nullptr && *guard == 0) return;
+  const int i0 = blockIdx.x * kTileRows;
+  if (rows.active != nullptr && i0 >= *rows.active) return;
   __shared__ TileStage<> st;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const int i0 = blockIdx.x * kTileRows;
   const int j_begin = blockIdx.y * cols_per_split;
   const int j_end = min(cols.count, j_begin + cols_per_split);
   float run_max[4], run_sum[4];

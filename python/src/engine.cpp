@@ -575,6 +575,8 @@ void bind_engine(nb::module_& m) {
             out["shifted_steps"] = s.shifted_steps;
             out["skipped_steps"] = s.skipped_steps;
             out["redone_steps"] = s.redone_steps;
+            out["steps_with_strays"] = s.steps_with_strays;
+            out["strays"] = s.strays;
             out["screened"] = s.screened;
             const auto site = [](const ScreenSiteStatistics& t) {
               nb::dict d;

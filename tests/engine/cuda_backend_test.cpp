@@ -207,9 +207,32 @@ TEST(CudaOnePassRule, ColdSumsTooWideOrNotANumberSkip) {
   EXPECT_EQ(decide_cold_step(INFINITY, -INFINITY, kSumsMinLog2).skip, 1);  // nothing sampled
 }
 
+TEST(CudaOnePassRule, ColdStepsThatRedoStraysFitOnlyTheEvenlySpacedPoints) {
+  using namespace detail::cuda;
+  // d = 16 (100k, fp64): the whole sample [−199.1, −38.4] is too wide (shift 130 leaves −77.1 − kColdLowMargin
+  // below the range), but where the step redoes its strays alone only the evenly spaced points' lowest must fit:
+  // −120 − kColdLowMargin + 130 = 2 ≥ −70 + kShiftMargin. The isolated points below −70 − 130 are the strays.
+  EXPECT_EQ(decide_cold_step(-199.1f, -38.4f, kSumsMinLog2).skip, 1);
+  const SumsStep d16 = decide_cold_step(-199.1f, -38.4f, kSumsMinLog2, -120.f);
+  EXPECT_EQ(d16.skip, 0);
+  EXPECT_EQ(d16.shift, 130.f);
+  const SumsStep run = sums_step(cold_forecast(-199.1f, -38.4f, kSumsMinLog2, -120.f));
+  EXPECT_EQ(run.skip, 0);
+  EXPECT_EQ(run.shift, 130.f);
+  // The evenly spaced points themselves too wide: skip (a dense middle whose sums spread past the range, ε ≪ the
+  // distances: the strays would be most of the points).
+  EXPECT_EQ(decide_cold_step(-400.f, -38.4f, kSumsMinLog2, -200.f).skip, 1);
+  // The shift still comes from the highest sum, and a sample that fits entirely runs unshifted.
+  EXPECT_EQ(decide_cold_step(-62.8f, -17.7f, kSumsMinLog2, -40.f).shift, 109.f);
+  EXPECT_EQ(decide_cold_step(-16.1f, -6.6f, kSumsMinLog2, -10.f).shift, 0.f);
+  // fit_lo outside [lo, hi] or not a number: a malformed forecast, skipped.
+  EXPECT_EQ(decide_cold_step(-62.8f, -17.7f, kSumsMinLog2, -70.f).skip, 1);
+  EXPECT_EQ(decide_cold_step(-62.8f, -17.7f, kSumsMinLog2, std::nanf("")).skip, 1);
+}
+
 TEST(CudaOnePassRule, ColdForecastsOfShardsAreJudgedTogether) {
   using namespace detail::cuda;
-  // combine_forecast takes the MAX of each of the first seven words and of the floor.
+  // combine_forecast takes the MAX of each of the first eight words and of the floor.
   const auto combine = [](const SumsForecast& a, const SumsForecast& b) {
     SumsForecast c;
     c.sums.low = std::max(a.sums.low, b.sums.low);
@@ -219,6 +242,7 @@ TEST(CudaOnePassRule, ColdForecastsOfShardsAreJudgedTogether) {
     c.fell_back = std::max(a.fell_back, b.fell_back);
     c.skip = std::max(a.skip, b.skip);
     c.cold = std::max(a.cold, b.cold);
+    c.fit_low = std::max(a.fit_low, b.fit_low);
     c.floor = std::max(a.floor, b.floor);
     return c;
   };
@@ -406,6 +430,85 @@ TEST(CudaOnePassShift, AColdSolveShiftsTheStepsItCanAndMatchesTheReference) {
   EXPECT_LE(rel_max_diff(r.f, ref.f), kDefaultPrecisionRelTol) << report;
   EXPECT_LE(rel_max_diff(r.g, ref.g), kDefaultPrecisionRelTol) << report;
 }
+
+// A cold step whose sums mostly fit the range once shifted, but a few points' do not: points placed far outside the
+// other cloud (x's at `radius`, y's at twice it), which the cold probe's evenly spaced sample leaves out. The step runs shifted and redoes
+// those points alone (kernels.cuh Strays) rather than the whole step; past the strays' capacity it redoes the step.
+struct StrayCase {
+  std::size_t d;
+  double epsilon;
+  float radius;
+};
+class CudaStraysTest : public ::testing::TestWithParam<StrayCase> {};
+
+/// n N(0,1) points with `outliers` of them moved to `radius` (random directions), none at the cold probe's evenly
+/// spaced indices (device_step.cu kColdSample: ⌊k·n/128⌋).
+std::vector<float> points_with_outliers(std::size_t n, std::size_t d, std::size_t outliers, float radius,
+                                        std::uint64_t seed) {
+  std::vector<float> p = random_points(n, d, seed);
+  const std::vector<float> dir = random_points(outliers, d, seed + 1000);
+  std::vector<bool> sampled(n, false);
+  for (std::size_t k = 0; k < 128; ++k) sampled[k * n / 128] = true;
+  std::size_t placed = 0;
+  for (std::size_t i = 1; i < n && placed < outliers; i += 3) {
+    if (sampled[i]) continue;
+    double norm = 0;
+    for (std::size_t c = 0; c < d; ++c) norm += double(dir[placed * d + c]) * dir[placed * d + c];
+    const double scale = radius / std::sqrt(norm);
+    for (std::size_t c = 0; c < d; ++c) p[i * d + c] = static_cast<float>(dir[placed * d + c] * scale);
+    ++placed;
+  }
+  return p;
+}
+
+SolveResult solve_strays(const StrayCase& c, std::size_t outliers_x, std::size_t outliers_y, EngineStatistics& st) {
+  const std::size_t n = 4000, d = c.d;
+  const std::vector<float> x = points_with_outliers(n, d, outliers_x, c.radius, 51);
+  // y's at twice the radius: no far point of x lies near one of y's (in d = 3, 20 random directions each way put
+  // some of them within a few units of each other, in range: measured, 23 strays where 40 were placed).
+  const std::vector<float> y = points_with_outliers(n, d, outliers_y, 2 * c.radius, 52);
+  const std::vector<float> w(n, 1.0f / float(n));
+  SolveOptions o;
+  o.epsilon = c.epsilon;
+  o.tolerance = 0;
+  o.max_iterations = 10;
+  Problem problem(PointsView{x, n, d}, PointsView{y, n, d}, w, w, backend_options("cuda"));
+  SolveResult r = problem.solve(o);
+  st = problem.statistics();
+  const ReferenceResult ref = reference_solve(PointsView{x, n, d}, PointsView{y, n, d}, w, w, o);
+  std::printf("[ strays   ] d = %zu: %lld in one pass (%lld shifted), %lld skipped, %lld redone; %lld strays in %lld "
+              "steps; potentials off the fp64 reference by %.2e (f), %.2e (g) relative\n",
+              d, st.one_pass_steps, st.shifted_steps, st.skipped_steps, st.redone_steps, st.strays,
+              st.steps_with_strays, rel_max_diff(r.f, ref.f), rel_max_diff(r.g, ref.g));
+  EXPECT_NE(r.reason, StopReason::kNonFinite) << r.message;
+  EXPECT_LE(rel_max_diff(r.f, ref.f), kDefaultPrecisionRelTol);
+  EXPECT_LE(rel_max_diff(r.g, ref.g), kDefaultPrecisionRelTol);
+  EXPECT_EQ(st.one_pass_steps + st.skipped_steps + st.redone_steps, 10);
+  return r;
+}
+
+TEST_P(CudaStraysTest, AColdStepRedoesItsStraysAloneAndMatchesTheReference) {
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  EngineStatistics st;
+  solve_strays(GetParam(), 20, 20, st);
+  // The first step stood (shifted) with the 40 far points, and any isolated ones of the clouds, redone alone.
+  EXPECT_EQ(st.steps_with_strays, 1);
+  EXPECT_GE(st.strays, 40);
+  EXPECT_GE(st.shifted_steps, 1);
+}
+
+TEST_P(CudaStraysTest, MoreStraysThanTheCapacityRedoTheWholeStep) {
+  FLASHOT_REQUIRE_BACKEND(std::string("cuda"));
+  // 1100 far rows of 4000: past the capacity (1024 per side at this size, device_step.cu stray_capacity).
+  EngineStatistics st;
+  solve_strays(GetParam(), 1100, 0, st);
+  EXPECT_EQ(st.steps_with_strays, 0);
+  EXPECT_GE(st.redone_steps, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaStraysTest,
+                         ::testing::Values(StrayCase{3, 0.1, 10.f}, StrayCase{8, 0.1, 8.f}, StrayCase{64, 2.0, 24.f}),
+                         [](const auto& info) { return "d" + std::to_string(info.param.d); });
 
 INSTANTIATE_TEST_SUITE_P(Dimensions, CudaStartFarTest, ::testing::Values(3, 64), [](const auto& info) {
   return "d" + std::to_string(info.param);

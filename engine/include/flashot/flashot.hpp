@@ -370,6 +370,9 @@ struct EngineStatistics {
   /// skipped their sums (the forecast or the cold probe sent them to the two-pass reductions), or computed their
   /// sums and were redone.
   long long one_pass_steps = 0, shifted_steps = 0, skipped_steps = 0, redone_steps = 0;
+  /// Of the steps that stood in one pass, those that redid some points alone (their sums had left the trusted range:
+  /// a launch's first step, far from the fixed point), and how many points that was over all of them (CUDA, one GPU).
+  long long steps_with_strays = 0, strays = 0;
   /// Tile screening (Screening) of the three sites; all zero when the problem is not screened.
   bool screened = false;
   ScreenSiteStatistics rows_lse, columns_lse, sums;
