@@ -316,6 +316,8 @@ class DeviceStep::Impl {
     side.active = flags_.get() + count + (x ? 1 : 2);
     return side;
   }
+  /// The reduction plan of a compact side of strays against the whole other side (redo_strays).
+  ReductionPlan stray_plan(const DevSide& strays, const DevSide& cols) const;
   /// The first step's strays, packed, reduced against the whole other side in fp32 and committed (Strays).
   void redo_strays(const Scale& sc, const Strays& strays, int count, float lambda_f, float lambda_g, float weight);
   // [k]: the forecast iteration k's one-pass step goes by (skip, shift: sums_step), written by iteration k − 1's
@@ -545,11 +547,26 @@ void DeviceStep::Impl::prepare_iteration(int sms) {
     stray_y_.reserve(std::size_t(stray_cap_y_) * (d_ + 3));
     const DevSide sx{stray_x_.get(), nullptr, nullptr, nullptr, stray_cap_x_};
     const DevSide sy{stray_y_.get(), nullptr, nullptr, nullptr, stray_cap_y_};
-    plan_stray_x_ = plan_lse(sx, y_side(), d_, resident_blocks_);
-    plan_stray_y_ = plan_lse(sy, x_side(), d_, resident_blocks_);
+    plan_stray_x_ = stray_plan(sx, y_side());
+    plan_stray_y_ = stray_plan(sy, x_side());
     stray_part_.reserve(std::size_t(plan_stray_x_.splits) * stray_cap_x_ +
                         std::size_t(plan_stray_y_.splits) * stray_cap_y_);
   }
+}
+
+ReductionPlan DeviceStep::Impl::stray_plan(const DevSide& strays, const DevSide& cols) const {
+  // The strays are a few row blocks at most (hundreds of points at d = 8–16, docs/benchmarks.md "Strays"), so the
+  // plan of the whole capacity (about two waves of blocks over all of its row blocks) would give each active block
+  // a long run of column tiles. Split the columns as for one row block filling two waves of 128 blocks, within
+  // 32 MiB of partials.
+  ReductionPlan plan = plan_lse(strays, cols, d_, resident_blocks_);
+  DevSide one = strays;
+  one.count = 1;
+  const int most = static_cast<int>(std::clamp<std::int64_t>((std::int64_t(32) << 20) / (8 * std::int64_t(strays.count)),
+                                                             2, 256));
+  const ReductionPlan wide = plan_lse(one, cols, d_, most / 2);
+  if (wide.splits > plan.splits) plan.splits = wide.splits, plan.cols_per_split = wide.cols_per_split;
+  return plan;
 }
 
 void DeviceStep::Impl::redo_strays(const Scale& sc, const Strays& strays, int count, float lambda_f, float lambda_g,
@@ -1415,11 +1432,11 @@ std::size_t step_resident_bytes(std::size_t n, std::size_t m, std::size_t d, boo
     // The biased sums' operands: the rows' hi and lo, the columns' tiles (bias_padded_d ≤ 32, d ≤ kBiasMaxD).
     if (biased) bytes += (points + 64) * std::size_t(bias_padded_d(static_cast<int>(std::min<std::size_t>(d, 32)))) * 4;
   }
-  // The first step's strays: their indices and packed points, and their LSE partials (a few splits).
+  // The first step's strays: their indices and packed points, and their LSE partials (stray_plan).
   for (const std::size_t side : {n, m}) {
     const auto cap = static_cast<std::size_t>(stray_capacity(static_cast<int>(std::min<std::size_t>(side, INT32_MAX)),
                                                              static_cast<int>(d)));
-    bytes += cap * (d + 4) * sizeof(float) + cap * 16 * 8;
+    bytes += cap * (d + 4) * sizeof(float) + std::min<std::size_t>(std::size_t(32) << 20, cap * 256 * 8);
   }
   return bytes + (std::size_t(16) << 20);  // flags, forecasts, screen states, the samples, the graph's scratch
 }
