@@ -120,7 +120,6 @@ constexpr SumsStep decide_cold_step(float lo, float hi, float floor, float fit_l
   }
   return step;
 }
-constexpr SumsStep decide_cold_step(float lo, float hi, float floor) { return decide_cold_step(lo, hi, floor, lo); }
 
 /// The cold step's forecast: the sample's range as it is and the lowest sum to hold (fit_lo, decide_cold_step),
 /// marked `cold` so that sums_step judges it by decide_cold_step. Shards combine their forecasts (combine_forecast:
@@ -134,7 +133,6 @@ constexpr SumsForecast cold_forecast(float lo, float hi, float floor, float fit_
   forecast.fit_low = ~float_key(fit_lo);
   return forecast;
 }
-constexpr SumsForecast cold_forecast(float lo, float hi, float floor) { return cold_forecast(lo, hi, floor, lo); }
 
 /// A step's SumsStep from its forecast.
 constexpr SumsStep sums_step(const SumsForecast& forecast) {

@@ -159,12 +159,12 @@ TEST(CudaOnePassRule, SumsWiderThanTheRangeOrNotANumberSkip) {
 // kColdSample = 128 evenly spaced rows and columns, fp64).
 detail::cuda::SumsStep cold_step_as_run(float lo, float hi, float floor) {
   using namespace detail::cuda;
-  return sums_step(cold_forecast(lo, hi, floor));
+  return sums_step(cold_forecast(lo, hi, floor, lo));
 }
 
 TEST(CudaOnePassRule, ColdSumsThatFitWithBothMarginsRunUnshifted) {
   using namespace detail::cuda;
-  const SumsStep d3 = decide_cold_step(-16.1f, -6.6f, kSumsMinLog2);  // d = 3
+  const SumsStep d3 = decide_cold_step(-16.1f, -6.6f, kSumsMinLog2, -16.1f);  // d = 3
   EXPECT_EQ(d3.skip, 0);
   EXPECT_EQ(d3.shift, 0.f);
   EXPECT_EQ(cold_step_as_run(-16.1f, -6.6f, kSumsMinLog2).skip, 0);
@@ -176,7 +176,7 @@ TEST(CudaOnePassRule, ColdSumsAreShiftedToTheTopOfTheRange) {
   // d = 8: the sample spans [−62.8, −17.7] where 4000 random rows reach −89.5: inside the range as sampled, so the
   // old rule ran it unshifted and the unsampled rows below 2^-70 made it redo. The highest sum goes to
   // 100 − kShiftMargin − kColdHighMargin = 92: shift 109, which holds every row above −70 − 109 = −179.
-  const SumsStep d8 = decide_cold_step(-62.8f, -17.7f, kSumsMinLog2);
+  const SumsStep d8 = decide_cold_step(-62.8f, -17.7f, kSumsMinLog2, -62.8f);
   EXPECT_EQ(d8.skip, 0);
   EXPECT_EQ(d8.shift, 109.f);
   const SumsStep run = cold_step_as_run(-62.8f, -17.7f, kSumsMinLog2);
@@ -195,16 +195,16 @@ TEST(CudaOnePassRule, ColdSumsAreShiftedToTheTopOfTheRange) {
 TEST(CudaOnePassRule, ColdSumsTooWideOrNotANumberSkip) {
   using namespace detail::cuda;
   // d = 16: [−199.1, −38.4] → shift 130 would leave −199.1 − kColdLowMargin + 130 = −77.1 below the range.
-  EXPECT_EQ(decide_cold_step(-199.1f, -38.4f, kSumsMinLog2).skip, 1);
+  EXPECT_EQ(decide_cold_step(-199.1f, -38.4f, kSumsMinLog2, -199.1f).skip, 1);
   EXPECT_EQ(cold_step_as_run(-199.1f, -38.4f, kSumsMinLog2).skip, 1);
   // [−130, −20] → 112: −130 − kColdLowMargin + 112 = −26 fits above the dense floor (−70 + 4), not above the
   // screened one (−20 + 4).
   EXPECT_EQ(cold_step_as_run(-130.f, -20.f, kSumsMinLog2).shift, 112.f);
   EXPECT_EQ(cold_step_as_run(-130.f, -20.f, -20.f).skip, 1);
-  EXPECT_EQ(decide_cold_step(std::nanf(""), 0.f, kSumsMinLog2).skip, 1);
-  EXPECT_EQ(decide_cold_step(-INFINITY, 0.f, kSumsMinLog2).skip, 1);
-  EXPECT_EQ(decide_cold_step(0.f, INFINITY, kSumsMinLog2).skip, 1);
-  EXPECT_EQ(decide_cold_step(INFINITY, -INFINITY, kSumsMinLog2).skip, 1);  // nothing sampled
+  EXPECT_EQ(decide_cold_step(std::nanf(""), 0.f, kSumsMinLog2, std::nanf("")).skip, 1);
+  EXPECT_EQ(decide_cold_step(-INFINITY, 0.f, kSumsMinLog2, -INFINITY).skip, 1);
+  EXPECT_EQ(decide_cold_step(0.f, INFINITY, kSumsMinLog2, 0.f).skip, 1);
+  EXPECT_EQ(decide_cold_step(INFINITY, -INFINITY, kSumsMinLog2, INFINITY).skip, 1);  // nothing sampled
 }
 
 TEST(CudaOnePassRule, ColdStepsThatRedoStraysFitOnlyTheEvenlySpacedPoints) {
@@ -212,7 +212,7 @@ TEST(CudaOnePassRule, ColdStepsThatRedoStraysFitOnlyTheEvenlySpacedPoints) {
   // d = 16 (100k, fp64): the whole sample [−199.1, −38.4] is too wide (shift 130 leaves −77.1 − kColdLowMargin
   // below the range), but where the step redoes its strays alone only the evenly spaced points' lowest must fit:
   // −120 − kColdLowMargin + 130 = 2 ≥ −70 + kShiftMargin. The isolated points below −70 − 130 are the strays.
-  EXPECT_EQ(decide_cold_step(-199.1f, -38.4f, kSumsMinLog2).skip, 1);
+  EXPECT_EQ(decide_cold_step(-199.1f, -38.4f, kSumsMinLog2, -199.1f).skip, 1);
   const SumsStep d16 = decide_cold_step(-199.1f, -38.4f, kSumsMinLog2, -120.f);
   EXPECT_EQ(d16.skip, 0);
   EXPECT_EQ(d16.shift, 130.f);
@@ -246,7 +246,7 @@ TEST(CudaOnePassRule, ColdForecastsOfShardsAreJudgedTogether) {
     c.floor = std::max(a.floor, b.floor);
     return c;
   };
-  const auto forecast = [](float lo, float hi) { return cold_forecast(lo, hi, kSumsMinLog2); };
+  const auto forecast = [](float lo, float hi) { return cold_forecast(lo, hi, kSumsMinLog2, lo); };
   // The union of the samples, [−62.8, −12.7]: the higher end sets the shift (92 + 12.7 → 104).
   const SumsStep both = sums_step(combine(forecast(-62.8f, -17.7f), forecast(-60.f, -12.7f)));
   EXPECT_EQ(both.skip, 0);
@@ -461,7 +461,7 @@ std::vector<float> points_with_outliers(std::size_t n, std::size_t d, std::size_
   return p;
 }
 
-SolveResult solve_strays(const StrayCase& c, std::size_t outliers_x, std::size_t outliers_y, EngineStatistics& st) {
+void solve_strays(const StrayCase& c, std::size_t outliers_x, std::size_t outliers_y, EngineStatistics& st) {
   const std::size_t n = 4000, d = c.d;
   const std::vector<float> x = points_with_outliers(n, d, outliers_x, c.radius, 51);
   // y's at twice the radius: no far point of x lies near one of y's (in d = 3, 20 random directions each way put
@@ -473,7 +473,7 @@ SolveResult solve_strays(const StrayCase& c, std::size_t outliers_x, std::size_t
   o.tolerance = 0;
   o.max_iterations = 10;
   Problem problem(PointsView{x, n, d}, PointsView{y, n, d}, w, w, backend_options("cuda"));
-  SolveResult r = problem.solve(o);
+  const SolveResult r = problem.solve(o);
   st = problem.statistics();
   const ReferenceResult ref = reference_solve(PointsView{x, n, d}, PointsView{y, n, d}, w, w, o);
   std::printf("[ strays   ] d = %zu: %lld in one pass (%lld shifted), %lld skipped, %lld redone; %lld strays in %lld "
@@ -484,7 +484,6 @@ SolveResult solve_strays(const StrayCase& c, std::size_t outliers_x, std::size_t
   EXPECT_LE(rel_max_diff(r.f, ref.f), kDefaultPrecisionRelTol);
   EXPECT_LE(rel_max_diff(r.g, ref.g), kDefaultPrecisionRelTol);
   EXPECT_EQ(st.one_pass_steps + st.skipped_steps + st.redone_steps, 10);
-  return r;
 }
 
 TEST_P(CudaStraysTest, AColdStepRedoesItsStraysAloneAndMatchesTheReference) {
