@@ -221,6 +221,32 @@ __device__ __forceinline__ void total_column_sums(float (&col)[16]) {
   column_halving<2, 4>(col, lane & 4);
 }
 
+/// This warp's column totals of one tile (total_column_sums: lane (g, t) holds columns g·8 + 2t + {0, 1}) into its own
+/// row of the stage's slots, one 8-byte store a lane and no shared atomics; the stage's last warp adds the rows up
+/// (drain_column_slots). A warp whose screen drops the tile stores zeros.
+template <int WARPS>
+__device__ __forceinline__ void store_column_sums(float (&slots)[WARPS][kMmaTile], float c0, float c1) {
+  const int lane = threadIdx.x % 32;
+  *reinterpret_cast<float2*>(&slots[threadIdx.x / 32][(lane / 4) * 8 + 2 * (lane % 4)]) = make_float2(c0, c1);
+}
+
+/// By the last warp done with a stage: the WARPS warps' column totals of its tile (store_column_sums) added in warp
+/// order, so the sums do not depend on the schedule; lane L takes columns L and L + 32 of the tile starting at j0,
+/// one global atomic per column below j_end that has mass.
+template <int WARPS>
+__device__ __forceinline__ void drain_column_slots(const float (&slots)[WARPS][kMmaTile], int j0, int j_end,
+                                                   float* csum) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int c = lane + 32 * h, j = j0 + c;
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) total += slots[w][c];
+    if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
+  }
+}
+
 /// After the tile's barrier: the WARPS warps' column sums of tile it (buf) added up by
 /// threads 0 .. BN − 1, one atomic per column (from tile_start(it)) that has mass.
 template <int WARPS, typename TileStart>

@@ -40,10 +40,8 @@ __device__ __forceinline__ void sums_bias_wg_body(PointSet x, int cols_count, Mm
                                                   float* __restrict__ csum) {
   using Core = WgTileCore<KS, false, MT>;
   extern __shared__ __align__(128) std::uint8_t wg_smem[];
-  // (stage, BN): the column sums of the stage's tile, added by every warp (shared atomics), taken by drain.
-  __shared__ float colacc[Core::kStages][kMmaTile];
-  for (int e = threadIdx.x; e < Core::kStages * kMmaTile; e += Core::kThreads)
-    colacc[e / kMmaTile][e % kMmaTile] = 0.f;
+  // (stage, warp, BN): each warp's column sums of the stage's tile (store_column_sums), added up by drain.
+  __shared__ __align__(16) float colslots[Core::kStages][Core::kWarps][kMmaTile];
   const int lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
   const int block_row0 = blockIdx.x * kWgBlockRows;
   Core core;
@@ -69,18 +67,9 @@ __device__ __forceinline__ void sums_bias_wg_body(PointSet x, int cols_count, Mm
     add_exponentials<MT, kFirst, kLast>(p, ar, rs, col);
     if constexpr (kLast < MT) return;  // the tile's other subtile follows
     total_column_sums(col);
-    atomicAdd(&colacc[slot][gr * 8 + 2 * t], col[0]);
-    atomicAdd(&colacc[slot][gr * 8 + 2 * t + 1], col[1]);
+    store_column_sums(colslots[slot], col[0], col[1]);
   };
-  // sums_wg_body's drain: lane L takes columns L and L + 32 of the stage (and leaves zeros).
-  const auto drain = [&](int stage, int it) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int c = lane + 32 * h, j = tile_start(it) + c;
-      const float total = atomicExch(&colacc[stage][c], 0.f);
-      if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
-    }
-  };
+  const auto drain = [&](int stage, int it) { drain_column_slots(colslots[stage], tile_start(it), j_end, csum); };
   static_assert(SPLIT == WgWait::kWhole || MT == 2, "split waits serve two subtiles");
   constexpr WgWait kWait = SPLIT != WgWait::kWhole ? SPLIT : MT == 1 ? WgWait::kNextTile : WgWait::kWhole;
   core.template run<kWait>(wg_smem, cop, tiles, tile_start, epilogue, drain);

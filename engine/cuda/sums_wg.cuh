@@ -23,10 +23,8 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
                                              float cut) {
   using Core = WgTileCore<KS, SCREEN, MT>;
   extern __shared__ __align__(128) std::uint8_t wg_smem[];
-  // (stage, BN): the column sums of the stage's tile, added by every warp (shared atomics), taken by drain.
-  __shared__ float colacc[Core::kStages][kMmaTile];
-  for (int e = threadIdx.x; e < Core::kStages * kMmaTile; e += Core::kThreads)
-    colacc[e / kMmaTile][e % kMmaTile] = 0.f;
+  // (stage, warp, BN): each warp's column sums of the stage's tile (store_column_sums), added up by drain.
+  __shared__ __align__(16) float colslots[Core::kStages][Core::kWarps][kMmaTile];
   TileCounts counts;
   const int lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
   const int block_row0 = blockIdx.x * kWgBlockRows;
@@ -56,7 +54,10 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
       for (int mt = 0; mt < MT; ++mt) floor[mt][0] = -cut - u[mt][0], floor[mt][1] = -cut - u[mt][1];
       const bool keep = screen_keeps(s, vt, alpha, floor);
       counts.add(keep);
-      if (!keep) return;
+      if (!keep) {
+        store_column_sums(colslots[slot], 0.f, 0.f);
+        return;
+      }
       core.add_cross(stage, wg_smem, s);
     }
     if constexpr (kFirst == 0)
@@ -65,19 +66,9 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
     add_entries<MT, kFirst, kLast>(s, vt, alpha, u, ar, rs, col);
     if constexpr (kLast < MT) return;  // the tile's other subtile follows
     total_column_sums(col);
-    atomicAdd(&colacc[slot][gr * 8 + 2 * t], col[0]);
-    atomicAdd(&colacc[slot][gr * 8 + 2 * t + 1], col[1]);
+    store_column_sums(colslots[slot], col[0], col[1]);
   };
-  // By the last warp done with the tile's stage: lane L takes columns L and L + 32 (and leaves zeros). Every
-  // access to colacc is atomic, so the order of the warps' additions is the only thing the schedule changes.
-  const auto drain = [&](int stage, int it) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int c = lane + 32 * h, j = tile_start(it) + c;
-      const float total = atomicExch(&colacc[stage][c], 0.f);
-      if (j < j_end && total != 0.f) atomicAdd(&csum[j], total);
-    }
-  };
+  const auto drain = [&](int stage, int it) { drain_column_slots(colslots[stage], tile_start(it), j_end, csum); };
   static_assert(SPLIT == WgWait::kWhole || (!SCREEN && MT == 2), "split waits: the dense body of two subtiles");
   constexpr WgWait kWait = SPLIT != WgWait::kWhole               ? SPLIT
                            : !SCREEN && KS <= 4 && MT == 1 ? WgWait::kNextTile

@@ -26,7 +26,7 @@ namespace flashot::detail::cuda {
 namespace {
 
 /// The rows' A fragments of one warp (16 rows), the column tiles' staging (hi, lo as interleaved core matrices;
-/// biases) in four stages filled by bulk copies (run), and the products: SCREEN, the wgmma hi·hi product and, for kept tiles, the
+/// biases) in four stages (eight at KS <= 2) filled by bulk copies (run), and the products: SCREEN, the wgmma hi·hi product and, for kept tiles, the
 /// mma.sync cross products (rows' lo from shared memory); otherwise (the dense kernels) all three products by
 /// wgmma, the rows' lo halves in registers.
 ///
@@ -74,7 +74,10 @@ struct WgTileCore {
   static constexpr int kChunks = 2 * KS;                              // 16-byte chunks per point
   static constexpr int kArrayBytes = kMmaTile * kChunks * 16;         // one array of one column tile
   static constexpr int kStageBytes = 2 * kArrayBytes + kMmaTile * 4;  // hi, lo, biases
-  static constexpr int kStages = 4;
+  // Eight stages where a stage is small (KS <= 2: 4.3 / 8.4 KB): a warp may then run up to seven tiles ahead of the
+  // block's slowest before it waits for a fetch (ncu, 100k, d = 8: 11 % of the warps' stall samples were that wait
+  // with four stages; docs/benchmarks.md "Where the time goes off the benchmark point").
+  static constexpr int kStages = KS <= 2 ? 8 : 4;
   static constexpr int kAcrossChain = 2;  // tiles per chain of WgWait::kSubtilesAcross
   static constexpr int kRowsLoBytes = kWgBlockRows * kChunks * 16;     // the block's rows' lo halves
   static constexpr int kRowsLoAt = kStages * kStageBytes;              // after the stages (SCREEN)
@@ -355,10 +358,17 @@ struct WgTileCore {
   }
 };
 
-// The largest instantiation (d = 128, screened: four stages of hi, lo and biases, the rows' lo halves) plus the sums
-// kernel's static column buffers must fit the 227 KB a Hopper block may have.
-static_assert(WgTileCore<8, true>::kSharedBytes + WgTileCore<8, true>::kStages * kMmaTile * sizeof(float) <= 227 * 1024,
-              "warpgroup kernels' shared memory exceeds a Hopper block's");
+// The largest instantiations (d = 128, screened: four stages of hi, lo and biases, the rows' lo halves; d = 32, eight
+// stages, two blocks per SM) plus the sums kernels' static column slots (a row per warp and stage) must fit the
+// 227 KB a Hopper block may have, and two blocks of two subtiles an SM's 228 KB.
+template <int KS, bool SCREEN, int MT>
+constexpr std::size_t wg_sums_shared_bytes() {
+  using Core = WgTileCore<KS, SCREEN, MT>;
+  return Core::kSharedBytes + std::size_t(Core::kStages) * Core::kWarps * kMmaTile * sizeof(float);
+}
+static_assert(wg_sums_shared_bytes<8, true, 1>() <= 227 * 1024, "warpgroup kernels' shared memory exceeds a Hopper block's");
+static_assert(2 * (wg_sums_shared_bytes<2, true, 2>() + 1024) <= 228 * 1024,
+              "two blocks of the d = 32 warpgroup kernels exceed a Hopper SM's shared memory");
 
 
 }  // namespace

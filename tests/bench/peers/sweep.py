@@ -3,7 +3,7 @@
   sweep.py points --preset full|reduced            the (n, m, d, eps, data) list, one `n,m,d,eps,data` line each
   sweep.py flashot --bin FLASHOT --points FILE --out CSV [--repeats R] [--families all|auto]
         times `flashot bench --kernel F` for every kernel family that serves d (engine/cuda/dispatch.hpp)
-  sweep.py peers --points FILE --out CSV            FlashSinkhorn 0.4.1, symmetric and alternating (needs torch)
+  sweep.py peers --points FILE --out CSV [--schemes symmetric,alternating]   FlashSinkhorn 0.4.1 (needs torch)
   sweep.py report --flashot CSV --peers CSV --out DIR   ratio table (stdout, DIR/sweep.md), DIR/sweep.png
   sweep.py table --flashot CSV [CSV...] --out engine/cuda/dispatch_table.inc
         the dispatch table from the measured per-family times (eps = 0.1, normal data)
@@ -120,7 +120,7 @@ def run_peers(o):
     deadline = time.time() + o.budget_s
     for (n, m, d, eps, data) in read_points(o.points):
         x = y = a = b = None
-        for scheme in ("symmetric", "alternating"):
+        for scheme in o.schemes.split(","):
             row = dict(n=n, m=m, d=d, eps=eps, data=data, method=f"flash_{scheme}", median_ms="nan", status="ok")
             if time.time() > deadline:
                 row["status"] = "skipped (time budget)"
@@ -222,6 +222,8 @@ def main():
     p.add_argument("--points", required=True); p.add_argument("--out", required=True)
     p.add_argument("--iters", type=int, default=10); p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--budget-s", type=float, default=1e9)
+    p.add_argument("--schemes", default="symmetric,alternating",
+                   help="FlashSinkhorn's schemes to time, comma-separated (each compiles its Triton kernels per point)")
     p = sub.add_parser("report"); p.add_argument("--flashot"); p.add_argument("--peers"); p.add_argument("--out", required=True)
     p = sub.add_parser("table"); p.add_argument("--flashot", nargs="+", required=True); p.add_argument("--out", required=True)
     p.add_argument("--note", default="")
