@@ -76,7 +76,7 @@ struct WgTileCore {
   static constexpr int kStageBytes = 2 * kArrayBytes + kMmaTile * 4;  // hi, lo, biases
   // Eight stages where a stage is small (KS <= 2: 4.3 / 8.4 KB): a warp may then run up to seven tiles ahead of the
   // block's slowest before it waits for a fetch (ncu, 100k, d = 8: 11 % of the warps' stall samples were that wait
-  // with four stages; docs/benchmarks.md "Where the time goes off the benchmark point").
+  // with four stages; docs/benchmarks.md "Column slots and eight stages").
   static constexpr int kStages = KS <= 2 ? 8 : 4;
   static constexpr int kAcrossChain = 2;  // tiles per chain of WgWait::kSubtilesAcross
   static constexpr int kRowsLoBytes = kWgBlockRows * kChunks * 16;     // the block's rows' lo halves
