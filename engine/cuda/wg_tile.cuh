@@ -358,17 +358,19 @@ struct WgTileCore {
   }
 };
 
-// The largest instantiations (d = 128, screened: four stages of hi, lo and biases, the rows' lo halves; d = 32, eight
-// stages, two blocks per SM) plus the sums kernels' static column slots (a row per warp and stage) must fit the
-// 227 KB a Hopper block may have, and two blocks of two subtiles an SM's 228 KB.
-template <int KS, bool SCREEN, int MT>
+// Every sums instantiation with its static column slots (a row per warp and stage) must fit the 227 KB a Hopper
+// block may have — the largest: d = 128, screened (four stages of hi, lo and biases, the rows' lo halves), and
+// d = 32 (eight stages, sixteen warps) — and at KS = 1, where two blocks of two subtiles share an SM, twice that
+// must fit the SM's 228 KB (1 KB of each block is the driver's).
+template <int KS, bool SCREEN>
 constexpr std::size_t wg_sums_shared_bytes() {
-  using Core = WgTileCore<KS, SCREEN, MT>;
+  using Core = WgTileCore<KS, SCREEN, wg_subtiles(KS)>;
   return Core::kSharedBytes + std::size_t(Core::kStages) * Core::kWarps * kMmaTile * sizeof(float);
 }
-static_assert(wg_sums_shared_bytes<8, true, 1>() <= 227 * 1024, "warpgroup kernels' shared memory exceeds a Hopper block's");
-static_assert(2 * (wg_sums_shared_bytes<2, true, 2>() + 1024) <= 228 * 1024,
-              "two blocks of the d = 32 warpgroup kernels exceed a Hopper SM's shared memory");
+static_assert(wg_sums_shared_bytes<8, true>() <= 227 * 1024 && wg_sums_shared_bytes<2, true>() <= 227 * 1024,
+              "warpgroup kernels' shared memory exceeds a Hopper block's");
+static_assert(2 * (wg_sums_shared_bytes<1, true>() + 1024) <= 228 * 1024,
+              "two blocks of the d <= 16 warpgroup kernels exceed a Hopper SM's shared memory");
 
 
 }  // namespace
