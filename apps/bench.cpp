@@ -216,7 +216,7 @@ int bench_main(const std::vector<std::string>& args) {
        "points: normal (N(0,1)) | clusters (8 centres ~ N(0,9), noise N(0,1/16); tests/bench/peers/sweep.py)")
       ("kernel", po::value<std::string>()->default_value("auto"),
        "CUDA score kernel family, for benchmarks and for measuring the dispatch table (docs/engine.md, \"Choosing "
-       "the kernel\"): auto | register (d <= 16) | tiled | tensor (d <= 128) | tensor-bias (d <= 30: tensor, "
+       "the kernel\"): auto | register (d <= 16) | tiled | tensor (d <= 128; to 256 on Hopper) | tensor-bias (d <= 30: tensor, "
        "its one-pass sums' biases on the tensor cores too)")
       ("subtile-overlap", po::value<std::string>()->default_value("across"),
        "off | on | across. CUDA, Hopper, d <= 16 (tensor, tensor-bias): the warpgroup kernels sum a tile's first "

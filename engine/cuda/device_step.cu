@@ -251,6 +251,9 @@ class DeviceStep::Impl {
   bool one_pass_ = true;  // every weight > 0: the one-exponential symmetric step is usable
   bool cold_ = true;      // the potentials are all zero (a cold start): see cold_probe()
   bool use_mma_ = false;  // tensor-core scores for the soft c-transforms
+  /// Whether the plan's operations (P·V, the bilinear form, the block products) have tensor-core kernels for this
+  /// problem's operands: every tensor family up to d = 128; past it the solve's LSE and sums alone (kTensorMaxD).
+  bool tensor_ops() const { return use_mma_ && xop_.padded_d <= kTensorNarrowMaxD; }
   // The family that evaluates the scores (dispatch.hpp), the same on every shard (chosen from all of x's rows).
   ScoreKernel kernel_ = ScoreKernel::kAuto;
   int fp32_kernel_ = 0;  // PointSet::fp32_kernel of both sides
@@ -404,6 +407,21 @@ DeviceStep::Impl::Impl(const BackendOptions& options, int device, const ProblemD
   cudaDeviceProp prop{};
   FLASHOT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   device_name_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+  // Past d = 128 the tensor family is the warpgroup LSE and sums of split operands alone (dispatch.hpp
+  // kTensorMaxD); elsewhere such a problem takes the fp32 tiled kernels, or, forced, is refused.
+  const bool tensor_family = kernel_ == ScoreKernel::kTensor || kernel_ == ScoreKernel::kTensorBias;
+  if (tensor_family && d_ > kTensorNarrowMaxD &&
+      !(options.cuda.warpgroup_kernels && warpgroup_kernels_available())) {
+    if (options.cuda.kernel != ScoreKernel::kAuto) {
+      throw std::invalid_argument("kernel '" + to_string(kernel_) + "' serves d = " + std::to_string(d_) +
+                                  " (past " + std::to_string(kTensorNarrowMaxD) +
+                                  ") only on the warpgroup kernels of a Hopper GPU (sm_90a), and CUDA device " +
+                                  std::to_string(device_) + " (" + device_name_ + ") " +
+                                  (options.cuda.warpgroup_kernels ? "has none" : "has them turned off") +
+                                  "; use kernel 'tiled' or 'auto'");
+    }
+    kernel_ = ScoreKernel::kTiled;
+  }
   refuse_if_too_large(options, data);
   resident_blocks_ = prop.multiProcessorCount * 4;
   sms_ = prop.multiProcessorCount;
@@ -459,7 +477,7 @@ void DeviceStep::Impl::prepare_operands(const BackendOptions& options, const Hos
                        : precision_ == Precision::kTf32 ? MmaMode::kFp16
                                                         : MmaMode::kSplitFp16;
   const float scale = operand_scale(largest > 0 ? largest : std::max(hx.largest, hy.largest));
-  const int padded = (d_ + 15) / 16 * 16;
+  const int padded = tensor_padded_d(d_);
   // Converted on the device from the fp32 points just uploaded (no second host copy).
   const bool split = mode == MmaMode::kSplitFp16;
   xhi_.reserve(std::size_t(n_) * padded);
@@ -910,7 +928,7 @@ void DeviceStep::Impl::apply(const PlanParams& p, Side rows, std::span<const flo
     out_.reserve(std::size_t(r.count) * width);
     FLASHOT_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, sizeof(float) * r.count * width, stream_));
     FLASHOT_CUDA_CHECK(cudaMemsetAsync(wsum_.get(), 0, sizeof(float) * r.count, stream_));
-    if (use_mma_) {
+    if (tensor_ops()) {
       apply_mma_pass(source, sc, lse_.get(), vin_.get(), static_cast<int>(width), nullptr, out_.get(), wsum_.get());
     } else {
       const ReductionPlan plan = plan_apply(r, c, d_, static_cast<int>(width), resident_blocks_);
@@ -996,8 +1014,8 @@ bool DeviceStep::Impl::apply_bilinear(const PlanParams& p, Side rows, std::span<
                                       std::size_t k, std::span<float> out) const {
   if (pattern_) return false;  // the default's plain applications follow the pattern
   const int ei = static_cast<int>(std::min<std::size_t>(e, INT32_MAX));
-  const bool tensor = use_mma_ && mma_supports(ei);
-  const bool fma = !use_mma_ && bilinear_fma_supports(d_, ei);
+  const bool tensor = tensor_ops() && mma_supports(ei);
+  const bool fma = !tensor_ops() && bilinear_fma_supports(d_, ei);
   if (e == 0 || k == 0 || (!tensor && !fma)) {
     // Other shapes (and the argument errors) go to the default: plain applications of derived columns.
     return false;
@@ -1229,7 +1247,7 @@ void DeviceStep::Impl::apply_resident(const PlanParams& p, Side rows, const floa
     }
     FLASHOT_CUDA_CHECK(cudaMemsetAsync(opass, 0, sizeof(float) * r.count * width, stream_));
     FLASHOT_CUDA_CHECK(cudaMemsetAsync(wsum_.get(), 0, sizeof(float) * r.count, stream_));
-    if (use_mma_) {
+    if (tensor_ops()) {
       apply_mma_pass(source, sc, lse_.get(), vpass, static_cast<int>(width), nullptr, opass, wsum_.get());
     } else {
       const ReductionPlan plan = plan_apply(r, c, d_, static_cast<int>(width), resident_blocks_);
@@ -1426,7 +1444,7 @@ std::size_t step_resident_bytes(std::size_t n, std::size_t m, std::size_t d, boo
   std::size_t bytes = points * d * sizeof(float) + points * 3 * sizeof(float) + points * 6 * sizeof(float) +
                       points * 2 * 8;
   if (tensor_cores) {
-    const std::size_t padded = (d + 15) / 16 * 16;
+    const std::size_t padded = static_cast<std::size_t>(tensor_padded_d(static_cast<int>(std::min<std::size_t>(d, 4096))));
     bytes += points * padded * 2 * (split ? 2 : 1);  // 16-bit operands (hi, lo)
     if (warpgroup) bytes += (points + 128) * padded * 4 + (points + 128) * sizeof(float);  // column tiles, biases
     // The biased sums' operands: the rows' hi and lo, the columns' tiles (bias_padded_d ≤ 32, d ≤ kBiasMaxD).
@@ -1674,7 +1692,7 @@ BlockLists DeviceStep::Impl::block_shift(const PlanParams& p, bool source) const
 void DeviceStep::Impl::block_product(bool source, const BlockLists& lists, const float* v, int k, float* out) const {
   const DevSide r = source ? x_side() : y_side(), c = source ? y_side() : x_side();
   const float* h = source ? g_.get() : f_.get();
-  if (!use_mma_) {
+  if (!tensor_ops()) {
     launch_block_apply(r, c, h, d_, lists, seg_.get(), lse_.get(), v, k, out, wsum_.get(), stream_);
     return;
   }

@@ -5,14 +5,16 @@
 //   kRegister — lse_small_kernel<D> / sums_small_kernel<D> (small_d.cuh): fp32 FMA scores with the rows in
 //               registers, at the instantiated width D ≥ d (kRegisterInstances; coordinates past d are zero);
 //   kTiled    — lse_tiled_kernel / sums_tiled_kernel: fp32 register-blocked tiles streamed over any d;
-//   kTensor   — the tensor-core kernels (mma.cuh): split fp16 by default, d padded to a multiple of 16, d ≤ 128.
+//   kTensor   — the tensor-core kernels (mma.cuh): split fp16 by default, d padded to a multiple of 16, d ≤ 128;
+//               past 128 (to 256) split fp16 on Hopper's warpgroup kernels alone, d padded to 192 or 256 (the
+//               solve's LSE and one-pass sums; the plan's other operations there take the fp32 kernels).
 //   kTensorBias — kTensor whose one-pass sums take the biases from the tensor cores too (sums_bias.cuh; split fp16,
 //               d ≤ 30, warpgroup GPUs; elsewhere it runs as kTensor).
 // The choice is the measured fastest family at the table's nearest measured point (dispatch_table.inc, written by
 // tests/bench/peers/sweep.py --table from per-family timings of `flashot bench --kernel`), among the families
 // that serve d and the precision asked for. Where the table has nothing for d, a prior (prior_kernel): the choice
 // the backend made before the table — register up to d = 4, tensor cores for 16 ≤ d ≤ 128 (unless fp32 is asked
-// for), tiled otherwise.
+// for) and for 128 < d ≤ 256 at the default precision, tiled otherwise.
 #pragma once
 
 #include <cmath>
@@ -29,7 +31,15 @@ namespace flashot::detail::cuda {
 /// Widths D of the register kernels (instances/small_d<D>.cu). A d between two is padded to the next.
 inline constexpr int kRegisterInstances[] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 16};
 inline constexpr int kRegisterMaxD = 16;
-inline constexpr int kTensorMaxD = 128;
+/// Every tensor-core kernel (mma.sync and warpgroup, the solve and the plan's operations) serves d up to this.
+inline constexpr int kTensorNarrowMaxD = 128;
+/// The warpgroup LSE and one-pass sums (split fp16, sm_90a) serve d up to this: the "wide" tensor family
+/// (docs/engine.md, "Past d = 128").
+inline constexpr int kTensorMaxD = 256;
+
+/// The tensor-core operands' padded width of d: a multiple of 16 up to 128, past it 192 or 256 (the wide
+/// warpgroup kernels are compiled for KS = 12 and 16 alone).
+constexpr int tensor_padded_d(int d) { return d <= kTensorNarrowMaxD ? (d + 15) / 16 * 16 : (d + 63) / 64 * 64; }
 /// The biased sums' largest d (mma.cuh kBiasMaxD: d and two K slots within 32).
 inline constexpr int kTensorBiasMaxD = 30;
 
@@ -57,7 +67,9 @@ constexpr bool kernel_serves(ScoreKernel kernel, int d, Precision precision) {
   switch (kernel) {
     case ScoreKernel::kRegister: return d >= 1 && d <= kRegisterMaxD;
     case ScoreKernel::kTiled: return d >= 1;
-    case ScoreKernel::kTensor: return d >= 1 && d <= kTensorMaxD && precision != Precision::kFp32;
+    case ScoreKernel::kTensor:
+      return d >= 1 && (d <= kTensorNarrowMaxD ? precision != Precision::kFp32
+                                               : d <= kTensorMaxD && precision == Precision::kDefault);
     case ScoreKernel::kTensorBias: return d >= 1 && d <= kTensorBiasMaxD && precision == Precision::kDefault;
     default: return false;
   }
@@ -68,7 +80,8 @@ constexpr bool kernel_serves(ScoreKernel kernel, int d, Precision precision) {
 inline constexpr int kRegisterPriorMaxD = 4;
 
 /// The prior where the table has no measurement for d: what the backend did before the table (register kernels up
-/// to d = 4, tensor cores for 16 ≤ d ≤ 128 unless fp32 is asked for, tiled otherwise). Tensor cores below d = 16
+/// to d = 4, tensor cores for 16 ≤ d ≤ 128 unless fp32 is asked for and past 128 to 256 at the default precision,
+/// tiled otherwise). Tensor cores below d = 16
 /// (d padded to 16) serve only where the table measured them fastest, or when forced.
 constexpr ScoreKernel prior_kernel(int d, Precision precision) {
   if (d <= kRegisterPriorMaxD) return ScoreKernel::kRegister;
@@ -91,7 +104,8 @@ ScoreKernel choose_kernel(int d, std::int64_t n, std::int64_t m, Precision preci
       throw std::invalid_argument(
           "kernel '" + to_string(forced) + "' cannot serve d = " + std::to_string(d) + " at precision '" +
           to_string(precision) + "' (register: d ≤ " + std::to_string(kRegisterMaxD) + "; tensor: d ≤ " +
-          std::to_string(kTensorMaxD) + " and not fp32; tensor-bias: d ≤ " + std::to_string(kTensorBiasMaxD) +
+          std::to_string(kTensorNarrowMaxD) + " and not fp32, to " + std::to_string(kTensorMaxD) +
+          " at the default precision on a Hopper GPU; tensor-bias: d ≤ " + std::to_string(kTensorBiasMaxD) +
           " at the default precision; tiled: any d)");
     }
     return forced;

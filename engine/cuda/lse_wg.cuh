@@ -24,7 +24,7 @@ __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOpe
   extern __shared__ __align__(128) std::uint8_t wg_smem[];
   TileCounts counts;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int block_row0 = blockIdx.x * kWgBlockRows;
+  const int block_row0 = blockIdx.x * Core::kBlockRows;
   Core core;
   core.load_rows(wg_smem, rop, block_row0, rows.count);
   // (m16, row g / g + 8). Screened: running max seeded at the row's best column of the last screened pass
@@ -105,7 +105,7 @@ __device__ __forceinline__ void lse_wg_body(PointSet rows, PointSet cols, MmaOpe
 /// The dense kernel of a site that is not screened (a screened site launches lse_wg_site_kernel). SPLIT:
 /// lse_wg_body's (KS = 1).
 template <int KS, WgWait SPLIT = WgWait::kWhole>
-__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
+__global__ void __launch_bounds__(wg_threads(KS), wg_blocks_per_sm(KS))
     lse_wg_kernel(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop, const float* __restrict__ h, Scale sc,
                   float alpha, int cols_per_split, float2* __restrict__ partials, const int* guard, int* seeds,
                   ScreenState* screen, float cut) {
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
 /// screened or the dense body, as the site's state says; the decision for the next launch is taken at the end of
 /// either (close_site). SPLIT: the dense body's (KS = 1).
 template <int KS, WgWait SPLIT = WgWait::kWhole>
-__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
+__global__ void __launch_bounds__(wg_threads(KS), wg_blocks_per_sm(KS))
     lse_wg_site_kernel(PointSet rows, PointSet cols, MmaOperands rop, MmaOperands cop, const float* __restrict__ h,
                        Scale sc, float alpha, int cols_per_split, float2* __restrict__ partials, const int* guard,
                        int* seeds, ScreenState* screen, float cut) {
@@ -142,12 +142,12 @@ void launch_lse_wg_variant(const SiteLaunch& at, const LseSiteArgs& a) {
   constexpr int kMt = wg_subtiles(KS);
   if constexpr (SITE) {
     launch_kernel<lse_wg_site_kernel<KS, SPLIT>>(
-        at.grid, kWgThreads / kMt,
+        at.grid, wg_threads(KS),
         std::max(WgTileCore<KS, true, kMt>::kSharedBytes, WgTileCore<KS, false, kMt>::kSharedBytes),
         at.stream, a.rows, a.cols, a.rop, a.cop, a.h, a.scale, a.alpha, a.cols_per_split, a.partials, a.guard,
         a.seeds, at.screen, at.cut);
   } else {
-    launch_kernel<lse_wg_kernel<KS, SPLIT>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes,
+    launch_kernel<lse_wg_kernel<KS, SPLIT>>(at.grid, wg_threads(KS), WgTileCore<KS, false, kMt>::kSharedBytes,
                                             at.stream, a.rows, a.cols, a.rop, a.cop, a.h, a.scale, a.alpha,
                                             a.cols_per_split, a.partials, a.guard, a.seeds, at.screen, at.cut);
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "error.hpp"
@@ -15,7 +16,8 @@
 namespace flashot::detail::cuda {
 namespace {
 
-/// Calls fn(std::integral_constant<int, KS>{}) for the run-time KS = padded d / 16 (1..8).
+/// Calls fn(std::integral_constant<int, KS>{}) for the run-time KS = padded d / 16 (1..8; 12 and 16, the wide
+/// warpgroup kernels: tensor_padded_d).
 template <typename Fn>
 void dispatch_ks(int ks, Fn&& fn) {
   switch (ks) {
@@ -27,7 +29,9 @@ void dispatch_ks(int ks, Fn&& fn) {
     case 6: fn(std::integral_constant<int, 6>{}); break;
     case 7: fn(std::integral_constant<int, 7>{}); break;
     case 8: fn(std::integral_constant<int, 8>{}); break;
-    default: throw std::logic_error("tensor-core path asked for d > 128");
+    case 12: fn(std::integral_constant<int, 12>{}); break;
+    case 16: fn(std::integral_constant<int, 16>{}); break;
+    default: throw std::logic_error("tensor-core path asked for padded d = " + std::to_string(16 * ks));
   }
 }
 
@@ -55,8 +59,8 @@ ReductionPlan plan_lse_mma(const PointSet& rows, const PointSet& cols, const Mma
     // Two subtiles per warpgroup (wg_subtiles, the LSE and the sums kernels alike): blocks of half the threads,
     // two per SM, so twice the slots.
     const int ks = op.padded_d / 16;
-    const int per_sm = ks >= 1 && ks <= 8 ? wg_subtiles(ks) : 1;
-    return plan_waves(rows.count, cols.count, kWgBlockRows, kMmaTile, per_sm * sms, kWgOverheadTiles);
+    const int per_sm = ks >= 1 ? wg_blocks_per_sm(ks) : 1;
+    return plan_waves(rows.count, cols.count, wg_block_rows(ks), kMmaTile, per_sm * sms, kWgOverheadTiles);
   }
   return plan_reduction(rows.count, cols.count, kMmaBlockRows, kMmaTile, resident_blocks);
 }
@@ -80,9 +84,7 @@ float screen_margin(const MmaOperands& a, const MmaOperands& b, float alpha) {
 template <int KS, int TERMS, bool BF16, typename Args>
 void launch_site(SiteLaunch at, bool warpgroup, const Args& args) {
   constexpr bool kLse = std::is_same_v<Args, LseSiteArgs>;
-  if constexpr (TERMS != 3) {
-    at.screen = nullptr;
-  } else {
+  if constexpr (TERMS == 3) {
     if (warpgroup) {  // the plan is the warpgroup kernels' (plan_lse_mma)
       if constexpr (kLse) {
         if (at.screen != nullptr) launch_lse_wg_kernel<KS, true>(at, args);
@@ -93,13 +95,20 @@ void launch_site(SiteLaunch at, bool warpgroup, const Args& args) {
       }
       return;
     }
-    if (at.screen != nullptr) {
+  }
+  if constexpr (wg_wide(KS)) {
+    // DeviceStep takes the fp32 kernels past d = 128 where the warpgroup kernels cannot serve.
+    throw std::logic_error("tensor-core sites past padded d = 128 run split operands on warpgroups only");
+  } else {
+    if constexpr (TERMS != 3) {
+      at.screen = nullptr;
+    } else if (at.screen != nullptr) {
       if constexpr (kLse) launch_lse_mma_kernel<KS, 3, false, true>(at, args);
       else launch_sums_mma_kernel<KS, 3, false, true>(at, args);
     }
+    if constexpr (kLse) launch_lse_mma_kernel<KS, TERMS, BF16, false>(at, args);
+    else launch_sums_mma_kernel<KS, TERMS, BF16, false>(at, args);
   }
-  if constexpr (kLse) launch_lse_mma_kernel<KS, TERMS, BF16, false>(at, args);
-  else launch_sums_mma_kernel<KS, TERMS, BF16, false>(at, args);
 }
 
 }  // namespace

@@ -41,6 +41,14 @@ constexpr int kWgWarps = kWgThreads / 32;
 /// eligible); their blocks have kWgThreads / 2 threads and two share an SM. One beyond KS = 1, where the rows' A
 /// fragments of two subtiles would not fit the 128 registers that two blocks per SM leave.
 constexpr int wg_subtiles(int ks) { return ks == 1 ? 2 : 1; }
+/// Past padded d = 128 (KS = 12, 16: the "wide" LSE and one-pass sums; docs/engine.md, "Past d = 128") a warp's A
+/// fragments alone take 64 registers a half at KS = 16, and a 64-column stage of hi and lo 64 KB of shared memory:
+/// blocks of two warpgroups (128 rows, 256 threads), one per SM, so that a thread may have 255 registers and the
+/// block about 200 KB of stages. Below, the blocks above (kWgThreads / wg_subtiles threads, kWgBlockRows rows).
+constexpr bool wg_wide(int ks) { return ks > 8; }
+constexpr int wg_threads(int ks) { return wg_wide(ks) ? 256 : kWgThreads / wg_subtiles(ks); }
+constexpr int wg_block_rows(int ks) { return wg_wide(ks) ? 128 : kWgBlockRows; }
+constexpr int wg_blocks_per_sm(int ks) { return wg_wide(ks) ? 1 : wg_subtiles(ks); }
 
 }  // namespace
 

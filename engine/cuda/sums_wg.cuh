@@ -27,7 +27,7 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
   __shared__ __align__(16) float colslots[Core::kStages][Core::kWarps][kMmaTile];
   TileCounts counts;
   const int lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
-  const int block_row0 = blockIdx.x * kWgBlockRows;
+  const int block_row0 = blockIdx.x * Core::kBlockRows;
   Core core;
   core.load_rows(wg_smem, xop, block_row0, x.count);
   float u[MT][2], ar[MT][2], rs[MT][2] = {};  // (m16, row g / g + 8)
@@ -88,7 +88,7 @@ __device__ __forceinline__ void sums_wg_body(PointSet x, PointSet y, MmaOperands
 /// The dense kernel of a sums site that is not screened (a screened one launches sums_wg_site_kernel). SPLIT:
 /// sums_wg_body's (KS = 1).
 template <int KS, WgWait SPLIT = WgWait::kWhole>
-__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
+__global__ void __launch_bounds__(wg_threads(KS), wg_blocks_per_sm(KS))
     sums_wg_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
                    const float* __restrict__ g, Scale sc, float alpha, int cols_per_split, float* __restrict__ rsum,
                    float* __restrict__ csum, const SumsForecast* forecast, ScreenState* screen, float cut) {
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
 
 /// The sums of a screened site in one launch (lse_wg_site_kernel). SPLIT: its dense body's (KS = 1).
 template <int KS, WgWait SPLIT = WgWait::kWhole>
-__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
+__global__ void __launch_bounds__(wg_threads(KS), wg_blocks_per_sm(KS))
     sums_wg_site_kernel(PointSet x, PointSet y, MmaOperands xop, MmaOperands yop, const float* __restrict__ f,
                         const float* __restrict__ g, Scale sc, float alpha, int cols_per_split,
                         float* __restrict__ rsum, float* __restrict__ csum, const SumsForecast* forecast,
@@ -129,12 +129,12 @@ void launch_sums_wg_variant(const SiteLaunch& at, const SumsSiteArgs& a) {
   constexpr int kMt = wg_subtiles(KS);
   if constexpr (SITE) {
     launch_kernel<sums_wg_site_kernel<KS, SPLIT>>(
-        at.grid, kWgThreads / kMt,
+        at.grid, wg_threads(KS),
         std::max(WgTileCore<KS, true, kMt>::kSharedBytes, WgTileCore<KS, false, kMt>::kSharedBytes),
         at.stream, a.x, a.y, a.xop, a.yop, a.f, a.g, a.scale, a.alpha, a.cols_per_split, a.rsum, a.csum,
         a.forecast, at.screen, at.cut);
   } else {
-    launch_kernel<sums_wg_kernel<KS, SPLIT>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes,
+    launch_kernel<sums_wg_kernel<KS, SPLIT>>(at.grid, wg_threads(KS), WgTileCore<KS, false, kMt>::kSharedBytes,
                                              at.stream, a.x, a.y, a.xop, a.yop, a.f, a.g, a.scale, a.alpha,
                                              a.cols_per_split, a.rsum, a.csum, a.forecast, at.screen, at.cut);
   }

@@ -13,6 +13,7 @@
 // (screen_margin, cut) and the site protocol (site_runs, close_site) are those of the mma.sync kernels (mma_site.cuh);
 // a screened site is one launch of its site kernel (lse_wg_site_kernel, sums_wg_site_kernel), which runs either body.
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -69,17 +70,23 @@ struct WgTileCore {
   static_assert(MT == 1 || MT == 2, "one or two m64 subtiles per warpgroup");
   static_assert(SCREEN || !HI_ONLY, "HI_ONLY is the screen's product alone");
   static constexpr bool kRowsLo = SCREEN && !HI_ONLY;                // the rows' lo halves in shared memory
-  static constexpr int kThreads = kWgThreads / MT;                    // the block's threads
+  static constexpr int kThreads = wg_wide(KS) ? wg_threads(KS) : kWgThreads / MT;  // the block's threads
+  static constexpr int kBlockRows = wg_block_rows(KS);                // the block's rows (64·MT per warpgroup)
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kChunks = 2 * KS;                              // 16-byte chunks per point
   static constexpr int kArrayBytes = kMmaTile * kChunks * 16;         // one array of one column tile
   static constexpr int kStageBytes = 2 * kArrayBytes + kMmaTile * 4;  // hi, lo, biases
+  static constexpr int kRowsLoBytes = kBlockRows * kChunks * 16;      // the block's rows' lo halves
   // Eight stages where a stage is small (KS <= 2: 4.3 / 8.4 KB): a warp may then run up to seven tiles ahead of the
   // block's slowest before it waits for a fetch (ncu, 100k, d = 8: 11 % of the warps' stall samples were that wait
   // with four stages; docs/benchmarks.md "Column slots and eight stages").
-  static constexpr int kStages = KS <= 2 ? 8 : 4;
+  // Past KS = 8 (wg_wide: 48 or 64 KB a stage) as many as fit 200 KB beside the rows' lo halves: 2 screened and 3
+  // dense at KS = 16, 3 and 4 at KS = 12.
+  static constexpr int kStages = KS <= 2   ? 8
+                                 : KS <= 8 ? 4
+                                           : (200 * 1024 - (kRowsLo ? kRowsLoBytes : 0)) / kStageBytes;
+  static_assert(kStages >= 2, "a pipeline of two stages at least");
   static constexpr int kAcrossChain = 2;  // tiles per chain of WgWait::kSubtilesAcross
-  static constexpr int kRowsLoBytes = kWgBlockRows * kChunks * 16;     // the block's rows' lo halves
   static constexpr int kRowsLoAt = kStages * kStageBytes;              // after the stages (SCREEN)
   static constexpr int kBarriersAt = kRowsLoAt + (kRowsLo ? kRowsLoBytes : 0);  // one shared barrier per stage
   static constexpr int kCopiedBytes = HI_ONLY ? kArrayBytes : 2 * kArrayBytes;  // of a tile's operands, per stage
@@ -96,7 +103,7 @@ struct WgTileCore {
   }
 
   /// This warp's rows (block_row0 + subtile_row(mt) .. + 15 for each subtile) into registers (hi; lo too for the
-  /// dense kernels) and, SCREEN, the block's rows' lo halves (kWgBlockRows rows from block_row0, zeros past count)
+  /// dense kernels) and, SCREEN, the block's rows' lo halves (kBlockRows rows from block_row0, zeros past count)
   /// into shared memory as core matrices: cp.async, waited for by run() before its first barrier.
   __device__ __forceinline__ void load_rows(std::uint8_t* smem, const MmaOperands& rop, int block_row0, int count) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -113,7 +120,7 @@ struct WgTileCore {
             a_lo[mt][ks][q] = r < count ? *reinterpret_cast<const std::uint32_t*>(rop.lo + at) : 0u;
         }
     if constexpr (kRowsLo) {
-      constexpr int kQuads = (kChunks + 3) / 4, kUnits = (kWgBlockRows / 8) * kQuads;
+      constexpr int kQuads = (kChunks + 3) / 4, kUnits = (kBlockRows / 8) * kQuads;
       for (int u = threadIdx.x / 32; u < kUnits; u += kWarps) {
         const int p = (u / kQuads) * 8 + lane % 8, c = (u % kQuads) * 4 + lane / 8, r = block_row0 + p;
         if (c < kChunks)
@@ -369,6 +376,14 @@ constexpr std::size_t wg_sums_shared_bytes() {
 }
 static_assert(wg_sums_shared_bytes<8, true>() <= 227 * 1024 && wg_sums_shared_bytes<2, true>() <= 227 * 1024,
               "warpgroup kernels' shared memory exceeds a Hopper block's");
+// The wide kernels (KS = 12, 16): the site kernels hold both bodies' static slots.
+static_assert(std::max(WgTileCore<16, true>::kSharedBytes, WgTileCore<16, false>::kSharedBytes) +
+                      (WgTileCore<16, true>::kStages + WgTileCore<16, false>::kStages) * 8 * kMmaTile * 4 <=
+                  227 * 1024 &&
+                  std::max(WgTileCore<12, true>::kSharedBytes, WgTileCore<12, false>::kSharedBytes) +
+                          (WgTileCore<12, true>::kStages + WgTileCore<12, false>::kStages) * 8 * kMmaTile * 4 <=
+                      227 * 1024,
+              "the wide warpgroup kernels' shared memory exceeds a Hopper block's");
 static_assert(2 * (wg_sums_shared_bytes<1, true>() + 1024) <= 228 * 1024,
               "two blocks of the d <= 16 warpgroup kernels exceed a Hopper SM's shared memory");
 

@@ -40,7 +40,7 @@ TEST_P(CudaEveryDTest, EveryFamilyThatServesDMeetsTheAccuracyBar) {
   for (const ScoreKernel kernel :
        {ScoreKernel::kAuto, ScoreKernel::kRegister, ScoreKernel::kTiled, ScoreKernel::kTensor,
         ScoreKernel::kTensorBias}) {
-    if ((kernel == ScoreKernel::kRegister && d > 16) || (kernel == ScoreKernel::kTensor && d > 128) ||
+    if ((kernel == ScoreKernel::kRegister && d > 16) || (kernel == ScoreKernel::kTensor && d > 256) ||
         (kernel == ScoreKernel::kTensorBias && d > 30))
       continue;
     BackendOptions options = backend_options("cuda");
@@ -69,6 +69,24 @@ TEST(CudaEveryD, AFamilyThatCannotServeDIsRefusedByName) {
     EXPECT_NE(std::string(e.what()).find("register"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("d = 20"), std::string::npos) << e.what();
   }
+  // Past d = 128 the tensor family is the warpgroup kernels alone: forced without them, refused by name.
+  const TestProblem wide = make_problem({.n = 50, .m = 60, .d = 200, .seed = 3});
+  options.cuda.kernel = ScoreKernel::kTensor;
+  options.cuda.warpgroup_kernels = false;
+  try {
+    Problem problem(wide.xv(), wide.yv(), wide.a, wide.b, options);
+    FAIL() << "the tensor kernels accepted d = 200 without the warpgroup kernels";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("d = 200"), std::string::npos) << e.what();
+  }
+  // Not forced, the same problem takes the fp32 tiled kernels and solves.
+  options.cuda.kernel = ScoreKernel::kAuto;
+  Problem fallback(wide.xv(), wide.yv(), wide.a, wide.b, options);
+  SolveOptions o;
+  o.blur = 1.0;
+  o.max_iterations = 5;
+  EXPECT_NE(fallback.solve(o).reason, StopReason::kNonFinite);
 }
 
 // The sweep's dimensions (tests/bench/peers/sweep.py): 1..16, every 4 to 64, then 96, 128, 192, 256.
@@ -77,6 +95,8 @@ std::vector<int> sweep_dims() {
   for (int d = 1; d <= 16; ++d) dims.push_back(d);
   for (int d = 20; d <= 64; d += 4) dims.push_back(d);
   for (int d : {96, 128, 192, 256}) dims.push_back(d);
+  // Past 128 the operands pad to 192 or 256 (tensor_padded_d): a d just past each step, and one between.
+  for (int d : {129, 200}) dims.push_back(d);
   return dims;
 }
 

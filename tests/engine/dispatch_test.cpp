@@ -33,7 +33,13 @@ TEST(CudaDispatch, ForcedFamiliesAreCheckedAgainstD) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("d = 17"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(choose_kernel(129, 100, 100, Precision::kDefault, ScoreKernel::kTensor), std::invalid_argument);
+  // Past d = 128 the tensor family is split fp16 on warpgroups alone: the default precision, up to d = 256.
+  EXPECT_EQ(choose_kernel(129, 100, 100, Precision::kDefault, ScoreKernel::kTensor), ScoreKernel::kTensor);
+  EXPECT_EQ(choose_kernel(256, 100, 100, Precision::kDefault, ScoreKernel::kTensor), ScoreKernel::kTensor);
+  EXPECT_THROW(choose_kernel(257, 100, 100, Precision::kDefault, ScoreKernel::kTensor), std::invalid_argument);
+  EXPECT_THROW(choose_kernel(129, 100, 100, Precision::kTf32, ScoreKernel::kTensor), std::invalid_argument);
+  EXPECT_THROW(choose_kernel(129, 100, 100, Precision::kBf16, ScoreKernel::kTensor), std::invalid_argument);
+  EXPECT_EQ(choose_kernel(128, 100, 100, Precision::kBf16, ScoreKernel::kTensor), ScoreKernel::kTensor);
   EXPECT_THROW(choose_kernel(8, 100, 100, Precision::kFp32, ScoreKernel::kTensor), std::invalid_argument);
   EXPECT_THROW(choose_kernel(0, 100, 100, Precision::kDefault, ScoreKernel::kAuto), std::invalid_argument);
 }
@@ -48,8 +54,10 @@ TEST(CudaDispatch, EveryDimensionGetsAFamilyThatServesIt) {
         if (p == Precision::kFp32) {
           ASSERT_NE(k, ScoreKernel::kTensor);
         }
-        if (d > 128) {
-          ASSERT_EQ(k, ScoreKernel::kTiled);
+        if (d > 256 || (d > 128 && p != Precision::kDefault)) {
+          ASSERT_EQ(k, ScoreKernel::kTiled) << d;
+        } else if (d > 128) {
+          ASSERT_EQ(k, ScoreKernel::kTensor) << d;  // the wide warpgroup kernels (d ≤ 256, split fp16)
         }
       }
 }
@@ -58,7 +66,7 @@ TEST(CudaDispatch, WithoutMeasurementsThePriorIsTheChoiceBeforeTheTable) {
   const DispatchEntry none[] = {{1, 1, 1, ScoreKernel::kTiled, 1.0}};
   for (int d = 1; d <= 300; ++d) {
     const ScoreKernel want = d <= 4                ? ScoreKernel::kRegister
-                             : d >= 16 && d <= 128 ? ScoreKernel::kTensor
+                             : d >= 16 && d <= 256 ? ScoreKernel::kTensor
                                                    : ScoreKernel::kTiled;
     EXPECT_EQ(choose_kernel(d, 100'000, 100'000, Precision::kDefault, ScoreKernel::kAuto, none), want) << d;
     EXPECT_EQ(choose_kernel(d, 100'000, 100'000, Precision::kFp32, ScoreKernel::kAuto, none),
@@ -66,6 +74,13 @@ TEST(CudaDispatch, WithoutMeasurementsThePriorIsTheChoiceBeforeTheTable) {
         << d;
     EXPECT_EQ(detail::cuda::default_fp32_width(d), d <= 4 ? d : 0);
   }
+}
+
+TEST(CudaDispatch, TensorOperandsPadToTheCompiledWidths) {
+  // Multiples of 16 up to 128 (KS = 1 .. 8), past it 192 and 256 (the wide kernels' KS = 12, 16).
+  for (int d = 1; d <= 128; ++d) EXPECT_EQ(detail::cuda::tensor_padded_d(d), (d + 15) / 16 * 16) << d;
+  for (int d = 129; d <= 192; ++d) EXPECT_EQ(detail::cuda::tensor_padded_d(d), 192) << d;
+  for (int d = 193; d <= 256; ++d) EXPECT_EQ(detail::cuda::tensor_padded_d(d), 256) << d;
 }
 
 TEST(CudaDispatch, NamedLowPrecisionMeansTensorCores) {
