@@ -607,8 +607,10 @@ std::string DeviceStep::Impl::device() const {
                                                           : "bf16 tensor-core scores";
   if (screen_.size() > 0) scores += xop_.warpgroup ? ", screened (warpgroup)" : ", screened";
   if (bias_ops_.tiles != nullptr) scores += ", sums with the biases on the tensor cores";
-  // Some warpgroup kernel has two subtiles (padded d = 16: the LSE and the sums, or the biased sums alone).
-  if (xop_.subtile_overlap != SubtileOverlap::kOff && (xop_.padded_d == 16 || bias_ops_.padded_d == 16))
+  // Some warpgroup kernel has two subtiles (padded d = 16: the LSE and the sums; the biased sums at a biased padded
+  // d of 16 or 32: wg_bias_subtiles).
+  const bool two_subtiles = xop_.padded_d == 16 || (bias_ops_.tiles != nullptr && bias_ops_.padded_d <= 32);
+  if (xop_.subtile_overlap != SubtileOverlap::kOff && two_subtiles)
     scores += xop_.subtile_overlap == SubtileOverlap::kAcrossTiles ? ", subtiles overlapped across tiles"
                                                                   : ", subtiles overlapped";
   return device_name_ + ", " + scores;

@@ -165,10 +165,9 @@ BiasFactors bias_factors(float alpha, float largest) {
 }
 
 ReductionPlan plan_symmetric_bias(const PointSet& x, const PointSet& y, int padded_d, int sms) {
-  MmaOperands op;
-  op.padded_d = padded_d;
-  op.warpgroup = true;
-  return plan_lse_mma(x, y, op, 0, sms);
+  // Blocks of kWgBlockRows rows, as many per SM as the biased sums' subtiles (wg_bias_subtiles).
+  return plan_waves(x.count, y.count, kWgBlockRows, kMmaTile, wg_bias_subtiles(padded_d / 16) * sms,
+                    kWgOverheadTiles);
 }
 
 bool launch_symmetric_sums_bias(const PointSet& x, const PointSet& y, const MmaOperands& xop, const MmaOperands& yop,

@@ -41,6 +41,13 @@ constexpr int kWgWarps = kWgThreads / 32;
 /// eligible); their blocks have kWgThreads / 2 threads and two share an SM. One beyond KS = 1, where the rows' A
 /// fragments of two subtiles would not fit the 128 registers that two blocks per SM leave.
 constexpr int wg_subtiles(int ks) { return ks == 1 ? 2 : 1; }
+/// m64 subtiles per warpgroup of the biased sums (sums_bias.cuh): two at KS = 1 and 2 (d + 2 bias slots ≤ 32). Their
+/// dense body keeps no rows' lo halves in registers beyond the biased operands' and no screen, so two subtiles of
+/// KS = 2 fit the 128 registers of two blocks per SM (cuobjdump: 128, no local memory), and a tile's fixed costs
+/// serve twice the entries: 100k², ε = 0.1, 10 iterations, H200, d = 17 / 20 / 24 68.1 / 64.9 / 61.9 →
+/// 52.4 / 57.4 / 54.1 ms (docs/benchmarks.md, "Two subtiles at KS = 2"). The LSE and the screened sums at KS = 2
+/// lost 3–7 % with two (d = 20 tensor 71.2 → 75.8 ms), so they keep one (wg_subtiles).
+constexpr int wg_bias_subtiles(int ks) { return ks <= 2 ? 2 : 1; }
 /// Past padded d = 128 (KS = 12, 16: the "wide" LSE and one-pass sums; docs/engine.md, "Past d = 128") a warp's A
 /// fragments alone take 64 registers a half at KS = 16, and a 64-column stage of hi and lo 64 KB of shared memory:
 /// blocks of two warpgroups (128 rows, 256 threads), one per SM, so that a thread may have 255 registers and the

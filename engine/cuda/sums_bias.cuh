@@ -87,14 +87,14 @@ __device__ __forceinline__ void sums_bias_wg_body(PointSet x, int cols_count, Mm
 /// E_ij = exp2(⟨A_i, B_j⟩), A the rows' (rop: x.count × 16·KS, hi and lo) and B the columns' operands (cop.tiles;
 /// cop.bias is copied with each tile and not read). Rows past x.count read zeros (E = 1, weight 0, no row sum
 /// stored); columns past y.count carry a sentinel exponent (E = 0). forecast: the step's SumsStep; its shift is
-/// already in the rows' operands, its skip returns here. SPLIT (KS = 1, two subtiles): kWhole, or each tile's
+/// already in the rows' operands, its skip returns here. SPLIT (KS = 1, 2: two subtiles, wg_bias_subtiles): kWhole, or each tile's
 /// subtiles waited for and summed one at a time (WgWait::kSubtiles, kSubtilesAcross), with the same sums bit for bit.
 template <int KS, WgWait SPLIT = WgWait::kWhole>
-__global__ void __launch_bounds__(kWgThreads / wg_subtiles(KS), wg_subtiles(KS))
+__global__ void __launch_bounds__(kWgThreads / wg_bias_subtiles(KS), wg_bias_subtiles(KS))
     sums_bias_wg_kernel(PointSet x, int cols_count, MmaOperands rop, MmaOperands cop, int cols_per_split,
                         float* __restrict__ rsum, float* __restrict__ csum, const SumsForecast* forecast) {
   if (forecast != nullptr && sums_step(*forecast).skip != 0) return;
-  sums_bias_wg_body<KS, wg_subtiles(KS), SPLIT>(x, cols_count, rop, cop, cols_per_split, rsum, csum);
+  sums_bias_wg_body<KS, wg_bias_subtiles(KS), SPLIT>(x, cols_count, rop, cop, cols_per_split, rsum, csum);
 }
 
 }  // namespace
@@ -103,7 +103,7 @@ namespace {
 
 template <int KS, WgWait SPLIT>
 void launch_sums_bias_wg_variant(const SiteLaunch& at, const BiasSumsArgs& a) {
-  constexpr int kMt = wg_subtiles(KS);
+  constexpr int kMt = wg_bias_subtiles(KS);
   launch_kernel<sums_bias_wg_kernel<KS, SPLIT>>(at.grid, kWgThreads / kMt, WgTileCore<KS, false, kMt>::kSharedBytes,
                                                 at.stream, a.x, a.cols_count, a.rop, a.cop, a.cols_per_split, a.rsum,
                                                 a.csum, a.forecast);
@@ -114,7 +114,7 @@ void launch_sums_bias_wg_variant(const SiteLaunch& at, const BiasSumsArgs& a) {
 template <int KS>
 void launch_sums_bias_wg_kernel(const SiteLaunch& at, const BiasSumsArgs& a) {
   // Split waits where a warpgroup has two subtiles and the operands ask for them (MmaOperands::subtile_overlap).
-  if constexpr (wg_subtiles(KS) == 2) {
+  if constexpr (wg_bias_subtiles(KS) == 2) {
     switch (a.rop.subtile_overlap) {
       case SubtileOverlap::kWithinTile:
         return launch_sums_bias_wg_variant<KS, WgWait::kSubtiles>(at, a);

@@ -386,6 +386,11 @@ static_assert(std::max(WgTileCore<16, true>::kSharedBytes, WgTileCore<16, false>
               "the wide warpgroup kernels' shared memory exceeds a Hopper block's");
 static_assert(2 * (wg_sums_shared_bytes<1, true>() + 1024) <= 228 * 1024,
               "two blocks of the d <= 16 warpgroup kernels exceed a Hopper SM's shared memory");
+// The biased sums at KS = 2 (two subtiles, wg_bias_subtiles; dense): two blocks per SM.
+static_assert(2 * (WgTileCore<2, false, 2>::kSharedBytes +
+                   WgTileCore<2, false, 2>::kStages * WgTileCore<2, false, 2>::kWarps * kMmaTile * 4 + 1024) <=
+                  228 * 1024,
+              "two blocks of the KS = 2 biased sums exceed a Hopper SM's shared memory");
 
 
 }  // namespace

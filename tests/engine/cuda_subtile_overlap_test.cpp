@@ -4,7 +4,8 @@
 // the next tile's subtile 0 runs (kAcrossTiles): the same products, summed in the same order, so the potentials
 // equal those of the plain kernels (kOff) up to the order of the kernels' atomic additions (which varies from run
 // to run either way). Both schemes (the one-pass sums and, alternating, the LSE), both tensor families, at d = 5, 8,
-// 14 (padded to 16: two subtiles) and 16; on Hopper the device line says which variant ran. Skips without a GPU;
+// 14 (padded to 16: two subtiles) and 16, and the biased sums at d = 20 and 30 (their padded 32: two subtiles); on
+// Hopper the device line says which variant ran. Skips without a GPU;
 // FLASHOT_REQUIRE_CUDA=1 fails.
 #include <gtest/gtest.h>
 
@@ -65,7 +66,7 @@ TEST_P(CudaSubtileOverlapTest, PotentialsEqualThePlainKernels) {
     EXPECT_LE(ef, kRelTol) << "d = " << d << " kernel " << to_string(kernel) << " " << to_string(scheme) << " " << way;
     EXPECT_LE(eg, kRelTol) << "d = " << d << " kernel " << to_string(kernel) << " " << to_string(scheme) << " " << way;
     // On Hopper (the warpgroup kernels) the variant ran wherever a kernel has two subtiles: padded d = 16 (d ≤ 16),
-    // and the biased sums' padded 16 (d ≤ 14).
+    // and the biased sums' padded 16 and 32 (d ≤ 30).
     if (device[overlap].find("sm_90") != std::string::npos) {
       EXPECT_NE(device[overlap].find("subtiles overlapped"), std::string::npos) << device[overlap];
       EXPECT_EQ(device[overlap].find("across tiles") != std::string::npos,
@@ -80,6 +81,9 @@ std::vector<std::tuple<int, ScoreKernel, Scheme>> cases() {
   for (int d : {5, 8, 14, 16})
     for (ScoreKernel k : {ScoreKernel::kTensor, ScoreKernel::kTensorBias})
       for (Scheme s : {Scheme::kSymmetric, Scheme::kAlternating}) v.emplace_back(d, k, s);
+  // The biased sums have two subtiles at their padded 32 too (d = 15 .. 30: wg_bias_subtiles).
+  for (int d : {20, 30})
+    for (Scheme s : {Scheme::kSymmetric, Scheme::kAlternating}) v.emplace_back(d, ScoreKernel::kTensorBias, s);
   return v;
 }
 
