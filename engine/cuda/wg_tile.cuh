@@ -27,7 +27,7 @@ namespace flashot::detail::cuda {
 namespace {
 
 /// The rows' A fragments of one warp (16 rows), the column tiles' staging (hi, lo as interleaved core matrices;
-/// biases) in four stages (eight at KS <= 2) filled by bulk copies (run), and the products: SCREEN, the wgmma hi·hi product and, for kept tiles, the
+/// biases) in four stages (eight at KS <= 2; past KS = 8 as many as fit 200 KB) filled by bulk copies (run), and the products: SCREEN, the wgmma hi·hi product and, for kept tiles, the
 /// mma.sync cross products (rows' lo from shared memory); otherwise (the dense kernels) all three products by
 /// wgmma, the rows' lo halves in registers.
 ///
@@ -35,7 +35,8 @@ namespace {
 /// each tile's bulk copy brings its hi half alone (the stage's lo half stays unwritten) and the rows' lo halves are
 /// not loaded: half the L2 → shared-memory traffic of a screened tile.
 ///
-/// MT: m64 subtiles per warpgroup (issue 21). Every block has kWgBlockRows rows; with MT = 2 it has half the warps
+/// MT: m64 subtiles per warpgroup (issue 21). Every block has kWgBlockRows rows (past KS = 8, wg_wide: 128 rows, two
+/// warpgroups of one subtile, kBlockRows); with MT = 2 it has half the warps
 /// (two warpgroups of 128 rows, each warp 2 × 16 rows: rows mt·64 + (warp % 4)·16 of its warpgroup's 128), so that
 /// a lane sums four rows per column before the column transpose-sum and a tile's fixed costs (its arrival, the
 /// wgmma fence and wait, the stage count) serve 64 entries per lane instead of 32, and two blocks share an SM.
