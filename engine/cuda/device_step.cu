@@ -22,6 +22,7 @@
 #include "error.hpp"
 #include "kernels.cuh"
 #include "mma.cuh"
+#include "mma_launch.cuh"
 #include "nccl_combine.cuh"
 #include "device_step.hpp"
 
@@ -607,9 +608,9 @@ std::string DeviceStep::Impl::device() const {
                                                           : "bf16 tensor-core scores";
   if (screen_.size() > 0) scores += xop_.warpgroup ? ", screened (warpgroup)" : ", screened";
   if (bias_ops_.tiles != nullptr) scores += ", sums with the biases on the tensor cores";
-  // Some warpgroup kernel has two subtiles (padded d = 16: the LSE and the sums; the biased sums at a biased padded
-  // d of 16 or 32: wg_bias_subtiles).
-  const bool two_subtiles = xop_.padded_d == 16 || (bias_ops_.tiles != nullptr && bias_ops_.padded_d <= 32);
+  // Some warpgroup kernel has two subtiles (the LSE and the sums: wg_subtiles; the biased sums: wg_bias_subtiles).
+  const bool two_subtiles = (xop_.padded_d >= 16 && wg_subtiles(xop_.padded_d / 16) == 2) ||
+                            (bias_ops_.tiles != nullptr && wg_bias_subtiles(bias_ops_.padded_d / 16) == 2);
   if (xop_.subtile_overlap != SubtileOverlap::kOff && two_subtiles)
     scores += xop_.subtile_overlap == SubtileOverlap::kAcrossTiles ? ", subtiles overlapped across tiles"
                                                                   : ", subtiles overlapped";

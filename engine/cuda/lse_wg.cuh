@@ -10,7 +10,8 @@
 namespace flashot::detail::cuda {
 namespace {
 
-/// The log-sum-exp of split operands on warpgroups, 256 rows per block (128 past KS = 8: wg_wide): lse_mma_kernel<KS, 3, false, SCREEN>'s
+/// The log-sum-exp of split operands on warpgroups, 256 rows per block (128 past KS = 8:
+/// wg_wide): lse_mma_kernel<KS, 3, false, SCREEN>'s
 /// contract (SCREEN: each warp screens its 16 × 64 tile; otherwise every entry is summed, three wgmma products).
 /// SPLIT (dense, MT = 2; kWhole: not split): each tile's subtiles are waited for and summed one at a time
 /// (WgWait::kSubtiles, or kSubtilesAcross, the next tile's subtile 0 multiplied during subtile 1's epilogue); every

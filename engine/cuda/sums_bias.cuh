@@ -87,8 +87,8 @@ __device__ __forceinline__ void sums_bias_wg_body(PointSet x, int cols_count, Mm
 /// E_ij = exp2(⟨A_i, B_j⟩), A the rows' (rop: x.count × 16·KS, hi and lo) and B the columns' operands (cop.tiles;
 /// cop.bias is copied with each tile and not read). Rows past x.count read zeros (E = 1, weight 0, no row sum
 /// stored); columns past y.count carry a sentinel exponent (E = 0). forecast: the step's SumsStep; its shift is
-/// already in the rows' operands, its skip returns here. SPLIT (KS = 1, 2: two subtiles, wg_bias_subtiles): kWhole, or each tile's
-/// subtiles waited for and summed one at a time (WgWait::kSubtiles, kSubtilesAcross), with the same sums bit for bit.
+/// already in the rows' operands, its skip returns here. SPLIT (KS = 1, 2: two subtiles, wg_bias_subtiles): kWhole,
+/// or each tile's subtiles waited for and summed one at a time (WgWait::kSubtiles, kSubtilesAcross), with the same sums bit for bit.
 template <int KS, WgWait SPLIT = WgWait::kWhole>
 __global__ void __launch_bounds__(kWgThreads / wg_bias_subtiles(KS), wg_bias_subtiles(KS))
     sums_bias_wg_kernel(PointSet x, int cols_count, MmaOperands rop, MmaOperands cop, int cols_per_split,

@@ -11,7 +11,8 @@
 namespace flashot::detail::cuda {
 namespace {
 
-/// The one-pass sums of split operands on warpgroups, 256 rows per block (128 past KS = 8: wg_wide): sums_mma_kernel<KS, 3, false, SCREEN>'s
+/// The one-pass sums of split operands on warpgroups, 256 rows per block (128 past KS = 8:
+/// wg_wide): sums_mma_kernel<KS, 3, false, SCREEN>'s
 /// contract. SPLIT (dense, MT = 2; kWhole: not split): each tile's subtiles are waited for and summed one at a time
 /// (WgWait::kSubtiles, or kSubtilesAcross, the next tile's subtile 0 multiplied during subtile 1's sums), with the
 /// same sums bit for bit.

@@ -27,7 +27,8 @@ namespace flashot::detail::cuda {
 namespace {
 
 /// The rows' A fragments of one warp (16 rows), the column tiles' staging (hi, lo as interleaved core matrices;
-/// biases) in four stages (eight at KS <= 2; past KS = 8 as many as fit 200 KB) filled by bulk copies (run), and the products: SCREEN, the wgmma hi·hi product and, for kept tiles, the
+/// biases) in four stages (eight at KS <= 2; past KS = 8 as many as fit 200 KB) filled by bulk copies (run), and
+/// the products: SCREEN, the wgmma hi·hi product and, for kept tiles, the
 /// mma.sync cross products (rows' lo from shared memory); otherwise (the dense kernels) all three products by
 /// wgmma, the rows' lo halves in registers.
 ///
@@ -370,27 +371,30 @@ struct WgTileCore {
 // block may have — the largest: d = 128, screened (four stages of hi, lo and biases, the rows' lo halves), and
 // d = 32 (eight stages, sixteen warps) — and at KS = 1, where two blocks of two subtiles share an SM, twice that
 // must fit the SM's 228 KB (1 KB of each block is the driver's).
-template <int KS, bool SCREEN>
+template <int KS, bool SCREEN, int MT = wg_subtiles(KS)>
+constexpr std::size_t wg_slot_bytes() {
+  using Core = WgTileCore<KS, SCREEN, MT>;
+  return std::size_t(Core::kStages) * Core::kWarps * kMmaTile * sizeof(float);
+}
+template <int KS, bool SCREEN, int MT = wg_subtiles(KS)>
 constexpr std::size_t wg_sums_shared_bytes() {
-  using Core = WgTileCore<KS, SCREEN, wg_subtiles(KS)>;
-  return Core::kSharedBytes + std::size_t(Core::kStages) * Core::kWarps * kMmaTile * sizeof(float);
+  return WgTileCore<KS, SCREEN, MT>::kSharedBytes + wg_slot_bytes<KS, SCREEN, MT>();
+}
+/// A sums site kernel's: the larger body's dynamic shared memory and both bodies' static slots.
+template <int KS>
+constexpr std::size_t wg_site_shared_bytes() {
+  return std::max(WgTileCore<KS, true>::kSharedBytes, WgTileCore<KS, false>::kSharedBytes) +
+         wg_slot_bytes<KS, true>() + wg_slot_bytes<KS, false>();
 }
 static_assert(wg_sums_shared_bytes<8, true>() <= 227 * 1024 && wg_sums_shared_bytes<2, true>() <= 227 * 1024,
               "warpgroup kernels' shared memory exceeds a Hopper block's");
-// The wide kernels (KS = 12, 16): the site kernels hold both bodies' static slots.
-static_assert(std::max(WgTileCore<16, true>::kSharedBytes, WgTileCore<16, false>::kSharedBytes) +
-                      (WgTileCore<16, true>::kStages + WgTileCore<16, false>::kStages) * 8 * kMmaTile * 4 <=
-                  227 * 1024 &&
-                  std::max(WgTileCore<12, true>::kSharedBytes, WgTileCore<12, false>::kSharedBytes) +
-                          (WgTileCore<12, true>::kStages + WgTileCore<12, false>::kStages) * 8 * kMmaTile * 4 <=
-                      227 * 1024,
+// The wide kernels (KS = 12, 16: as many stages as fit 200 KB, wg_tile's kStages).
+static_assert(wg_site_shared_bytes<16>() <= 227 * 1024 && wg_site_shared_bytes<12>() <= 227 * 1024,
               "the wide warpgroup kernels' shared memory exceeds a Hopper block's");
 static_assert(2 * (wg_sums_shared_bytes<1, true>() + 1024) <= 228 * 1024,
               "two blocks of the d <= 16 warpgroup kernels exceed a Hopper SM's shared memory");
 // The biased sums at KS = 2 (two subtiles, wg_bias_subtiles; dense): two blocks per SM.
-static_assert(2 * (WgTileCore<2, false, 2>::kSharedBytes +
-                   WgTileCore<2, false, 2>::kStages * WgTileCore<2, false, 2>::kWarps * kMmaTile * 4 + 1024) <=
-                  228 * 1024,
+static_assert(2 * (wg_sums_shared_bytes<2, false, wg_bias_subtiles(2)>() + 1024) <= 228 * 1024,
               "two blocks of the KS = 2 biased sums exceed a Hopper SM's shared memory");
 
 
